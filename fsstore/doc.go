@@ -1,0 +1,119 @@
+// Package fsstore is Substrat's database: a home directory of plain files
+// that people can read with cat and jq, back up with rsync and edit by hand.
+// The directories are the database. This comment describes the format;
+// layout.go names every path.
+//
+// # The tree
+//
+//	HOME/                      0700
+//	  daemon.sock daemon.lock daemon.pid daemon.log recovery.json
+//	                           (the daemon's; not written by this package)
+//	  inbox/{tmp,new,cur}/     messages to USER
+//	  agents/<id>/             one live agent
+//	    session.json           snapshot of the agent as of event last_seq
+//	    events.jsonl           append-only history: the source of truth
+//	    inbox/{tmp,new,cur}/   messages to the agent, Maildir style
+//	    transcript.txt mcp.json (written by the daemon; observability)
+//	  archive/<id>/            agents moved out of the live tree
+//	  workspaces/              (the daemon's)
+//
+// An id is a UUIDv7 in canonical lower-case form, such as
+// 019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6a7b. Only entries of agents/ named so are
+// agent directories; anything else there is reported and left alone.
+// Every JSON document carries "version": 1, field names are snake_case and
+// times are RFC 3339 in UTC.
+//
+// # session.json
+//
+// An indented JSON object: id, name, parent_id (absent for a root),
+// provider, model, instructions, workspace, agent_state (IDLE, BUSY,
+// WAITING, TERMINATED), session_state (CREATED, ACTIVE, SUSPENDED,
+// TERMINATED), state_reason, provider_session_id, state_blob (the
+// provider's opaque state, base64), spawn_key (the tool-use id of the spawn
+// that made the agent), metadata, counters {turns, input_tokens,
+// output_tokens, cost_usd}, created_at, updated_at, and last_seq: the seq of
+// the last event the snapshot reflects. Unknown fields are refused.
+//
+// It is only ever replaced whole: a temporary file ".session.json<digits>"
+// is written in the same directory and fsynced, renamed over session.json,
+// and the directory is fsynced. A reader sees the old file or the new one,
+// never a mix. A crash can leave the temporary file behind; it is removed on
+// the next scan.
+//
+// # events.jsonl
+//
+// One JSON object per line, each written with a single write(2) and then
+// fsynced before the operation that made it is acknowledged. A line looks
+// like
+//
+//	{"seq":3,"ts":"2026-11-22T10:00:00.123Z","type":"state","data":{"agent_state":"BUSY"},"crc":"1a2b3c4d"}
+//
+// seq is always the first field and counts up from 1 without gaps. crc is
+// always the last field: the CRC-32C (Castagnoli) of every byte of the line
+// before `,"crc":`, as 8 lower-case hex digits. It tells garbage from data.
+// A line is at most MaxEventSize (1 MiB) including its newline.
+//
+// The first event is "created", whose data is the whole session as created.
+// The other types that change the snapshot are "state", "provider", "turn"
+// (counters, added), "metadata" and "edited" (a hand edit that was adopted);
+// see apply.go for their data. Other types ("message_sent",
+// "message_delivered", "spawned", and any the daemon adds) are history and
+// leave the snapshot as it is. Replaying every event from "created" on
+// yields the snapshot, so session.json can be rebuilt from the log.
+//
+// # Damage and what is done about it
+//
+// A torn tail is damage at the end of events.jsonl with no valid line
+// after it: a last line without its newline, a line whose checksum does not
+// match, or a zero-filled tail left by a power loss. It is the trace of an
+// append that never returned, so nothing acknowledged is in it. When the log
+// is opened for the daemon it is cut off: the bytes are first copied to
+// events.jsonl.<offset>.broken (fsynced), then the log is truncated to its
+// valid prefix and fsynced.
+//
+// A damaged line followed by a valid one, or a valid line whose seq is not
+// the next one, is corruption. It is never skipped or repaired: the agent is
+// kept out of the live tree, the directory is left untouched, and the error
+// (a *CorruptError) names the file, the line and its byte offset.
+//
+// A session.json that is missing, is not valid JSON, or fails validation
+// keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a
+// valid log and keeps the old file as session.json.<n>.broken. An unknown
+// version is never rewritten. A session.json whose last_seq is past the end
+// of the log means acknowledged events were lost, and is corruption.
+//
+// # Creating an agent
+//
+// The directory is built as agents/.tmp-<id>/ with its session.json
+// (last_seq 1), its first event and its inbox, all fsynced; it is renamed
+// to agents/<id> without replacing anything, and agents/ is fsynced. A
+// crash leaves either no agent or a whole one; a .tmp-* leftover is removed
+// by the next scan. A child's parent_id is in its own session.json, so the
+// tree link commits with the child.
+//
+// # Messages
+//
+// A message is a JSON file named <message-id>.json with version, id, from
+// (an agent id, USER or SYSTEM), from_name, to, kind (message, reply,
+// system), reply_to, text and sent_at. Sending writes it to the recipient's
+// inbox/tmp/ and fsyncs it, moves it to inbox/new/ with a rename that never
+// overwrites, and fsyncs new/; only then is the sender answered. A message
+// left in tmp/ was never acknowledged and is removed by the next scan.
+// Delivering it into a turn moves it to inbox/cur/. Whatever is in new/
+// after a crash is undelivered and is delivered again.
+//
+// # Scanning
+//
+// Scan reads every agent directory in parallel: it removes leftovers, cuts
+// torn tails, loads session.json, checks the checksums and seqs of the
+// whole log and replays the events after last_seq. It returns the live
+// agents and a list of findings (JSON-serialisable), which 'substrat fsck'
+// and the daemon's recovery.json show. Without ScanOptions.Repair it
+// changes nothing on disk.
+//
+// # The I/O seam
+//
+// Every file operation goes through the FS interface (fs.go), whose
+// production implementation is OS. The simulation package replaces it with
+// a file system that loses what was not fsynced when it "crashes".
+package fsstore

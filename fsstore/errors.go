@@ -1,0 +1,74 @@
+package fsstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Test for them with errors.Is.
+var (
+	ErrNotFound       = errors.New("fsstore: not found")
+	ErrExists         = errors.New("fsstore: already exists")
+	ErrCorrupt        = errors.New("fsstore: corrupt")
+	ErrUnknownVersion = errors.New("fsstore: unknown format version")
+	ErrTooLarge       = errors.New("fsstore: event too large")
+	ErrInvalid        = errors.New("fsstore: invalid")
+	ErrClosed         = errors.New("fsstore: closed")
+)
+
+// Error describes a failed store operation on one path, with a hint naming
+// what fixes it where one is known.
+type Error struct {
+	Op   string // what was being done: "open log", "append", "load snapshot"...
+	Path string // the file or directory concerned
+	Err  error  // the cause; often wraps one of the sentinels
+	Hint string // optional: a command or action that fixes it
+}
+
+func (e *Error) Error() string {
+	s := e.Op + " " + e.Path + ": " + e.Err.Error()
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// CorruptError reports a damaged line of an events.jsonl that is followed
+// by valid lines, which is never repaired automatically.
+type CorruptError struct {
+	Path   string
+	Line   int   // 1-based line number
+	Offset int64 // byte offset of the start of the line
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s: line %d (offset %d): %s", e.Path, e.Line, e.Offset, e.Reason)
+}
+
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+func wrap(op, path string, err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Op: op, Path: path, Err: err, Hint: hint}
+}
+
+// Hint returns the hint carried by err, if any.
+func Hint(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Hint
+	}
+	if errors.Is(err, ErrCorrupt) {
+		return HintFsck
+	}
+	return ""
+}
+
+// Hints shared by several errors.
+const (
+	HintFsck       = "run 'substrat fsck' to see the damage; move the agent directory to archive/ to set it aside"
+	HintFsckRepair = "run 'substrat fsck --repair' with the daemon stopped"
+	HintUpgrade    = "this directory was written by a newer substrat; upgrade substrat"
+)

@@ -1,0 +1,119 @@
+package fsstore
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
+	"golang.org/x/sys/unix"
+)
+
+// FS is the seam through which fsstore performs all of its file I/O.
+//
+// The production implementation is OS, a thin layer over package os. The
+// simulation package implements FS with an in-memory power-loss model, so
+// every method here is a point where durability is either gained or lost:
+//
+//   - Data written through a File is durable only after File.Sync returns.
+//   - A directory entry created, renamed or removed by Create, Mkdir,
+//     Rename, RenameNoReplace, Remove, RemoveAll or WriteFileAtomic is
+//     durable only after SyncDir of the directory that holds it returns.
+//   - WriteFileAtomic writes a temporary file in the target's directory,
+//     fsyncs it and renames it over the target. It does not fsync the
+//     directory; callers do (see writeFileDurable).
+//
+// Paths are plain OS paths built by Layout. Methods return errors that
+// satisfy errors.Is(err, fs.ErrNotExist) and fs.ErrExist like package os.
+type FS interface {
+	ReadFile(name string) ([]byte, error)
+	Open(name string) (io.ReadCloser, error)
+	// ReadDir returns the entries of a directory sorted by name.
+	ReadDir(name string) ([]fs.DirEntry, error)
+	Stat(name string) (fs.FileInfo, error)
+
+	// Create creates a new file for writing; it fails if name exists.
+	Create(name string, perm fs.FileMode) (File, error)
+	// OpenAppend opens an existing file for appending.
+	OpenAppend(name string) (File, error)
+	WriteFileAtomic(name string, data []byte, perm fs.FileMode) error
+	Mkdir(name string, perm fs.FileMode) error
+	Rename(oldname, newname string) error
+	// RenameNoReplace renames oldname to newname, failing with an error
+	// satisfying errors.Is(err, fs.ErrExist) if newname exists.
+	RenameNoReplace(oldname, newname string) error
+	Remove(name string) error
+	RemoveAll(name string) error
+	SyncDir(name string) error
+}
+
+// File is a file open for writing through the FS seam.
+type File interface {
+	Write(p []byte) (int, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
+// OS is the FS backed by the real file system.
+type OS struct{}
+
+var _ FS = OS{}
+
+func (OS) ReadFile(name string) ([]byte, error)       { return os.ReadFile(name) }
+func (OS) Open(name string) (io.ReadCloser, error)    { return os.Open(name) }
+func (OS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+func (OS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
+func (OS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }
+func (OS) Rename(oldname, newname string) error       { return os.Rename(oldname, newname) }
+func (OS) Remove(name string) error                   { return os.Remove(name) }
+func (OS) RemoveAll(name string) error                { return os.RemoveAll(name) }
+
+func (OS) Create(name string, perm fs.FileMode) (File, error) {
+	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+}
+
+func (OS) OpenAppend(name string) (File, error) {
+	return os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+}
+
+func (OS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
+	return renameio.WriteFile(name, data, perm, renameio.WithTempDir(filepath.Dir(name)))
+}
+
+// RenameNoReplace uses renameat2(RENAME_NOREPLACE). File systems that do not
+// support the flag fall back to link(2) and unlink(2), which also never
+// overwrite.
+func (OS) RenameNoReplace(oldname, newname string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldname, unix.AT_FDCWD, newname, unix.RENAME_NOREPLACE)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	if err := os.Link(oldname, newname); err != nil {
+		return err
+	}
+	return os.Remove(oldname)
+}
+
+func (OS) SyncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+var errNotExist = fs.ErrNotExist
+
+func dirOf(name string) string { return filepath.Dir(name) }
+
+var errExist = fs.ErrExist

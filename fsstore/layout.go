@@ -1,0 +1,135 @@
+package fsstore
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// File and directory names inside a home. Layout is the only code that joins
+// them into paths.
+const (
+	AgentsDirName     = "agents"
+	ArchiveDirName    = "archive"
+	WorkspacesDirName = "workspaces"
+	SocketName        = "daemon.sock"
+	LockName          = "daemon.lock"
+	PidName           = "daemon.pid"
+	LogName           = "daemon.log"
+	RecoveryName      = "recovery.json"
+
+	SessionName    = "session.json"
+	EventsName     = "events.jsonl"
+	TranscriptName = "transcript.txt"
+	MCPConfigName  = "mcp.json"
+	InboxDirName   = "inbox"
+
+	// InboxTmp, InboxNew and InboxCur are the Maildir sub-directories.
+	InboxTmp = "tmp"
+	InboxNew = "new"
+	InboxCur = "cur"
+
+	// TempPrefix starts the name of an agent directory under construction
+	// in agents/. Anything in agents/ with this prefix is a leftover of a
+	// creation that never committed and is removed on open.
+	TempPrefix = ".tmp-"
+
+	// BrokenSuffix ends the name of a copy of a torn tail cut off a log.
+	BrokenSuffix = ".broken"
+
+	// MessageExt ends the file name of a message in an inbox.
+	MessageExt = ".json"
+)
+
+// Permissions of what the store creates.
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
+
+// Layout names every path in a home directory.
+type Layout struct {
+	Home string
+}
+
+func (l Layout) AgentsDir() string     { return filepath.Join(l.Home, AgentsDirName) }
+func (l Layout) ArchiveDir() string    { return filepath.Join(l.Home, ArchiveDirName) }
+func (l Layout) WorkspacesDir() string { return filepath.Join(l.Home, WorkspacesDirName) }
+func (l Layout) Socket() string        { return filepath.Join(l.Home, SocketName) }
+func (l Layout) Lock() string          { return filepath.Join(l.Home, LockName) }
+func (l Layout) Pid() string           { return filepath.Join(l.Home, PidName) }
+func (l Layout) Log() string           { return filepath.Join(l.Home, LogName) }
+func (l Layout) Recovery() string      { return filepath.Join(l.Home, RecoveryName) }
+
+// AgentDir is agents/<id>.
+func (l Layout) AgentDir(id string) string { return filepath.Join(l.AgentsDir(), id) }
+
+// TempAgentDir is the name an agent directory has while it is built.
+func (l Layout) TempAgentDir(id string) string {
+	return filepath.Join(l.AgentsDir(), TempPrefix+id)
+}
+
+// ArchivedAgentDir is archive/<id>.
+func (l Layout) ArchivedAgentDir(id string) string { return filepath.Join(l.ArchiveDir(), id) }
+
+// AgentFiles names the files of one agent directory, wherever it lives.
+type AgentFiles struct {
+	Dir string
+}
+
+// Agent returns the files of the live agent id.
+func (l Layout) Agent(id string) AgentFiles { return AgentFiles{Dir: l.AgentDir(id)} }
+
+func (a AgentFiles) Session() string    { return filepath.Join(a.Dir, SessionName) }
+func (a AgentFiles) Events() string     { return filepath.Join(a.Dir, EventsName) }
+func (a AgentFiles) Transcript() string { return filepath.Join(a.Dir, TranscriptName) }
+func (a AgentFiles) MCPConfig() string  { return filepath.Join(a.Dir, MCPConfigName) }
+
+// Broken names the n-th copy of a torn tail cut off events.jsonl at offset.
+func (a AgentFiles) Broken(offset int64, n int) string {
+	name := EventsName + "." + strconv.FormatInt(offset, 10)
+	if n > 0 {
+		name += "-" + strconv.Itoa(n)
+	}
+	return filepath.Join(a.Dir, name+BrokenSuffix)
+}
+
+// BrokenSession names the n-th copy of an unreadable session.json kept by
+// a rebuild.
+func (a AgentFiles) BrokenSession(n int) string {
+	return filepath.Join(a.Dir, SessionName+"."+strconv.Itoa(n)+BrokenSuffix)
+}
+
+// isAtomicTemp reports whether name is a temporary file left in an agent
+// directory by an interrupted atomic replace. renameio names them
+// "." + base + random digits.
+func isAtomicTemp(name string) bool {
+	trimmed := strings.TrimRight(name, "0123456789")
+	if trimmed == name || !strings.HasPrefix(trimmed, ".") {
+		return false
+	}
+	switch base := trimmed[1:]; {
+	case base == SessionName, base == TranscriptName, base == MCPConfigName:
+		return true
+	default:
+		return strings.HasPrefix(base, EventsName+".") && strings.HasSuffix(base, BrokenSuffix)
+	}
+}
+
+// Inbox is a Maildir: tmp/ for messages being written, new/ for published
+// undelivered ones, cur/ for delivered ones.
+type Inbox struct {
+	Dir string
+}
+
+// Sub returns the path of tmp/, new/ or cur/.
+func (b Inbox) Sub(sub string) string { return filepath.Join(b.Dir, sub) }
+
+// Path returns the path of message id in sub.
+func (b Inbox) Path(sub, id string) string { return filepath.Join(b.Dir, sub, id+MessageExt) }
+
+// Inbox returns the agent's inbox.
+func (a AgentFiles) Inbox() Inbox { return Inbox{Dir: filepath.Join(a.Dir, InboxDirName)} }
+
+// UserInbox is the inbox of messages to USER, HOME/inbox.
+func (l Layout) UserInbox() Inbox { return Inbox{Dir: filepath.Join(l.Home, InboxDirName)} }

@@ -1,0 +1,323 @@
+package fsstore
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// logInfo describes an events.jsonl as read from disk.
+type logInfo struct {
+	LastSeq uint64 // seq of the last valid line; 0 if none
+	Size    int64  // length of the valid prefix in bytes
+	Lines   int    // number of valid lines
+	// TornLen is the number of bytes after the valid prefix: an unfinished
+	// last line, or damaged lines not followed by a valid one. Zero if the
+	// log ends cleanly.
+	TornLen    int64
+	TornReason string
+}
+
+// scanLog reads an events.jsonl, calling visit for each valid line in order
+// (line excludes the newline and is only valid during the call). It returns
+// a *CorruptError if a damaged line is followed by a valid one, or a valid
+// line does not carry the next seq. Damage with nothing valid after it is a
+// torn tail, described in the returned logInfo and left for the caller.
+func scanLog(r io.Reader, path string, visit func(seq uint64, line []byte) error) (logInfo, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var (
+		info   logInfo
+		off    int64
+		lineNo int
+		buf    []byte
+		bad    *CorruptError // first damaged line not yet followed by a valid one
+	)
+	for {
+		line, n, complete, err := readLine(br, &buf, MaxEventSize)
+		if err != nil && err != io.EOF {
+			return info, err
+		}
+		if n == 0 && err == io.EOF {
+			break
+		}
+		lineNo++
+		start := off
+		off += n
+		if !complete {
+			// Unterminated: the write of the last line did not finish.
+			if bad == nil {
+				bad = &CorruptError{Path: path, Line: lineNo, Offset: start, Reason: "unterminated last line"}
+				if line == nil {
+					bad.Reason = "line longer than the maximum event size"
+				}
+			}
+			break
+		}
+		var seq uint64
+		var cerr error
+		if line == nil {
+			cerr = fmt.Errorf("line longer than the maximum event size (%d bytes)", MaxEventSize)
+		} else {
+			seq, cerr = checkLine(line)
+		}
+		if cerr != nil {
+			if bad == nil {
+				bad = &CorruptError{Path: path, Line: lineNo, Offset: start, Reason: cerr.Error()}
+			}
+			continue
+		}
+		if bad != nil {
+			return info, bad
+		}
+		if seq != info.LastSeq+1 {
+			return info, &CorruptError{Path: path, Line: lineNo, Offset: start,
+				Reason: fmt.Sprintf("seq %d where %d was expected", seq, info.LastSeq+1)}
+		}
+		if visit != nil {
+			if err := visit(seq, line); err != nil {
+				return info, &CorruptError{Path: path, Line: lineNo, Offset: start, Reason: err.Error()}
+			}
+		}
+		info.LastSeq = seq
+		info.Size = off
+		info.Lines++
+	}
+	if bad != nil {
+		info.TornLen = off - info.Size
+		info.TornReason = fmt.Sprintf("line %d (offset %d): %s", bad.Line, bad.Offset, bad.Reason)
+	}
+	return info, nil
+}
+
+// readLine reads one line of at most max bytes including the newline. It
+// returns the line without the newline (nil if it was too long), the number
+// of bytes consumed, and whether a newline ended it.
+func readLine(br *bufio.Reader, buf *[]byte, max int) (line []byte, n int64, complete bool, err error) {
+	*buf = (*buf)[:0]
+	tooLong := false
+	for {
+		frag, ferr := br.ReadSlice('\n')
+		n += int64(len(frag))
+		if !tooLong {
+			if len(*buf)+len(frag) > max {
+				tooLong = true
+				*buf = (*buf)[:0]
+			} else {
+				*buf = append(*buf, frag...)
+			}
+		}
+		switch {
+		case ferr == nil:
+			if tooLong {
+				return nil, n, true, nil
+			}
+			b := *buf
+			return b[:len(b)-1], n, true, nil
+		case errors.Is(ferr, bufio.ErrBufferFull):
+			continue
+		default:
+			if tooLong {
+				return nil, n, false, ferr
+			}
+			return *buf, n, false, ferr
+		}
+	}
+}
+
+// Log is an open events.jsonl, appended to by one owner. It is safe for
+// concurrent use.
+type Log struct {
+	fs   FS
+	path string
+	now  func() time.Time
+
+	mu      sync.Mutex // guards the fields below
+	f       File       // nil until the first append, and after a failure
+	lastSeq uint64
+	size    int64
+	failed  error // set when a write or fsync failed; the next append re-reads the log
+	closed  bool
+}
+
+func newLog(fsys FS, path string, info logInfo, now func() time.Time) *Log {
+	return &Log{fs: fsys, path: path, now: now, lastSeq: info.LastSeq, size: info.Size}
+}
+
+// Path returns the path of the log file.
+func (l *Log) Path() string { return l.path }
+
+// LastSeq returns the seq of the last durable event.
+func (l *Log) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastSeq
+}
+
+// Append writes one event in a single write and fsyncs it. It returns once
+// the event is durable. data is marshalled to JSON (nil for none).
+//
+// A failed write is cut back off the file. After a failed fsync the state
+// of the file is unknown, so the log is closed and the next Append re-reads
+// it from disk first; an fsync is never retried.
+func (l *Log) Append(typ string, data any) (Event, error) {
+	var raw json.RawMessage
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return Event{}, wrap("append", l.path, fmt.Errorf("%w: event data: %v", ErrInvalid, err), "")
+		}
+		raw = b
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return Event{}, wrap("append", l.path, ErrClosed, "")
+	}
+	if err := l.reopenLocked(); err != nil {
+		return Event{}, err
+	}
+	e := Event{Seq: l.lastSeq + 1, Time: l.now(), Type: typ, Data: raw}
+	line, err := EncodeEvent(e)
+	if err != nil {
+		return Event{}, wrap("append", l.path, err, "")
+	}
+	e.Time = e.Time.UTC()
+	if _, err := l.f.Write(line); err != nil {
+		// Cut off whatever part of the line reached the file, so that a
+		// later append does not follow garbage.
+		if terr := l.f.Truncate(l.size); terr != nil {
+			l.failLocked(err)
+		}
+		return Event{}, wrap("append", l.path, err, "")
+	}
+	if err := l.f.Sync(); err != nil {
+		l.failLocked(err)
+		return Event{}, wrap("append", l.path, err, "")
+	}
+	l.lastSeq = e.Seq
+	l.size += int64(len(line))
+	return e, nil
+}
+
+func (l *Log) failLocked(err error) {
+	l.failed = err
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// reopenLocked opens the file for appending, re-reading it first if an
+// earlier write failed.
+func (l *Log) reopenLocked() error {
+	if l.f != nil {
+		return nil
+	}
+	if l.failed != nil {
+		info, err := openLog(l.fs, l.path, true)
+		if err != nil {
+			return err
+		}
+		l.lastSeq, l.size, l.failed = info.LastSeq, info.Size, nil
+	}
+	f, err := l.fs.OpenAppend(l.path)
+	if err != nil {
+		return wrap("open log", l.path, err, "")
+	}
+	l.f = f
+	return nil
+}
+
+// Close closes the file. Appends after Close fail with ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// openLog scans a log and, if repair is set, cuts off a torn tail.
+func openLog(fsys FS, path string, repair bool) (logInfo, error) {
+	info, err := readLog(fsys, path, nil)
+	if err != nil {
+		return info, err
+	}
+	if info.TornLen > 0 && repair {
+		if err := cutTail(fsys, path, info); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}
+
+func readLog(fsys FS, path string, visit func(uint64, []byte) error) (logInfo, error) {
+	r, err := fsys.Open(path)
+	if err != nil {
+		return logInfo{}, wrap("open log", path, err, "")
+	}
+	defer r.Close()
+	info, err := scanLog(r, path, visit)
+	if err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			return info, err
+		}
+		return info, wrap("read log", path, err, "")
+	}
+	return info, nil
+}
+
+// cutTail keeps a copy of the torn tail in events.jsonl.<offset>.broken,
+// then truncates the log to its valid prefix and fsyncs it.
+func cutTail(fsys FS, path string, info logInfo) error {
+	data, err := fsys.ReadFile(path)
+	if err != nil {
+		return wrap("repair log", path, err, "")
+	}
+	if int64(len(data)) < info.Size {
+		return wrap("repair log", path, fmt.Errorf("file shrank while being repaired"), "")
+	}
+	tail := data[info.Size:]
+	files := AgentFiles{Dir: dirOf(path)}
+	var broken string
+	for n := 0; ; n++ {
+		broken = files.Broken(info.Size, n)
+		if _, err := fsys.Stat(broken); errors.Is(err, errNotExist) {
+			break
+		}
+	}
+	if err := writeFileDurable(fsys, broken, tail); err != nil {
+		return wrap("repair log", broken, err, "")
+	}
+	f, err := fsys.OpenAppend(path)
+	if err != nil {
+		return wrap("repair log", path, err, "")
+	}
+	if err := f.Truncate(info.Size); err != nil {
+		f.Close()
+		return wrap("repair log", path, err, "")
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return wrap("repair log", path, err, "")
+	}
+	return f.Close()
+}
+
+// writeFileDurable replaces name atomically and fsyncs its directory, so the
+// new content is durable when it returns.
+func writeFileDurable(fsys FS, name string, data []byte) error {
+	if err := fsys.WriteFileAtomic(name, data, filePerm); err != nil {
+		return err
+	}
+	return fsys.SyncDir(dirOf(name))
+}

@@ -1,0 +1,382 @@
+package fsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// FindingKind classifies what a scan found.
+type FindingKind string
+
+const (
+	// FindLeftover is a temporary file or directory of an operation that
+	// never committed: agents/.tmp-*, an atomic-replace temp file in an
+	// agent directory, or a message in inbox/tmp. Removed when repairing.
+	FindLeftover FindingKind = "leftover"
+	// FindTornTail is damage at the end of events.jsonl with nothing valid
+	// after it. Repairing cuts it off and keeps it in a .broken file.
+	FindTornTail FindingKind = "torn_tail"
+	// FindKeptOut is an agent directory that could not be understood. It
+	// is left untouched on disk and kept out of the live tree.
+	FindKeptOut FindingKind = "kept_out"
+	// FindNotAgent is an entry of agents/ whose name is not a canonical
+	// UUIDv7. It is ignored and left untouched.
+	FindNotAgent FindingKind = "not_agent"
+	// FindOrphan is an agent whose parent_id names no live agent.
+	FindOrphan FindingKind = "orphan"
+	// FindBadMessage is a file in an inbox that is not a valid message.
+	// It is left in place and not delivered.
+	FindBadMessage FindingKind = "bad_message"
+	// FindReplayed reports events newer than session.json that were
+	// replayed onto it.
+	FindReplayed FindingKind = "replayed"
+	// FindMissingDir is a missing inbox sub-directory. Repairing recreates it.
+	FindMissingDir FindingKind = "missing_dir"
+	// FindSnapshotRebuilt is a session.json rebuilt from events.jsonl by
+	// RebuildSnapshots; the old file is kept as session.json.N.broken.
+	FindSnapshotRebuilt FindingKind = "snapshot_rebuilt"
+)
+
+// Finding is one thing a scan found, and what it did about it.
+type Finding struct {
+	Kind     FindingKind `json:"kind"`
+	Path     string      `json:"path"`
+	Agent    string      `json:"agent,omitempty"`
+	Detail   string      `json:"detail"`
+	Line     int         `json:"line,omitempty"`
+	Offset   int64       `json:"offset,omitempty"`
+	Repaired bool        `json:"repaired"`
+	Hint     string      `json:"hint,omitempty"`
+}
+
+// ScanOptions select how much a scan checks and changes.
+type ScanOptions struct {
+	// Repair removes leftovers, cuts torn tails and recreates missing
+	// inbox directories. Without it the scan changes nothing on disk.
+	Repair bool
+	// Deep decodes every event line and replays the whole log from its
+	// created event, instead of only checking checksums up to last_seq.
+	Deep bool
+	// RebuildSnapshots replaces an unreadable session.json by one rebuilt
+	// from a valid events.jsonl (fsck --repair). Needs Repair.
+	RebuildSnapshots bool
+	// Workers bounds the directories loaded at once; 0 picks a default.
+	Workers int
+}
+
+// ScanResult is what Scan found: the live agents, sorted by id, and the
+// findings, sorted by path.
+type ScanResult struct {
+	Agents   []*Agent  `json:"-"`
+	Findings []Finding `json:"findings"`
+}
+
+// Scan loads every agent directory in agents/ in parallel. It is the
+// recovery procedure's steps 2 to 4: sweep leftovers and torn tails, load
+// each snapshot and replay newer events, and find orphans. Directories that
+// cannot be understood are reported and left out; Scan fails only if
+// agents/ itself cannot be read or ctx is done.
+func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error) {
+	dir := s.layout.AgentsDir()
+	entries, err := s.fs.ReadDir(dir)
+	if err != nil {
+		return nil, wrap("scan", dir, err, "")
+	}
+	var (
+		mu  sync.Mutex
+		res ScanResult
+	)
+	report := func(fs ...Finding) {
+		mu.Lock()
+		res.Findings = append(res.Findings, fs...)
+		mu.Unlock()
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 4 * runtime.GOMAXPROCS(0)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	removed := false
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, TempPrefix):
+			f := Finding{Kind: FindLeftover, Path: path, Detail: "agent directory under construction that never committed"}
+			if opts.Repair {
+				if err := s.fs.RemoveAll(path); err != nil {
+					f.Detail += ": remove failed: " + err.Error()
+				} else {
+					f.Repaired, removed = true, true
+				}
+			}
+			report(f)
+			continue
+		case !IsID(name) || !e.IsDir():
+			report(Finding{Kind: FindNotAgent, Path: path,
+				Detail: "not an agent directory (the name is not a canonical lower-case UUIDv7 directory); left untouched"})
+			continue
+		}
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			a, fs := s.loadAgent(name, opts)
+			report(fs...)
+			if a != nil {
+				mu.Lock()
+				res.Agents = append(res.Agents, a)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if removed {
+		if err := s.fs.SyncDir(dir); err != nil {
+			return nil, wrap("scan", dir, err, "")
+		}
+	}
+	sort.Slice(res.Agents, func(i, j int) bool { return res.Agents[i].ID() < res.Agents[j].ID() })
+	live := make(map[string]bool, len(res.Agents))
+	for _, a := range res.Agents {
+		live[a.ID()] = true
+	}
+	for _, a := range res.Agents {
+		if p := a.sess.ParentID; p != "" && !live[p] {
+			res.Findings = append(res.Findings, Finding{Kind: FindOrphan, Path: a.files.Dir, Agent: a.ID(),
+				Detail: fmt.Sprintf("parent %s is not a live agent", p)})
+		}
+	}
+	sort.SliceStable(res.Findings, func(i, j int) bool { return res.Findings[i].Path < res.Findings[j].Path })
+	return &res, nil
+}
+
+// loadAgent loads one agent directory. It returns nil and a kept_out
+// finding if the directory cannot be understood.
+func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
+	files := s.layout.Agent(id)
+	var found []Finding
+	keptOut := func(path string, err error) (*Agent, []Finding) {
+		f := Finding{Kind: FindKeptOut, Path: files.Dir, Agent: id, Detail: err.Error(), Hint: Hint(err)}
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			f.Path, f.Line, f.Offset, f.Detail = ce.Path, ce.Line, ce.Offset, ce.Error()
+			f.Hint = HintFsck
+		} else if path != "" {
+			f.Path = path
+		}
+		return nil, append(found, f)
+	}
+
+	entries, err := s.fs.ReadDir(files.Dir)
+	if err != nil {
+		return keptOut(files.Dir, err)
+	}
+	for _, e := range entries {
+		if isAtomicTemp(e.Name()) {
+			found = append(found, s.removeLeftover(filepath.Join(files.Dir, e.Name()), id,
+				"temporary file of an interrupted atomic replace", opts.Repair))
+		}
+	}
+
+	// The snapshot.
+	var sess *Session
+	data, err := s.fs.ReadFile(files.Session())
+	if err == nil {
+		sess, err = DecodeSession(data)
+		if err == nil && sess.ID != id {
+			err = fmt.Errorf("%w: id %s does not match the directory name", ErrInvalid, sess.ID)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errNotExist) {
+			err = fmt.Errorf("%w: session.json is missing", ErrNotFound)
+		}
+		hint := HintFsckRepair + " to rebuild session.json from events.jsonl"
+		if errors.Is(err, ErrUnknownVersion) {
+			hint = HintUpgrade
+		}
+		if !opts.RebuildSnapshots || errors.Is(err, ErrUnknownVersion) {
+			return keptOut(files.Session(), &Error{Op: "load snapshot", Path: files.Session(), Err: err, Hint: hint})
+		}
+		rebuilt, f, rerr := s.rebuildSnapshot(files, id, err)
+		if rerr != nil {
+			return keptOut(files.Session(), rerr)
+		}
+		found = append(found, f)
+		sess = rebuilt
+	}
+
+	// The log, replayed from the snapshot on.
+	cur := sess
+	replayed := 0
+	visit := func(seq uint64, line []byte) error {
+		if seq <= sess.LastSeq && !opts.Deep {
+			return nil
+		}
+		e, err := DecodeEvent(line)
+		if err != nil {
+			return err
+		}
+		if opts.Deep && seq <= sess.LastSeq {
+			if e.Type == EvCreated {
+				cur = nil
+			}
+			next, err := Apply(cur, e)
+			if err != nil {
+				return err
+			}
+			cur = next
+			if seq == sess.LastSeq {
+				cur = sess // the snapshot may carry adopted hand edits
+			}
+			return nil
+		}
+		next, err := Apply(cur, e)
+		if err != nil {
+			return err
+		}
+		cur = next
+		replayed++
+		return nil
+	}
+	info, err := readLog(s.fs, files.Events(), visit)
+	if err != nil {
+		if errors.Is(err, errNotExist) {
+			err = &Error{Op: "load log", Path: files.Events(), Err: fmt.Errorf("%w: events.jsonl is missing", ErrNotFound), Hint: HintFsck}
+		}
+		return keptOut(files.Events(), err)
+	}
+	if info.TornLen > 0 {
+		f := Finding{Kind: FindTornTail, Path: files.Events(), Agent: id, Offset: info.Size,
+			Detail: fmt.Sprintf("%d bytes after the last valid event (seq %d): %s", info.TornLen, info.LastSeq, info.TornReason)}
+		if opts.Repair {
+			if err := cutTail(s.fs, files.Events(), info); err != nil {
+				return keptOut(files.Events(), err)
+			}
+			f.Repaired = true
+			f.Detail += "; cut off, copy kept in " + filepath.Base(files.Broken(info.Size, 0)) + " (or a numbered sibling)"
+		}
+		found = append(found, f)
+	}
+	if info.LastSeq == 0 {
+		return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
+			Err: fmt.Errorf("%w: events.jsonl holds no valid event", ErrCorrupt), Hint: HintFsck})
+	}
+	if info.LastSeq < sess.LastSeq {
+		return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
+			Err: fmt.Errorf("%w: session.json reflects event %d but events.jsonl ends at event %d", ErrCorrupt, sess.LastSeq, info.LastSeq), Hint: HintFsck})
+	}
+	if replayed > 0 {
+		found = append(found, Finding{Kind: FindReplayed, Path: files.Events(), Agent: id,
+			Detail: fmt.Sprintf("replayed %d events after last_seq %d", replayed, sess.LastSeq), Repaired: true})
+	}
+
+	// The inbox.
+	inbox := files.Inbox()
+	for _, sub := range []string{InboxTmp, InboxNew, InboxCur} {
+		dir := inbox.Sub(sub)
+		entries, err := s.fs.ReadDir(dir)
+		if errors.Is(err, errNotExist) {
+			f := Finding{Kind: FindMissingDir, Path: dir, Agent: id, Detail: "inbox directory is missing"}
+			if opts.Repair {
+				if err := mkInbox(s.fs, inbox); err == nil {
+					if err := s.fs.SyncDir(inbox.Dir); err == nil {
+						f.Repaired = true
+					}
+				}
+			}
+			found = append(found, f)
+			continue
+		}
+		if err != nil {
+			return keptOut(dir, err)
+		}
+		if sub != InboxTmp {
+			continue
+		}
+		for _, e := range entries {
+			found = append(found, s.removeLeftover(filepath.Join(dir, e.Name()), id,
+				"message never published (it was not acknowledged to its sender)", opts.Repair))
+		}
+	}
+	if _, bad, err := ReadInbox(s.fs, inbox, InboxNew); err == nil {
+		for _, b := range bad {
+			found = append(found, Finding{Kind: FindBadMessage, Path: b.Path, Agent: id,
+				Detail: b.Reason + "; left in place, not delivered", Hint: "fix or remove the file by hand"})
+		}
+	}
+
+	a := newAgent(s, files, cur, info)
+	a.snapSeq = sess.LastSeq
+	return a, found
+}
+
+func (s *Store) removeLeftover(path, id, what string, repair bool) Finding {
+	f := Finding{Kind: FindLeftover, Path: path, Agent: id, Detail: what}
+	if repair {
+		if err := s.fs.RemoveAll(path); err != nil {
+			f.Detail += ": remove failed: " + err.Error()
+		} else if err := s.fs.SyncDir(filepath.Dir(path)); err == nil {
+			f.Repaired = true
+		}
+	}
+	return f
+}
+
+// rebuildSnapshot replays a whole valid log into a new session.json. The
+// unreadable one is kept as session.json.N.broken.
+func (s *Store) rebuildSnapshot(files AgentFiles, id string, cause error) (*Session, Finding, error) {
+	var cur *Session
+	info, err := readLog(s.fs, files.Events(), func(seq uint64, line []byte) error {
+		e, err := DecodeEvent(line)
+		if err != nil {
+			return err
+		}
+		cur, err = Apply(cur, e)
+		return err
+	})
+	if err == nil && (cur == nil || info.TornLen > 0) {
+		err = fmt.Errorf("%w: events.jsonl is empty or torn", ErrCorrupt)
+	}
+	if err == nil && cur.ID != id {
+		err = fmt.Errorf("%w: events.jsonl belongs to agent %s", ErrCorrupt, cur.ID)
+	}
+	if err != nil {
+		return nil, Finding{}, &Error{Op: "rebuild snapshot", Path: files.Events(),
+			Err: fmt.Errorf("session.json unreadable (%v) and cannot be rebuilt: %w", cause, err), Hint: HintFsck}
+	}
+	if old, rerr := s.fs.ReadFile(files.Session()); rerr == nil {
+		var keep string
+		for n := 0; ; n++ {
+			keep = files.BrokenSession(n)
+			if _, err := s.fs.Stat(keep); errors.Is(err, errNotExist) {
+				break
+			}
+		}
+		if err := writeFileDurable(s.fs, keep, old); err != nil {
+			return nil, Finding{}, wrap("rebuild snapshot", keep, err, "")
+		}
+	}
+	data, err := EncodeSession(cur)
+	if err == nil {
+		err = writeFileDurable(s.fs, files.Session(), data)
+	}
+	if err != nil {
+		return nil, Finding{}, wrap("rebuild snapshot", files.Session(), err, "")
+	}
+	return cur, Finding{Kind: FindSnapshotRebuilt, Path: files.Session(), Agent: id, Repaired: true,
+		Detail: fmt.Sprintf("session.json was unreadable (%v); rebuilt from %d events, old file kept as session.json.N.broken", cause, info.LastSeq)}, nil
+}

@@ -1,0 +1,201 @@
+package fsstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Version is the format version of every JSON document the store writes.
+const Version = 1
+
+// SessionState is the state of an agent's provider session.
+type SessionState string
+
+const (
+	SessionCreated    SessionState = "CREATED"
+	SessionActive     SessionState = "ACTIVE"
+	SessionSuspended  SessionState = "SUSPENDED"
+	SessionTerminated SessionState = "TERMINATED"
+)
+
+func (s SessionState) valid() bool {
+	switch s {
+	case SessionCreated, SessionActive, SessionSuspended, SessionTerminated:
+		return true
+	}
+	return false
+}
+
+// AgentState is the state of an agent in the tree.
+type AgentState string
+
+const (
+	AgentIdle       AgentState = "IDLE"
+	AgentBusy       AgentState = "BUSY"
+	AgentWaiting    AgentState = "WAITING"
+	AgentTerminated AgentState = "TERMINATED"
+)
+
+func (s AgentState) valid() bool {
+	switch s {
+	case AgentIdle, AgentBusy, AgentWaiting, AgentTerminated:
+		return true
+	}
+	return false
+}
+
+// Counters are an agent's running totals. They only grow.
+type Counters struct {
+	Turns        int64   `json:"turns"`
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+}
+
+// Add returns c plus d.
+func (c Counters) Add(d Counters) Counters {
+	return Counters{
+		Turns:        c.Turns + d.Turns,
+		InputTokens:  c.InputTokens + d.InputTokens,
+		OutputTokens: c.OutputTokens + d.OutputTokens,
+		CostUSD:      c.CostUSD + d.CostUSD,
+	}
+}
+
+// Session is the content of session.json: an agent and its provider
+// session, as of the event LastSeq.
+type Session struct {
+	Version           int               `json:"version"`
+	ID                string            `json:"id"`
+	Name              string            `json:"name"`
+	ParentID          string            `json:"parent_id,omitempty"`
+	Provider          string            `json:"provider"`
+	Model             string            `json:"model,omitempty"`
+	Instructions      string            `json:"instructions,omitempty"`
+	Workspace         string            `json:"workspace,omitempty"`
+	AgentState        AgentState        `json:"agent_state"`
+	SessionState      SessionState      `json:"session_state"`
+	StateReason       string            `json:"state_reason,omitempty"`
+	ProviderSessionID string            `json:"provider_session_id,omitempty"`
+	StateBlob         []byte            `json:"state_blob,omitempty"`
+	SpawnKey          string            `json:"spawn_key,omitempty"`
+	Metadata          map[string]string `json:"metadata,omitempty"`
+	Counters          Counters          `json:"counters"`
+	CreatedAt         time.Time         `json:"created_at"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+	LastSeq           uint64            `json:"last_seq"`
+}
+
+// MaxNameLen is the longest agent name accepted.
+const MaxNameLen = 64
+
+// ValidateName checks an agent name: not empty, at most MaxNameLen bytes,
+// no '/', not "." or "..", no control or space characters.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: agent name is empty", ErrInvalid)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: agent name is %d bytes long, limit %d", ErrInvalid, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: agent name is not valid UTF-8", ErrInvalid)
+	case name == "." || name == ".." || strings.Contains(name, ".."):
+		return fmt.Errorf("%w: agent name %q contains '..'", ErrInvalid, name)
+	case strings.ContainsRune(name, '/') || strings.ContainsRune(name, '\\'):
+		return fmt.Errorf("%w: agent name %q contains a path separator", ErrInvalid, name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("%w: agent name %q contains a control or space character", ErrInvalid, name)
+		}
+	}
+	return nil
+}
+
+// Validate checks a session's fields, not its history.
+func (s *Session) Validate() error {
+	if s.Version != Version {
+		return fmt.Errorf("%w: version %d, this substrat reads version %d", ErrUnknownVersion, s.Version, Version)
+	}
+	if !IsID(s.ID) {
+		return fmt.Errorf("%w: id %q is not a canonical UUIDv7", ErrInvalid, s.ID)
+	}
+	if err := ValidateName(s.Name); err != nil {
+		return err
+	}
+	if s.ParentID != "" && (!IsID(s.ParentID) || s.ParentID == s.ID) {
+		return fmt.Errorf("%w: parent_id %q is not another agent's UUIDv7", ErrInvalid, s.ParentID)
+	}
+	if s.Provider == "" {
+		return fmt.Errorf("%w: provider is empty", ErrInvalid)
+	}
+	if !s.AgentState.valid() {
+		return fmt.Errorf("%w: agent_state %q is not one of IDLE, BUSY, WAITING, TERMINATED", ErrInvalid, s.AgentState)
+	}
+	if !s.SessionState.valid() {
+		return fmt.Errorf("%w: session_state %q is not one of CREATED, ACTIVE, SUSPENDED, TERMINATED", ErrInvalid, s.SessionState)
+	}
+	c := s.Counters
+	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 {
+		return fmt.Errorf("%w: negative counter", ErrInvalid)
+	}
+	return nil
+}
+
+// Clone returns a deep copy of s.
+func (s *Session) Clone() *Session {
+	c := *s
+	c.StateBlob = bytes.Clone(s.StateBlob)
+	if s.Metadata != nil {
+		c.Metadata = make(map[string]string, len(s.Metadata))
+		for k, v := range s.Metadata {
+			c.Metadata[k] = v
+		}
+	}
+	return &c
+}
+
+// EncodeSession returns the session.json bytes for s: indented JSON and a
+// trailing newline, so that it reads well with cat.
+func EncodeSession(s *Session) ([]byte, error) {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// DecodeSession parses and validates session.json bytes. Unknown fields are
+// refused, so that a misspelt hand edit is not silently ignored.
+func DecodeSession(data []byte) (*Session, error) {
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("%w: invalid JSON: %v", ErrInvalid, err)
+	}
+	if probe.Version == nil {
+		return nil, fmt.Errorf("%w: no version field", ErrInvalid)
+	}
+	if *probe.Version != Version {
+		return nil, fmt.Errorf("%w: version %d, this substrat reads version %d", ErrUnknownVersion, *probe.Version, Version)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s Session
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalid)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

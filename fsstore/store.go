@@ -1,0 +1,300 @@
+package fsstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Options configure a Store. The zero value uses the real file system and
+// the wall clock.
+type Options struct {
+	FS  FS               // default OS{}
+	Now func() time.Time // default time.Now
+}
+
+// Store is a home directory of agents.
+type Store struct {
+	fs     FS
+	layout Layout
+	now    func() time.Time
+}
+
+// Open prepares the home directory (creating it 0700 and its agents/,
+// archive/ and user inbox if missing) and returns a Store. It does not scan;
+// see Scan.
+func Open(home string, opts Options) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = OS{}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	home, err := filepath.Abs(home)
+	if err != nil {
+		return nil, wrap("open", home, err, "")
+	}
+	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now}
+	if err := s.mkdirAll(home); err != nil {
+		return nil, wrap("open", home, err, "")
+	}
+	for _, dir := range []string{s.layout.AgentsDir(), s.layout.ArchiveDir()} {
+		if err := mkdirIfMissing(s.fs, dir); err != nil {
+			return nil, wrap("open", dir, err, "")
+		}
+	}
+	if err := mkInbox(s.fs, s.layout.UserInbox()); err != nil {
+		return nil, wrap("open", s.layout.UserInbox().Dir, err, "")
+	}
+	if err := s.fs.SyncDir(home); err != nil {
+		return nil, wrap("open", home, err, "")
+	}
+	return s, nil
+}
+
+func (s *Store) mkdirAll(dir string) error {
+	if fi, err := s.fs.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("not a directory")
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := s.mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	return mkdirIfMissing(s.fs, dir)
+}
+
+// Layout returns the paths of the store.
+func (s *Store) Layout() Layout { return s.layout }
+
+// FS returns the file system seam the store uses.
+func (s *Store) FS() FS { return s.fs }
+
+// CreateAgent makes a new agent directory atomically: it is built under a
+// temporary name with its session.json, its first event and its inbox, all
+// fsynced, then renamed to its id, and agents/ is fsynced. A crash leaves
+// either no agent or a whole one.
+//
+// Empty fields of sess get defaults: a new ID, Version, CREATED and IDLE.
+func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
+	sess = sess.Clone()
+	now := s.now().UTC()
+	if sess.ID == "" {
+		sess.ID = NewID()
+	}
+	sess.Version = Version
+	if sess.AgentState == "" {
+		sess.AgentState = AgentIdle
+	}
+	if sess.SessionState == "" {
+		sess.SessionState = SessionCreated
+	}
+	sess.CreatedAt, sess.UpdatedAt, sess.LastSeq = now, now, 0
+	if err := sess.Validate(); err != nil {
+		return nil, wrap("create agent", s.layout.AgentDir(sess.ID), err, "")
+	}
+	data, err := json.Marshal(sess)
+	if err != nil {
+		return nil, err
+	}
+	line, err := EncodeEvent(Event{Seq: 1, Time: now, Type: EvCreated, Data: data})
+	if err != nil {
+		return nil, wrap("create agent", s.layout.AgentDir(sess.ID), err, "")
+	}
+	sess.LastSeq = 1
+	snap, err := EncodeSession(sess)
+	if err != nil {
+		return nil, err
+	}
+
+	tmp := AgentFiles{Dir: s.layout.TempAgentDir(sess.ID)}
+	final := s.layout.Agent(sess.ID)
+	err = s.buildAgentDir(tmp, line, snap)
+	if err == nil {
+		err = s.fs.RenameNoReplace(tmp.Dir, final.Dir)
+		if errors.Is(err, errExist) {
+			err = fmt.Errorf("%w: agent %s", ErrExists, sess.ID)
+		}
+	}
+	if err != nil {
+		s.fs.RemoveAll(tmp.Dir)
+		return nil, wrap("create agent", final.Dir, err, "")
+	}
+	if err := s.fs.SyncDir(s.layout.AgentsDir()); err != nil {
+		return nil, wrap("create agent", final.Dir, err, "")
+	}
+	a := newAgent(s, final, sess, logInfo{LastSeq: 1, Size: int64(len(line)), Lines: 1})
+	a.snapSeq = 1
+	return a, nil
+}
+
+func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) error {
+	if err := s.fs.Mkdir(a.Dir, dirPerm); err != nil {
+		return err
+	}
+	if err := mkInbox(s.fs, a.Inbox()); err != nil {
+		return err
+	}
+	if err := createDurable(s.fs, a.Events(), eventLine); err != nil {
+		return err
+	}
+	if err := createDurable(s.fs, a.Session(), snapshot); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(a.Inbox().Dir); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(a.Dir)
+}
+
+// Send publishes m in its recipient's inbox (m.To is an agent id or User)
+// and returns once it is durable. m.ID and m.SentAt are set if empty.
+func (s *Store) Send(m *Message) error {
+	if m.ID == "" {
+		m.ID = NewID()
+	}
+	if m.SentAt.IsZero() {
+		m.SentAt = s.now().UTC()
+	}
+	inbox := s.layout.UserInbox()
+	if m.To != User {
+		if !IsID(m.To) {
+			return wrap("send", m.To, fmt.Errorf("%w: recipient %q", ErrInvalid, m.To), "")
+		}
+		inbox = s.layout.Agent(m.To).Inbox()
+	}
+	err := Publish(s.fs, inbox, m)
+	if errors.Is(err, errNotExist) {
+		return wrap("send", inbox.Dir, fmt.Errorf("%w: recipient %s has no inbox", ErrNotFound, m.To), "")
+	}
+	return err
+}
+
+// ArchiveAgent moves agents/<id> to archive/<id> without overwriting, and
+// fsyncs both directories.
+func (s *Store) ArchiveAgent(id string) error {
+	if !IsID(id) {
+		return wrap("archive", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+	}
+	src, dst := s.layout.AgentDir(id), s.layout.ArchivedAgentDir(id)
+	if err := s.fs.RenameNoReplace(src, dst); err != nil {
+		if errors.Is(err, errNotExist) {
+			err = fmt.Errorf("%w: agent %s", ErrNotFound, id)
+		} else if errors.Is(err, errExist) {
+			err = fmt.Errorf("%w: %s", ErrExists, dst)
+		}
+		return wrap("archive", src, err, "")
+	}
+	if err := s.fs.SyncDir(s.layout.ArchiveDir()); err != nil {
+		return wrap("archive", dst, err, "")
+	}
+	return wrap("archive", src, s.fs.SyncDir(s.layout.AgentsDir()), "")
+}
+
+// Agent is a live agent: its directory, its open log and its current
+// session (the snapshot with every event applied). It is safe for
+// concurrent use.
+type Agent struct {
+	store *Store
+	files AgentFiles
+	log   *Log
+
+	mu      sync.Mutex // guards the fields below
+	sess    *Session
+	snapSeq uint64 // last_seq of the session.json on disk
+}
+
+func newAgent(s *Store, files AgentFiles, sess *Session, info logInfo) *Agent {
+	return &Agent{store: s, files: files, sess: sess, log: newLog(s.fs, files.Events(), info, s.now)}
+}
+
+// ID returns the agent's id.
+func (a *Agent) ID() string { return a.sess.ID }
+
+// Files returns the paths of the agent's files.
+func (a *Agent) Files() AgentFiles { return a.files }
+
+// Log returns the agent's event log.
+func (a *Agent) Log() *Log { return a.log }
+
+// Session returns a copy of the agent's current session.
+func (a *Agent) Session() *Session {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sess.Clone()
+}
+
+// Commit applies an event to the session and appends it to the log. It
+// returns the new session once the event is durable. An event that would
+// make the session invalid is refused before anything is written.
+func (a *Agent) Commit(typ string, data any) (*Session, error) {
+	var raw json.RawMessage
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return nil, wrap("commit", a.files.Events(), fmt.Errorf("%w: %v", ErrInvalid, err), "")
+		}
+		raw = b
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	next, err := Apply(a.sess, Event{Seq: a.log.LastSeq() + 1, Time: a.store.now(), Type: typ, Data: raw})
+	if err != nil {
+		return nil, wrap("commit", a.files.Events(), err, "")
+	}
+	e, err := a.log.Append(typ, raw)
+	if err != nil {
+		return nil, err
+	}
+	next.LastSeq, next.UpdatedAt = e.Seq, e.Time
+	a.sess = next
+	return next.Clone(), nil
+}
+
+// Snapshot replaces session.json with the current session if it is behind,
+// durably (atomic rename, then directory fsync).
+func (a *Agent) Snapshot() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.snapSeq == a.sess.LastSeq {
+		return nil
+	}
+	data, err := EncodeSession(a.sess)
+	if err != nil {
+		return err
+	}
+	if err := writeFileDurable(a.store.fs, a.files.Session(), data); err != nil {
+		return wrap("snapshot", a.files.Session(), err, "")
+	}
+	a.snapSeq = a.sess.LastSeq
+	return nil
+}
+
+// SnapshotSeq returns the last_seq of the session.json this Agent wrote or
+// loaded.
+func (a *Agent) SnapshotSeq() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.snapSeq
+}
+
+// Pending returns the undelivered messages in inbox/new, oldest first, and
+// the files there that are not valid messages.
+func (a *Agent) Pending() ([]*Message, []BadMessage, error) {
+	return ReadInbox(a.store.fs, a.files.Inbox(), InboxNew)
+}
+
+// MarkDelivered moves messages from inbox/new to inbox/cur, durably.
+func (a *Agent) MarkDelivered(ids []string) error {
+	return MarkDelivered(a.store.fs, a.files.Inbox(), ids)
+}
+
+// Close closes the agent's log.
+func (a *Agent) Close() error { return a.log.Close() }
+

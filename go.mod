@@ -1,0 +1,10 @@
+module github.com/substrat/substrat
+
+go 1.26.0
+
+require (
+	github.com/google/renameio/v2 v2.0.2
+	github.com/google/uuid v1.6.0
+	golang.org/x/sync v0.24.0
+	golang.org/x/sys v0.49.0
+)

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The dependency rule: fsstore is the database and knows nothing of the
+# daemon, the providers or the sandbox.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mod=$(go list -m)
+bad=$(go list -deps ./fsstore | grep -E "^$mod/(supervisor|provider|bwrap|sim|cmd)" || true)
+if [ -n "$bad" ]; then
+  echo "fsstore must not import:"; echo "$bad"; exit 1
+fi
