@@ -30,6 +30,9 @@ type StateChange struct {
 type ProviderChange struct {
 	ProviderSessionID string `json:"provider_session_id,omitempty"`
 	StateBlob         []byte `json:"state_blob,omitempty"`
+	// Reset forgets the provider session id and state blob (session
+	// delete), before the fields above are applied.
+	Reset bool `json:"reset,omitempty"`
 }
 
 // MetadataChange sets Key to *Value, or deletes it when Value is nil.
@@ -103,6 +106,9 @@ func Apply(s *Session, e Event) (*Session, error) {
 	case EvProvider:
 		var d ProviderChange
 		if err = e.Decode(&d); err == nil {
+			if d.Reset {
+				n.ProviderSessionID, n.StateBlob = "", nil
+			}
 			if d.ProviderSessionID != "" {
 				n.ProviderSessionID = d.ProviderSessionID
 			}

@@ -228,6 +228,17 @@ func (l *Log) reopenLocked() error {
 	if err != nil {
 		return wrap("open log", l.path, err, "")
 	}
+	// Appending after bytes that are not part of the valid prefix (a torn
+	// tail left in place by a scan without Repair, or another writer)
+	// would turn a repairable tail into corruption.
+	fi, err := l.fs.Stat(l.path)
+	if err == nil && fi.Size() != l.size {
+		err = fmt.Errorf("%w: the file is %d bytes long but its valid events end at byte %d", ErrCorrupt, fi.Size(), l.size)
+	}
+	if err != nil {
+		f.Close()
+		return wrap("open log", l.path, err, HintFsckRepair)
+	}
 	l.f = f
 	return nil
 }

@@ -165,10 +165,25 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 
 // loadAgent loads one agent directory. It returns nil and a kept_out
 // finding if the directory cannot be understood.
+//
+// Repairs (leftovers, a torn tail, missing inbox directories) wait until
+// the directory is known to be a loadable agent: one that is kept out is
+// left untouched on disk, its leftovers and torn tail only reported.
 func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
+	const tempWhat = "temporary file of an interrupted atomic replace"
 	files := s.layout.Agent(id)
-	var found []Finding
+	var (
+		found []Finding
+		temps []string // atomic-replace leftovers in the agent directory
+		torn  *Finding // the torn tail of the log, if any
+	)
 	keptOut := func(path string, err error) (*Agent, []Finding) {
+		for _, p := range temps {
+			found = append(found, s.removeLeftover(p, id, tempWhat, false))
+		}
+		if torn != nil {
+			found = append(found, *torn)
+		}
 		f := Finding{Kind: FindKeptOut, Path: files.Dir, Agent: id, Detail: err.Error(), Hint: Hint(err)}
 		var ce *CorruptError
 		if errors.As(err, &ce) {
@@ -186,8 +201,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	}
 	for _, e := range entries {
 		if isAtomicTemp(e.Name()) {
-			found = append(found, s.removeLeftover(filepath.Join(files.Dir, e.Name()), id,
-				"temporary file of an interrupted atomic replace", opts.Repair))
+			temps = append(temps, filepath.Join(files.Dir, e.Name()))
 		}
 	}
 
@@ -208,7 +222,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		if errors.Is(err, ErrUnknownVersion) {
 			hint = HintUpgrade
 		}
-		if !opts.RebuildSnapshots || errors.Is(err, ErrUnknownVersion) {
+		if !opts.Repair || !opts.RebuildSnapshots || errors.Is(err, ErrUnknownVersion) {
 			return keptOut(files.Session(), &Error{Op: "load snapshot", Path: files.Session(), Err: err, Hint: hint})
 		}
 		rebuilt, f, rerr := s.rebuildSnapshot(files, id, err)
@@ -260,16 +274,8 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		return keptOut(files.Events(), err)
 	}
 	if info.TornLen > 0 {
-		f := Finding{Kind: FindTornTail, Path: files.Events(), Agent: id, Offset: info.Size,
+		torn = &Finding{Kind: FindTornTail, Path: files.Events(), Agent: id, Offset: info.Size,
 			Detail: fmt.Sprintf("%d bytes after the last valid event (seq %d): %s", info.TornLen, info.LastSeq, info.TornReason)}
-		if opts.Repair {
-			if err := cutTail(s.fs, files.Events(), info); err != nil {
-				return keptOut(files.Events(), err)
-			}
-			f.Repaired = true
-			f.Detail += "; cut off, copy kept in " + filepath.Base(files.Broken(info.Size, 0)) + " (or a numbered sibling)"
-		}
-		found = append(found, f)
 	}
 	if info.LastSeq == 0 {
 		return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
@@ -279,38 +285,59 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
 			Err: fmt.Errorf("%w: session.json reflects event %d but events.jsonl ends at event %d", ErrCorrupt, sess.LastSeq, info.LastSeq), Hint: HintFsck})
 	}
-	if replayed > 0 {
-		found = append(found, Finding{Kind: FindReplayed, Path: files.Events(), Agent: id,
-			Detail: fmt.Sprintf("replayed %d events after last_seq %d", replayed, sess.LastSeq), Repaired: true})
-	}
 
 	// The inbox.
 	inbox := files.Inbox()
+	var missing, unpublished []string
 	for _, sub := range []string{InboxTmp, InboxNew, InboxCur} {
 		dir := inbox.Sub(sub)
 		entries, err := s.fs.ReadDir(dir)
 		if errors.Is(err, errNotExist) {
-			f := Finding{Kind: FindMissingDir, Path: dir, Agent: id, Detail: "inbox directory is missing"}
-			if opts.Repair {
-				if err := mkInbox(s.fs, inbox); err == nil {
-					if err := s.fs.SyncDir(inbox.Dir); err == nil {
-						f.Repaired = true
-					}
-				}
-			}
-			found = append(found, f)
+			missing = append(missing, dir)
 			continue
 		}
 		if err != nil {
 			return keptOut(dir, err)
 		}
-		if sub != InboxTmp {
-			continue
+		if sub == InboxTmp {
+			for _, e := range entries {
+				unpublished = append(unpublished, filepath.Join(dir, e.Name()))
+			}
 		}
-		for _, e := range entries {
-			found = append(found, s.removeLeftover(filepath.Join(dir, e.Name()), id,
-				"message never published (it was not acknowledged to its sender)", opts.Repair))
+	}
+
+	// The directory is an agent: repair what needs it.
+	if torn != nil {
+		if opts.Repair {
+			if err := cutTail(s.fs, files.Events(), info); err != nil {
+				return keptOut(files.Events(), err)
+			}
+			torn.Repaired = true
+			torn.Detail += "; cut off, copy kept in " + filepath.Base(files.Broken(info.Size, 0)) + " (or a numbered sibling)"
 		}
+		found = append(found, *torn)
+	}
+	if replayed > 0 {
+		found = append(found, Finding{Kind: FindReplayed, Path: files.Events(), Agent: id,
+			Detail: fmt.Sprintf("replayed %d events after last_seq %d", replayed, sess.LastSeq), Repaired: true})
+	}
+	for _, p := range temps {
+		found = append(found, s.removeLeftover(p, id, tempWhat, opts.Repair))
+	}
+	for _, dir := range missing {
+		f := Finding{Kind: FindMissingDir, Path: dir, Agent: id, Detail: "inbox directory is missing"}
+		if opts.Repair {
+			if err := s.mkInboxDir(inbox, dir); err != nil {
+				f.Detail += ": create failed: " + err.Error()
+			} else {
+				f.Repaired = true
+			}
+		}
+		found = append(found, f)
+	}
+	for _, p := range unpublished {
+		found = append(found, s.removeLeftover(p, id,
+			"message never published (it was not acknowledged to its sender)", opts.Repair))
 	}
 	if _, bad, err := ReadInbox(s.fs, inbox, InboxNew); err == nil {
 		for _, b := range bad {
@@ -322,6 +349,23 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	a := newAgent(s, files, cur, info)
 	a.snapSeq = sess.LastSeq
 	return a, found
+}
+
+// mkInboxDir durably creates dir, a missing sub-directory of inbox, and
+// inbox itself if it is missing too.
+func (s *Store) mkInboxDir(inbox Inbox, dir string) error {
+	if _, err := s.fs.Stat(inbox.Dir); errors.Is(err, errNotExist) {
+		if err := s.fs.Mkdir(inbox.Dir, dirPerm); err != nil {
+			return err
+		}
+		if err := s.fs.SyncDir(dirOf(inbox.Dir)); err != nil {
+			return err
+		}
+	}
+	if err := mkdirIfMissing(s.fs, dir); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(inbox.Dir)
 }
 
 func (s *Store) removeLeftover(path, id, what string, repair bool) Finding {

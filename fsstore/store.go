@@ -297,4 +297,3 @@ func (a *Agent) MarkDelivered(ids []string) error {
 
 // Close closes the agent's log.
 func (a *Agent) Close() error { return a.log.Close() }
-

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// DaemonCmd groups the daemon commands.
+type DaemonCmd struct {
+	Start  DaemonStartCmd  `cmd:"" help:"Start the daemon in the background; returns once it answers."`
+	Stop   DaemonStopCmd   `cmd:"" help:"Stop the daemon gracefully: live sessions are suspended and saved."`
+	Status DaemonStatusCmd `cmd:"" help:"Show whether the daemon runs, and what it does."`
+	Run    DaemonRunCmd    `cmd:"" help:"Run the daemon in the foreground (for systemd); stops on SIGTERM or SIGINT."`
+	Watch  DaemonWatchCmd  `cmd:"" help:"Follow live events of every agent, or of one."`
+	Log    DaemonLogCmd    `cmd:"" help:"Print an agent's whole event history, readably."`
+}
+
+// DaemonRunCmd runs the daemon in the foreground.
+type DaemonRunCmd struct {
+	MaxSlots int `help:"Turns that may run at once." default:"4"`
+}
+
+// Run runs the daemon until a signal or 'daemon stop'.
+func (c *DaemonRunCmd) Run(g *Globals) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err := supervisor.Run(ctx, supervisor.Options{Home: g.Home, MaxSlots: c.MaxSlots, Providers: providers(), Version: version,
+		Ready: func() { fmt.Fprintf(os.Stderr, "substrat daemon %s ready on %s (pid %d)\n", version, g.Home, os.Getpid()) }})
+	var running *supervisor.RunningError
+	if errors.As(err, &running) {
+		return &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", running.Pid, g.Home),
+			hint: "stop it with 'substrat daemon stop'" + homeFlag(g.Home)}
+	}
+	return err
+}
+
+// DaemonStartCmd starts the daemon in the background.
+type DaemonStartCmd struct {
+	MaxSlots int           `help:"Turns that may run at once." default:"4"`
+	Timeout  time.Duration `help:"How long to wait for the daemon to answer." default:"60s"`
+}
+
+// Run starts 'substrat daemon run' detached and waits for its socket.
+func (c *DaemonStartCmd) Run(g *Globals) error {
+	pid, err := startDaemon(g, c.MaxSlots, c.Timeout)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(map[string]any{"pid": pid, "home": g.Home})
+	}
+	fmt.Printf("daemon started (pid %d) on %s\n", pid, g.Home)
+	return nil
+}
+
+func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
+	layout := fsstore.Layout{Home: g.Home}
+	if held, pid := supervisor.Held(layout.Lock()); held {
+		return 0, &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", pid, g.Home)}
+	}
+	if err := os.MkdirAll(g.Home, 0o700); err != nil {
+		return 0, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	logf, err := os.OpenFile(layout.Log(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "daemon", "run", "--home", g.Home, "--max-slots", fmt.Sprint(maxSlots))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return 0, &exitError{code: 1, msg: fmt.Sprintf("the daemon exited at start (%v): %s", err, lastLogLine(layout.Log())),
+				hint: "see " + layout.Log()}
+		case <-deadline:
+			return 0, &exitError{code: 1, msg: fmt.Sprintf("the daemon (pid %d) did not answer within %s", cmd.Process.Pid, timeout),
+				hint: "see " + layout.Log()}
+		case <-tick.C:
+			var st supervisor.StatusResult
+			if err := g.call("daemon.status", nil, &st); err == nil {
+				cmd.Process.Release()
+				return st.Pid, nil
+			}
+		}
+	}
+}
+
+// lastLogLine returns the most telling line of the end of the log.
+func lastLogLine(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	for i := len(lines) - 1; i >= 0 && i >= len(lines)-20; i-- {
+		l := lines[i]
+		if strings.HasPrefix(l, "error:") {
+			return l
+		}
+		var rec struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+			Err   string `json:"err"`
+		}
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Level == "ERROR" {
+			return rec.Msg + ": " + rec.Err
+		}
+	}
+	return lines[len(lines)-1]
+}
+
+// DaemonStopCmd stops the daemon.
+type DaemonStopCmd struct {
+	Timeout time.Duration `help:"How long to wait for it to exit." default:"60s"`
+}
+
+// Run asks the daemon to stop and waits until it has released its lock.
+func (c *DaemonStopCmd) Run(g *Globals) error {
+	layout := fsstore.Layout{Home: g.Home}
+	held, pid := supervisor.Held(layout.Lock())
+	if err := g.call("daemon.stop", nil, nil); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(c.Timeout)
+	for time.Now().Before(deadline) {
+		if h, _ := supervisor.Held(layout.Lock()); !h {
+			if !held {
+				pid = 0
+			}
+			if g.JSON {
+				return printJSON(map[string]any{"stopped": true, "pid": pid})
+			}
+			fmt.Printf("daemon stopped (pid %d); live sessions were suspended\n", pid)
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fail(fmt.Sprintf("the daemon (pid %d) is still running after %s", pid, c.Timeout), "see "+layout.Log())
+}
+
+// DaemonStatusCmd shows the daemon's status.
+type DaemonStatusCmd struct{}
+
+// Run prints the status.
+func (DaemonStatusCmd) Run(g *Globals) error {
+	var st supervisor.StatusResult
+	if err := g.call("daemon.status", nil, &st); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == 3 && g.JSON {
+			printJSON(map[string]any{"running": false, "home": g.Home})
+		}
+		return err
+	}
+	if g.JSON {
+		return printJSON(struct {
+			Running bool `json:"running"`
+			supervisor.StatusResult
+		}{true, st})
+	}
+	fmt.Printf("running: pid %d, version %s, up %s\nhome: %s\nagents: %d (%d busy, %d live sessions, %d slots)\n",
+		st.Pid, st.Version, time.Since(st.StartedAt).Round(time.Second), st.Home, st.Agents, st.Busy, st.LiveSessions, st.MaxSlots)
+	return nil
+}
+
+// DaemonWatchCmd follows live events.
+type DaemonWatchCmd struct {
+	Agent string `arg:"" optional:"" help:"Only this agent (a name, path or id)."`
+}
+
+// Run streams events until interrupted.
+func (c *DaemonWatchCmd) Run(g *Globals) error {
+	return follow(g, "daemon.watch", map[string]string{"ref": c.Agent})
+}
+
+// follow streams a subscription method until the user interrupts.
+func follow(g *Globals, method string, params any) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cl, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	err = cl.Stream(ctx, method, params, func(raw json.RawMessage) error {
+		if g.JSON {
+			fmt.Println(string(raw))
+			return nil
+		}
+		var e watchLine
+		if err := json.Unmarshal(raw, &e); err == nil {
+			fmt.Println(e.String())
+		}
+		return nil
+	}, nil)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+type watchLine struct {
+	Agent string          `json:"agent"`
+	Name  string          `json:"name"`
+	Type  string          `json:"type"`
+	Seq   uint64          `json:"seq"`
+	Time  time.Time       `json:"ts"`
+	Data  json.RawMessage `json:"data"`
+}
+
+func (w watchLine) String() string {
+	data := string(w.Data)
+	if len(data) > 200 {
+		data = data[:200] + "..."
+	}
+	return fmt.Sprintf("%s %-12s %-18s %s", w.Time.Local().Format("15:04:05.000"), w.Name, w.Type, data)
+}
+
+// DaemonLogCmd prints an agent's events.
+type DaemonLogCmd struct {
+	Agent string `arg:"" help:"The agent (a name, path or id)."`
+}
+
+// Run prints every event of the agent.
+func (c *DaemonLogCmd) Run(g *Globals) error {
+	ctx := context.Background()
+	cl, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.Stream(ctx, "agent.events", map[string]string{"ref": c.Agent}, func(raw json.RawMessage) error {
+		if g.JSON {
+			fmt.Println(string(raw))
+			return nil
+		}
+		var e fsstore.Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return err
+		}
+		data := string(e.Data)
+		if len(data) > 300 {
+			data = data[:300] + "..."
+		}
+		fmt.Printf("%5d %s %-18s %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, data)
+		return nil
+	}, nil)
+}

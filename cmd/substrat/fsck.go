@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// FsckCmd verifies the store straight from the directories.
+type FsckCmd struct {
+	Repair bool `help:"Remove leftovers, cut torn tails, recreate missing inbox directories and rebuild unreadable session.json files from their logs. Refused while a daemon runs."`
+}
+
+// FsckResult is fsck's JSON output.
+type FsckResult struct {
+	Home     string            `json:"home"`
+	Agents   int               `json:"agents"`
+	Findings []fsstore.Finding `json:"findings"`
+	Problems int               `json:"problems"`
+	Repair   bool              `json:"repair"`
+}
+
+// Run scans and reports. It exits 1 if problems remain.
+func (c *FsckCmd) Run(g *Globals) error {
+	layout := fsstore.Layout{Home: g.Home}
+	held, pid := supervisor.Held(layout.Lock())
+	if c.Repair && held {
+		return fail(fmt.Sprintf("a daemon (pid %d) is running on %s; fsck --repair needs it stopped", pid, g.Home),
+			"run 'substrat daemon stop' first, or run fsck without --repair")
+	}
+	store, err := fsstore.Open(g.Home, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	res, err := store.Scan(context.Background(), fsstore.ScanOptions{Repair: c.Repair, Deep: true, RebuildSnapshots: c.Repair})
+	if err != nil {
+		return err
+	}
+	out := FsckResult{Home: layout.Home, Agents: len(res.Agents), Findings: res.Findings, Repair: c.Repair}
+	if out.Findings == nil {
+		out.Findings = []fsstore.Finding{}
+	}
+	for _, f := range res.Findings {
+		if problem(f) {
+			out.Problems++
+		}
+	}
+	for _, a := range res.Agents {
+		a.Close()
+	}
+	if g.JSON {
+		printJSON(out)
+	} else {
+		if held {
+			fmt.Printf("note: a daemon (pid %d) is running; writes in progress may show as torn tails\n", pid)
+		}
+		for _, f := range out.Findings {
+			fmt.Printf("%-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
+			if f.Hint != "" && problem(f) {
+				fmt.Printf("%-16s hint: %s\n", "", f.Hint)
+			}
+		}
+		fmt.Printf("%d live agents, %d findings, %d problems\n", out.Agents, len(out.Findings), out.Problems)
+	}
+	if out.Problems > 0 {
+		hint := "run 'substrat fsck --repair' with the daemon stopped"
+		if c.Repair {
+			hint = "what remains needs a person: see the findings above and fsstore/doc.go"
+		}
+		return &exitError{code: 1, msg: fmt.Sprintf("%d problem(s) found in %s", out.Problems, layout.Home), hint: hint}
+	}
+	return nil
+}
+
+// problem reports whether a finding still needs action.
+func problem(f fsstore.Finding) bool {
+	switch f.Kind {
+	case fsstore.FindReplayed, fsstore.FindOrphan, fsstore.FindNotAgent, fsstore.FindSnapshotRebuilt:
+		return false
+	}
+	return !f.Repaired
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/substrat/substrat/supervisor"
+)
+
+// InboxCmd shows messages to USER.
+type InboxCmd struct {
+	All bool `help:"Also show messages already read."`
+}
+
+// Run prints the messages and marks them read.
+func (c *InboxCmd) Run(g *Globals) error {
+	var out []supervisor.InboxMessage
+	if err := g.call("inbox.list", map[string]bool{"all": c.All}, &out); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(out)
+	}
+	if len(out) == 0 {
+		fmt.Println("no new messages")
+		return nil
+	}
+	for _, m := range out {
+		mark := " "
+		if m.Unread {
+			mark = "*"
+		}
+		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), m.FromName, m.Kind,
+			strings.ReplaceAll(strings.TrimRight(m.Text, "\n"), "\n", "\n    "))
+	}
+	return nil
+}

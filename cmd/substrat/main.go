@@ -1,0 +1,179 @@
+// Command substrat runs and controls the Substrat daemon, which runs
+// hierarchies of LLM agents whose state lives in plain files.
+//
+// Exit codes: 0 success, 1 failure, 2 bad usage, 3 the daemon is not
+// running.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/script"
+	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// Globals are the flags every command takes.
+type Globals struct {
+	Home string `help:"Substrat home directory (env SUBSTRAT_HOME)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
+	JSON bool   `help:"Print JSON instead of text." name:"json"`
+}
+
+// CLI is the command tree.
+type CLI struct {
+	Globals
+
+	Daemon  DaemonCmd  `cmd:"" help:"Start, stop and watch the daemon."`
+	Agent   AgentCmd   `cmd:"" help:"Create, list, inspect and talk to agents."`
+	Session SessionCmd `cmd:"" help:"List and manage provider sessions."`
+	Inbox   InboxCmd   `cmd:"" help:"Read the messages agents sent to USER."`
+	Recover RecoverCmd `cmd:"" help:"Print the report of the last start-up recovery."`
+	Fsck    FsckCmd    `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
+	Demo    DemoCmd    `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
+	Version VersionCmd `cmd:"" help:"Print the version."`
+}
+
+// exitError carries an exit code and a hint.
+type exitError struct {
+	code int
+	msg  string
+	hint string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func fail(msg, hint string) error { return &exitError{code: 1, msg: msg, hint: hint} }
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	var cli CLI
+	parser, err := kong.New(&cli,
+		kong.Name("substrat"),
+		kong.Description("Substrat runs hierarchies of LLM agents on your machine and never loses their state.\nThe store is plain files under --home: read it with cat and jq."),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Exit(func(code int) { panic(exitCode(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return 2
+	}
+	code := func() (code int) {
+		defer func() {
+			if r := recover(); r != nil {
+				if c, ok := r.(exitCode); ok {
+					code = int(c)
+					return
+				}
+				panic(r)
+			}
+		}()
+		kctx, err := parser.Parse(args)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			if kctx != nil {
+				fmt.Fprintln(os.Stderr, "hint: run 'substrat "+strings.TrimSpace(strings.TrimPrefix(kctx.Command(), "<command>"))+" --help'")
+			}
+			return 2
+		}
+		if err := kctx.Run(&cli.Globals); err != nil {
+			return report(err)
+		}
+		return 0
+	}()
+	return code
+}
+
+type exitCode int
+
+// report prints err as one "error:" line plus a hint, and returns the exit
+// code.
+func report(err error) int {
+	code, hint := 1, ""
+	var ee *exitError
+	var re *rpc.Error
+	var running *supervisor.RunningError
+	switch {
+	case errors.As(err, &ee):
+		code, hint = ee.code, ee.hint
+	case errors.As(err, &re):
+		hint = re.Hint
+	case errors.As(err, &running):
+		hint = "stop it with 'substrat daemon stop', or use another --home"
+	default:
+		hint = fsstore.Hint(err)
+	}
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	fmt.Fprintln(os.Stderr, "error: "+msg)
+	if hint != "" {
+		fmt.Fprintln(os.Stderr, "hint: "+hint)
+	}
+	return code
+}
+
+func providers() *provider.Registry {
+	return provider.NewRegistry(script.New())
+}
+
+// client connects to the daemon of g.Home.
+func (g *Globals) client(ctx context.Context) (*rpc.Client, error) {
+	layout := fsstore.Layout{Home: g.Home}
+	c, err := rpc.Dial(ctx, layout.Socket())
+	if err != nil {
+		return nil, &exitError{code: 3, msg: "the daemon is not running on " + g.Home,
+			hint: "start it with 'substrat daemon start'" + homeFlag(g.Home)}
+	}
+	return c, nil
+}
+
+func homeFlag(home string) string {
+	def, _ := os.UserHomeDir()
+	if home == def+"/.substrat" {
+		return ""
+	}
+	return " --home " + home
+}
+
+// call makes one RPC call on a fresh connection.
+func (g *Globals) call(method string, params, result any) error {
+	ctx := context.Background()
+	c, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Call(ctx, method, params, result)
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// VersionCmd prints the version.
+type VersionCmd struct{}
+
+// Run prints the version.
+func (VersionCmd) Run(g *Globals) error {
+	if g.JSON {
+		return printJSON(map[string]string{"version": version})
+	}
+	fmt.Println("substrat", version)
+	return nil
+}

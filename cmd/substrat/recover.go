@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// RecoverCmd prints recovery.json.
+type RecoverCmd struct{}
+
+// Run reads the report straight from the home; no daemon needed.
+func (RecoverCmd) Run(g *Globals) error {
+	path := fsstore.Layout{Home: g.Home}.Recovery()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fail("no recovery report in "+g.Home, "the daemon writes one each time it starts: substrat daemon start")
+	}
+	if err != nil {
+		return err
+	}
+	var rep supervisor.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fail(fmt.Sprintf("%s is not a valid recovery report: %v", path, err), "")
+	}
+	if g.JSON {
+		return printJSON(rep)
+	}
+	printReport(&rep)
+	return nil
+}
+
+func printReport(rep *supervisor.Report) {
+	kind := "clean"
+	if rep.Unclean {
+		kind = "after an unclean stop"
+	}
+	fmt.Printf("recovery at %s (%s), %d ms: %d live agents\n", rep.StartedAt.Local().Format("2006-01-02 15:04:05"), kind, rep.DurationMS, rep.Agents)
+	for _, f := range rep.Findings {
+		fmt.Printf("  %-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
+	}
+	for _, f := range rep.KeptOut {
+		fmt.Printf("  KEPT OUT         %s: %s\n", f.Path, f.Detail)
+		if f.Hint != "" {
+			fmt.Printf("                   hint: %s\n", f.Hint)
+		}
+	}
+	for _, a := range rep.Suspended {
+		fmt.Printf("  suspended        %s (%s)\n", a.Path, a.Detail)
+	}
+	for _, a := range rep.Redelivered {
+		fmt.Printf("  redelivered      %s: %d message(s)\n", a.Path, a.Messages)
+	}
+	for _, a := range rep.Resumed {
+		fmt.Printf("  resumed          %s: %s\n", a.Path, a.Detail)
+	}
+}
+
+func repaired(f fsstore.Finding) string {
+	if f.Repaired {
+		return " [repaired]"
+	}
+	return ""
+}

@@ -1,0 +1,394 @@
+package fsstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestAppendRefusedAfterUncutTail: a scan without Repair leaves a torn tail
+// in place; appending after it would turn it into corruption, so the append
+// is refused until a repair has cut it.
+func TestAppendRefusedAfterUncutTail(t *testing.T) {
+	f := newFixture(t)
+	appendFile(t, f.A.Events(), f.line5[:10])
+	damaged := readFile(t, f.A.Events())
+
+	res := mustScan(t, f.s, ScanOptions{})
+	_, err := findAgent(res, idA).Commit(EvTurn, Counters{Turns: 1})
+	if !errors.Is(err, ErrCorrupt) || Hint(err) != HintFsckRepair {
+		t.Fatalf("Commit after an uncut torn tail: %v (hint %q), want ErrCorrupt with the repair hint", err, Hint(err))
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Path != f.A.Events() {
+		t.Errorf("error %#v does not name the log", err)
+	}
+	closeAgents(res)
+	assertFile(t, f.A.Events(), damaged)
+
+	res = mustScan(t, f.s, ScanOptions{Repair: true})
+	defer closeAgents(res)
+	s, err := findAgent(res, idA).Commit(EvTurn, Counters{Turns: 1})
+	if err != nil || s.LastSeq != 5 {
+		t.Fatalf("Commit after repair: %v, %v", s, err)
+	}
+	got := readFile(t, f.A.Events())
+	if !bytes.HasPrefix(got, f.logA) || len(lines(got)) != 5 {
+		t.Errorf("log after repair and append:\n%s", got)
+	}
+}
+
+// padEvent returns an event whose line is exactly size bytes long.
+func padEvent(t *testing.T, seq uint64, size int) Event {
+	t.Helper()
+	e := Event{Seq: seq, Time: epoch, Type: "pad", Data: []byte(`""`)}
+	base := len(mustEncodeEvent(t, e))
+	if size < base {
+		t.Fatalf("size %d below the minimum %d", size, base)
+	}
+	e.Data = []byte(`"` + strings.Repeat("p", size-base) + `"`)
+	return e
+}
+
+// forgeLine builds a line with a valid checksum for any body (which must
+// lack its closing brace), bypassing EncodeEvent's size limit.
+func forgeLine(body []byte) []byte {
+	line := append([]byte(nil), body...)
+	line = append(line, crcPrefix...)
+	line = hex.AppendEncode(line, binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli)))
+	return append(line, '"', '}', '\n')
+}
+
+func TestMaxEventSize(t *testing.T) {
+	small := func(seq uint64) []byte {
+		return mustEncodeEvent(t, Event{Seq: seq, Time: epoch, Type: "x"})
+	}
+	max := mustEncodeEvent(t, padEvent(t, 2, MaxEventSize))
+	if len(max) != MaxEventSize {
+		t.Fatalf("padded line is %d bytes", len(max))
+	}
+	over := padEvent(t, 2, MaxEventSize)
+	over.Data = append([]byte(`"p`), over.Data[1:]...)
+	if _, err := EncodeEvent(over); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("EncodeEvent of %d bytes: %v, want ErrTooLarge", MaxEventSize+1, err)
+	}
+	// A line one byte over the limit, with a valid checksum.
+	body := bytes.Clone(max[:len(max)-crcTrailerLen-1]) // ..."data":"ppp"
+	body = append(body[:len(body)-1], 'p', '"')
+	long := forgeLine(body)
+	if len(long) != MaxEventSize+1 {
+		t.Fatalf("forged line is %d bytes", len(long))
+	}
+	if _, err := checkLine(long[:len(long)-1]); err != nil {
+		t.Fatalf("forged line does not check: %v", err)
+	}
+
+	cases := []struct {
+		name    string
+		log     [][]byte
+		lastSeq uint64
+		torn    int64
+		errLine int
+		reason  string
+	}{
+		{name: "max-size line in the middle", log: [][]byte{small(1), max, small(3)}, lastSeq: 3},
+		{name: "max-size line at the end", log: [][]byte{small(1), max}, lastSeq: 2},
+		{name: "oversized line in the middle", log: [][]byte{small(1), long, small(2)}, errLine: 2, reason: "longer than the maximum event size"},
+		{name: "oversized line at the end", log: [][]byte{small(1), long}, lastSeq: 1, torn: int64(len(long)), reason: "longer than the maximum event size"},
+		{name: "oversized unterminated line", log: [][]byte{small(1), long[:len(long)-1], []byte("xx")}, lastSeq: 1, torn: int64(len(long) + 1), reason: "longer than the maximum event size"},
+		{name: "max-size line unterminated", log: [][]byte{small(1), max[:len(max)-1]}, lastSeq: 1, torn: int64(len(max) - 1), reason: "unterminated last line"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := bytes.Join(tc.log, nil)
+			info, err := scanLog(bytes.NewReader(data), "log", nil)
+			if tc.errLine > 0 {
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Line != tc.errLine || ce.Offset != int64(len(tc.log[0])) || !strings.Contains(ce.Reason, tc.reason) {
+					t.Fatalf("scanLog: %v, want corruption at line %d", err, tc.errLine)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.LastSeq != tc.lastSeq || info.TornLen != tc.torn || info.Size+info.TornLen != int64(len(data)) {
+				t.Errorf("info = %+v, want last seq %d, torn %d", info, tc.lastSeq, tc.torn)
+			}
+			if !strings.Contains(info.TornReason, tc.reason) {
+				t.Errorf("torn reason %q lacks %q", info.TornReason, tc.reason)
+			}
+		})
+	}
+}
+
+func TestAppendTooLarge(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	a, err := s.CreateAgent(&Session{Name: "big", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	before := readFile(t, a.Files().Events())
+	if _, err := a.Log().Append("pad", strings.Repeat("x", MaxEventSize)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Append of more than MaxEventSize: %v", err)
+	}
+	if _, err := a.Commit("pad", strings.Repeat("x", MaxEventSize)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Commit of more than MaxEventSize: %v", err)
+	}
+	assertFile(t, a.Files().Events(), before)
+	e, err := a.Log().Append("pad", strings.Repeat("x", 100<<10))
+	if err != nil || e.Seq != 2 {
+		t.Fatalf("Append after a refused one: %+v, %v", e, err)
+	}
+}
+
+func TestAppendAfterClose(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	a, err := s.CreateAgent(&Session{Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(EvTurn, Counters{Turns: 1}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Commit after Close: %v", err)
+	}
+	if a.Session().LastSeq != 2 {
+		t.Errorf("a refused commit changed the session: %+v", a.Session())
+	}
+}
+
+// TestCommitRefusesInvalidEvent: an event that would make the session
+// invalid is refused before anything is written.
+func TestCommitRefusesInvalidEvent(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	a, err := s.CreateAgent(&Session{Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	before := readFile(t, a.Files().Events())
+	if _, err := a.Commit(EvState, StateChange{AgentState: "NAPPING"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Commit of agent_state NAPPING: %v", err)
+	}
+	if _, err := a.Commit(EvTurn, Counters{Turns: -1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Commit of a negative counter: %v", err)
+	}
+	assertFile(t, a.Files().Events(), before)
+}
+
+// TestDeepScan: a scan checks only the checksums of the events a snapshot
+// already reflects; a deep scan also decodes and replays them.
+func TestDeepScan(t *testing.T) {
+	f := newFixture(t)
+	ls := lines(f.logA)
+	e, err := DecodeEvent(ls[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Data = []byte(`{"agent_state":"NAPPING"}`)
+	ls[1] = mustEncodeEvent(t, e)
+	writeFile(t, f.A.Events(), bytes.Join(ls, nil))
+
+	res := mustScan(t, f.s, ScanOptions{})
+	closeAgents(res)
+	assertLive(t, "shallow", res, []string{idA, idB})
+
+	res = mustScan(t, f.s, ScanOptions{Deep: true, Repair: true})
+	closeAgents(res)
+	assertLive(t, "deep", res, []string{idB})
+	assertFindings(t, "deep", res, []wantFinding{
+		w(Finding{Kind: FindKeptOut, Path: f.A.Events(), Agent: idA, Line: 2, Offset: int64(len(ls[0]))}, "NAPPING"),
+		w(f.orphanB()),
+	})
+}
+
+func TestCreateAgentTwice(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	a, err := s.CreateAgent(&Session{ID: idA, Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	before := hashTree(t, s.Layout().Home)
+	if _, err := s.CreateAgent(&Session{ID: idA, Name: "b", Provider: "script"}); !errors.Is(err, ErrExists) {
+		t.Fatalf("second CreateAgent with the same id: %v", err)
+	}
+	if d := before.diff(hashTree(t, s.Layout().Home), ""); len(d) > 0 {
+		t.Errorf("a refused CreateAgent changed the home:\n%s", strings.Join(d, "\n"))
+	}
+	for _, bad := range []*Session{
+		{Name: "", Provider: "script"},
+		{Name: "a/b", Provider: "script"},
+		{Name: "a", Provider: ""},
+		{Name: "a", Provider: "script", ParentID: strings.ToUpper(idB)},
+		{ID: idV4, Name: "a", Provider: "script"},
+	} {
+		if _, err := s.CreateAgent(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CreateAgent(%+v): %v, want ErrInvalid", bad, err)
+		}
+	}
+	if d := before.diff(hashTree(t, s.Layout().Home), ""); len(d) > 0 {
+		t.Errorf("refused CreateAgents changed the home:\n%s", strings.Join(d, "\n"))
+	}
+}
+
+func TestSend(t *testing.T) {
+	f := newFixture(t)
+	in := f.B.Inbox()
+	err := f.s.Send(&Message{ID: idMsg1, From: User, To: idB, Kind: KindMessage, Text: "again"})
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("Send of an existing message id: %v", err)
+	}
+	m, err := DecodeMessage(readFile(t, in.Path(InboxNew, idMsg1)))
+	if err != nil || m.Text != "hello" {
+		t.Fatalf("the first message was overwritten: %+v, %v", m, err)
+	}
+	if ents, _ := os.ReadDir(in.Sub(InboxTmp)); len(ents) != 0 {
+		t.Errorf("inbox/tmp holds %d files after a refused send", len(ents))
+	}
+	if err := f.s.Send(&Message{From: User, To: idGhost, Kind: KindMessage}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Send to a missing agent: %v", err)
+	}
+	if err := f.s.Send(&Message{From: User, To: "../x", Kind: KindMessage}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Send to a bad id: %v", err)
+	}
+	up := &Message{From: idA, To: User, Kind: KindReply, Text: "done"}
+	if err := f.s.Send(up); err != nil {
+		t.Fatal(err)
+	}
+	msgs, bad, err := ReadInbox(OS{}, f.l.UserInbox(), InboxNew)
+	if err != nil || len(bad) != 0 || len(msgs) != 1 || msgs[0].ID != up.ID || msgs[0].Text != "done" || msgs[0].Version != Version {
+		t.Fatalf("user inbox: %+v, %v, %v", msgs, bad, err)
+	}
+	res := mustScan(t, f.s, ScanOptions{})
+	defer closeAgents(res)
+	b := findAgent(res, idB)
+	if err := b.MarkDelivered([]string{idMsg1, idMsg2}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := b.Pending(); len(p) != 0 {
+		t.Errorf("pending after delivery: %+v", p)
+	}
+	cur, _, err := ReadInbox(OS{}, in, InboxCur)
+	if err != nil || len(cur) != 1 || cur[0].ID != idMsg1 {
+		t.Errorf("inbox/cur: %+v, %v", cur, err)
+	}
+}
+
+func TestArchiveAgent(t *testing.T) {
+	f := newFixture(t)
+	before := hashTree(t, f.B.Dir)
+	if err := f.s.ArchiveAgent(idB); err != nil {
+		t.Fatal(err)
+	}
+	if d := before.diff(hashTree(t, f.l.ArchivedAgentDir(idB)), ""); len(d) > 0 {
+		t.Errorf("archived directory differs:\n%s", strings.Join(d, "\n"))
+	}
+	if exists(f.B.Dir) {
+		t.Error("the agent is still in agents/")
+	}
+	if err := f.s.ArchiveAgent(idB); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second ArchiveAgent: %v", err)
+	}
+	if err := f.s.ArchiveAgent("notes"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ArchiveAgent(notes): %v", err)
+	}
+	res := mustScan(t, f.s, ScanOptions{})
+	closeAgents(res)
+	assertLive(t, "after archive", res, []string{idA})
+}
+
+func TestIsID(t *testing.T) {
+	v7 := NewID()
+	for _, tc := range []struct {
+		s  string
+		ok bool
+	}{
+		{idA, true},
+		{v7, true},
+		{strings.ToUpper(idA), false},
+		{"{" + idA + "}", false},
+		{"urn:uuid:" + idA, false},
+		{strings.ReplaceAll(idA, "-", ""), false},
+		{idV4, false},
+		{"00000000-0000-0000-0000-000000000000", false},
+		{"", false},
+		{"notes", false},
+		{TempPrefix + idA, false},
+	} {
+		if got := IsID(tc.s); got != tc.ok {
+			t.Errorf("IsID(%q) = %v, want %v", tc.s, got, tc.ok)
+		}
+	}
+}
+
+func TestIsAtomicTemp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{".session.json12345", true},
+		{".transcript.txt1", true},
+		{".mcp.json99", true},
+		{".events.jsonl.812.broken4", true},
+		{".session.json.0.broken77", false}, // not a name renameio makes for us
+		{".session.json", false},
+		{"session.json123", false},
+		{".events.jsonl123", false},
+		{".notes123", false},
+		{"events.jsonl.812.broken", false},
+	} {
+		if got := isAtomicTemp(tc.name); got != tc.ok {
+			t.Errorf("isAtomicTemp(%q) = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	l := Layout{Home: "/h"}
+	a := l.Agent(idA)
+	got := []string{
+		l.AgentsDir(), l.ArchiveDir(), l.WorkspacesDir(), l.Socket(), l.Lock(), l.Pid(), l.Log(), l.Recovery(),
+		a.Dir, l.TempAgentDir(idA), l.ArchivedAgentDir(idA),
+		a.Session(), a.Events(), a.Transcript(), a.MCPConfig(), a.Broken(812, 0), a.Broken(812, 2), a.BrokenSession(0),
+		a.Inbox().Sub(InboxNew), a.Inbox().Path(InboxCur, idMsg1), l.UserInbox().Path(InboxTmp, idMsg1),
+	}
+	d := "/h/agents/" + idA
+	want := []string{
+		"/h/agents", "/h/archive", "/h/workspaces", "/h/daemon.sock", "/h/daemon.lock", "/h/daemon.pid", "/h/daemon.log", "/h/recovery.json",
+		d, "/h/agents/.tmp-" + idA, "/h/archive/" + idA,
+		d + "/session.json", d + "/events.jsonl", d + "/transcript.txt", d + "/mcp.json", d + "/events.jsonl.812.broken", d + "/events.jsonl.812-2.broken", d + "/session.json.0.broken",
+		d + "/inbox/new", d + "/inbox/cur/" + idMsg1 + ".json", "/h/inbox/tmp/" + idMsg1 + ".json",
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("path %d = %s, want %s", i, got[i], want[i])
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ce := &CorruptError{Path: "p", Line: 3, Offset: 81, Reason: "checksum mismatch"}
+	if ce.Error() != "p: line 3 (offset 81): checksum mismatch" || !errors.Is(ce, ErrCorrupt) || Hint(ce) != HintFsck {
+		t.Errorf("CorruptError: %q, hint %q", ce.Error(), Hint(ce))
+	}
+	e := wrap("append", "p", fmt.Errorf("%w: x", ErrTooLarge), "h")
+	if e.Error() != "append p: fsstore: event too large: x" || !errors.Is(e, ErrTooLarge) || Hint(e) != "h" {
+		t.Errorf("Error: %q, hint %q", e.Error(), Hint(e))
+	}
+	if wrap("op", "p", nil, "") != nil || Hint(errors.New("plain")) != "" {
+		t.Error("wrap(nil) or Hint(plain)")
+	}
+}

@@ -1,0 +1,129 @@
+// Package provider defines how Substrat talks to the thing behind an agent:
+// a model CLI, an HTTP API, or the built-in script. The daemon owns the
+// agent tools; a provider session asks for them through a ToolHandler.
+//
+// Sub-packages hold the adapters (script, and later claude, cursor-agent,
+// openai); providertest is the conformance suite every adapter passes.
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Errors returned by providers and sessions. Adapters wrap them with detail.
+var (
+	// ErrUnknownProvider: no provider is registered under the name.
+	ErrUnknownProvider = errors.New("provider: unknown provider")
+	// ErrBadState: Restore was given a state blob it cannot read.
+	ErrBadState = errors.New("provider: bad state blob")
+	// ErrStopped: the session was stopped or suspended; use Restore.
+	ErrStopped = errors.New("provider: session stopped")
+	// ErrBusy: a turn is already running on the session.
+	ErrBusy = errors.New("provider: turn already running")
+	// ErrProtocol: the model or its process said something unreadable.
+	ErrProtocol = errors.New("provider: protocol error")
+	// ErrRetryable marks a failure worth retrying (429, 5xx, overloaded,
+	// connection reset).
+	ErrRetryable = errors.New("provider: retryable failure")
+)
+
+// ToolCall is one call of an agent tool requested by the model.
+type ToolCall struct {
+	// ID is the provider's tool-use id. The daemon uses it as the
+	// idempotency key of calls that create things (spawn_agent).
+	ID   string          `json:"id"`
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
+}
+
+// ToolResult is what an agent tool call returned. Failures are results
+// with IsError set, never Go errors: the agent sees them and carries on.
+type ToolResult struct {
+	Text    string `json:"text"`
+	IsError bool   `json:"is_error,omitempty"`
+}
+
+// ToolHandler runs agent tools on the daemon's side. It is safe for
+// concurrent use and valid for the duration of one turn.
+type ToolHandler interface {
+	CallTool(ctx context.Context, call ToolCall) ToolResult
+}
+
+// ToolHandlerFunc adapts a function to ToolHandler.
+type ToolHandlerFunc func(ctx context.Context, call ToolCall) ToolResult
+
+// CallTool calls f.
+func (f ToolHandlerFunc) CallTool(ctx context.Context, call ToolCall) ToolResult { return f(ctx, call) }
+
+// Usage is what one turn cost.
+type Usage struct {
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+}
+
+// Chunk is a piece of streamed turn output.
+type Chunk struct {
+	Kind string `json:"kind"` // "text", "tool_call", "tool_result"
+	Text string `json:"text"`
+}
+
+// Turn is one prompt sent to a session.
+type Turn struct {
+	Prompt string
+	Tools  ToolHandler
+	// Output, if set, receives streamed output as it is produced. It must
+	// not block for long.
+	Output func(Chunk)
+}
+
+// TurnResult is the outcome of a successful turn.
+type TurnResult struct {
+	Text  string `json:"text"` // the final assistant text
+	Usage Usage  `json:"usage"`
+}
+
+// Config describes the agent a session is for.
+type Config struct {
+	AgentID      string
+	Name         string
+	Model        string
+	Instructions string
+	// WorkDir is where provider processes run.
+	WorkDir string
+	// SessionID, if set, is called as soon as the provider knows its own
+	// session or chat id, before the turn that revealed it returns. The
+	// daemon persists it. An error from it fails the turn.
+	SessionID func(id string) error
+}
+
+// Provider creates and restores sessions.
+type Provider interface {
+	// Name is the name agents are created with ("script", "claude"...).
+	Name() string
+	// Create starts a new session. Errors: ErrRetryable, or any error
+	// describing why the backend could not be reached.
+	Create(ctx context.Context, cfg Config) (Session, error)
+	// Restore resumes a session from a blob returned by Session.Suspend
+	// (nil if the session never suspended cleanly, as after a crash; the
+	// provider then resumes from its own session id if it has one).
+	// Errors: ErrBadState if the blob cannot be read.
+	Restore(ctx context.Context, cfg Config, state []byte) (Session, error)
+}
+
+// Session is one live provider session. Send is never called concurrently
+// with itself, Suspend or Stop.
+type Session interface {
+	// Send runs one turn. Errors: ErrStopped after Suspend or Stop,
+	// ErrProtocol for unreadable output, ErrRetryable for transient
+	// failures, ctx.Err() on cancellation or timeout.
+	Send(ctx context.Context, turn Turn) (TurnResult, error)
+	// Suspend saves the session's state to an opaque blob and releases its
+	// resources. The session cannot be used afterwards.
+	Suspend(ctx context.Context) ([]byte, error)
+	// Stop releases the session's resources without saving. It is safe to
+	// call more than once and after Suspend.
+	Stop() error
+}

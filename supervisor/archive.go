@@ -1,0 +1,110 @@
+package supervisor
+
+import (
+	"context"
+	"sort"
+
+	"github.com/substrat/substrat/fsstore"
+)
+
+// Archive terminates an agent's subtree and moves each of its directories
+// to archive/<id>, leaves first. The agents leave the live tree; their
+// history stays on disk. Moving a directory back into agents/ by hand and
+// restarting the daemon brings it back.
+func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
+	if _, err := c.Terminate(ctx, TerminateParams{Ref: ref, Recursive: true}); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	n, err := c.resolveLocked(ref)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	var order []*node
+	var walk func(x *node)
+	walk = func(x *node) {
+		for _, id := range x.children {
+			if ch := c.nodes[id]; ch != nil {
+				walk(ch)
+			}
+		}
+		order = append(order, x)
+	}
+	walk(n)
+	out := make([]AgentInfo, 0, len(order))
+	for _, x := range order {
+		out = append(out, c.infoLocked(x))
+	}
+	c.mu.Unlock()
+	for i, x := range order {
+		if err := c.acquire(ctx, x); err != nil {
+			return out[:i], err
+		}
+		x.agent.Close()
+		err := c.store.ArchiveAgent(x.id())
+		if err == nil {
+			c.mu.Lock()
+			delete(c.nodes, x.id())
+			if p := c.nodes[x.sess.ParentID]; p != nil {
+				p.children = removeString(p.children, x.id())
+			}
+			c.publishLocked(WatchEvent{Agent: x.id(), Name: x.sess.Name, Type: "archived", Time: c.clock.Now().UTC()})
+			c.mu.Unlock()
+		}
+		c.release(x)
+		if err != nil {
+			return out[:i], storeErr(err)
+		}
+		out[i].Dir = c.store.Layout().ArchivedAgentDir(x.id())
+	}
+	return out, nil
+}
+
+func removeString(list []string, s string) []string {
+	out := list[:0]
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// InboxMessage is a message to USER as `substrat inbox` shows it.
+type InboxMessage struct {
+	*fsstore.Message
+	Unread bool `json:"unread"`
+}
+
+// UserInbox returns the unread messages to USER (and with all, the read
+// ones too), oldest first, and marks the unread ones read.
+func (c *Core) UserInbox(all bool) ([]InboxMessage, error) {
+	fsys, box := c.store.FS(), c.store.Layout().UserInbox()
+	out := []InboxMessage{}
+	if all {
+		read, _, err := fsstore.ReadInbox(fsys, box, fsstore.InboxCur)
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		for _, m := range read {
+			out = append(out, InboxMessage{Message: m})
+		}
+	}
+	unread, _, err := fsstore.ReadInbox(fsys, box, fsstore.InboxNew)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	ids := make([]string, 0, len(unread))
+	for _, m := range unread {
+		out = append(out, InboxMessage{Message: m, Unread: true})
+		ids = append(ids, m.ID)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if len(ids) > 0 {
+		if err := fsstore.MarkDelivered(fsys, box, ids); err != nil {
+			return nil, storeErr(err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,731 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// Clock is the core's source of time, so that the simulation can drive it
+// with abstract time.
+type Clock interface {
+	Now() time.Time
+}
+
+// WallClock is the real clock.
+type WallClock struct{}
+
+// Now returns time.Now().
+func (WallClock) Now() time.Time { return time.Now() }
+
+// Providers finds a provider by name.
+type Providers interface {
+	Get(name string) (provider.Provider, error)
+}
+
+// Config is what a Core is built from.
+type Config struct {
+	Store       *fsstore.Store
+	Providers   Providers
+	Clock       Clock         // default WallClock
+	Log         *slog.Logger  // default discards
+	TurnTimeout time.Duration // default 10 minutes
+	// DefaultProvider is used by CreateAgent when none is named.
+	DefaultProvider string
+}
+
+// Core is the daemon's model of the agent tree and every operation on it.
+type Core struct {
+	store     *fsstore.Store
+	providers Providers
+	clock     Clock
+	log       *slog.Logger
+	timeout   time.Duration
+	defProv   string
+
+	mu    sync.Mutex // guards the fields below
+	nodes map[string]*node
+	subs  map[*Subscription]struct{}
+	wake  chan struct{}
+	down  bool  // shutting down: no new turns
+	roots *node // holds the names of roots being created
+}
+
+// New returns a Core with an empty tree; call Recover to load the store.
+func New(cfg Config) *Core {
+	if cfg.Clock == nil {
+		cfg.Clock = WallClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TurnTimeout == 0 {
+		cfg.TurnTimeout = 10 * time.Minute
+	}
+	if cfg.DefaultProvider == "" {
+		cfg.DefaultProvider = "script"
+	}
+	return &Core{
+		store: cfg.Store, providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
+		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider,
+		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
+	}
+}
+
+// Wake returns a channel that receives when some agent may have become
+// runnable.
+func (c *Core) Wake() <-chan struct{} { return c.wake }
+
+func (c *Core) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// insertLocked adds a loaded or created agent to the tree.
+func (c *Core) insertLocked(a *fsstore.Agent) *node {
+	n := &node{agent: a, sess: a.Session()}
+	c.nodes[n.id()] = n
+	if p := c.nodes[n.sess.ParentID]; p != nil {
+		p.children = append(p.children, n.id())
+	}
+	return n
+}
+
+// linkChildrenLocked rebuilds children lists after a bulk insert.
+func (c *Core) linkChildrenLocked() {
+	for _, n := range c.nodes {
+		n.children = nil
+	}
+	ids := make([]string, 0, len(c.nodes))
+	for id := range c.nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // UUIDv7: creation order
+	for _, id := range ids {
+		n := c.nodes[id]
+		if p := c.nodes[n.sess.ParentID]; p != nil {
+			p.children = append(p.children, id)
+		}
+	}
+}
+
+// commit appends an event for n and publishes it to subscribers. State
+// changes are checked against the transition tables first.
+func (c *Core) commit(n *node, typ string, data any) error {
+	if ch, ok := data.(fsstore.StateChange); ok {
+		c.mu.Lock()
+		err := checkTransition(n.sess, ch)
+		c.mu.Unlock()
+		if err != nil {
+			return rpc.Errorf(rpc.CodeConflict, "%v", err)
+		}
+	}
+	sess, err := n.agent.Commit(typ, data)
+	if err != nil {
+		c.log.Error("commit failed", "agent", n.agent.ID(), "type", typ, "err", err)
+		return storeErr(err)
+	}
+	c.mu.Lock()
+	n.sess = sess
+	c.publishLocked(WatchEvent{Agent: sess.ID, Name: sess.Name, Type: typ, Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
+	c.mu.Unlock()
+	return nil
+}
+
+// snapshot writes n's session.json; a failure is logged, not returned:
+// the events are durable and replay covers the gap.
+func (c *Core) snapshot(n *node) {
+	if err := n.agent.Snapshot(); err != nil {
+		c.log.Warn("snapshot failed; events.jsonl still holds the state", "agent", n.agent.ID(), "err", err)
+	}
+}
+
+// storeErr turns a store error into an RPC error the user can act on.
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var re *rpc.Error
+	if errors.As(err, &re) {
+		return err
+	}
+	e := &rpc.Error{Code: rpc.CodeUnavailable, Message: err.Error(), Hint: fsstore.Hint(err)}
+	switch {
+	case errors.Is(err, fsstore.ErrNotFound):
+		e.Code = rpc.CodeNotFound
+	case errors.Is(err, fsstore.ErrInvalid), errors.Is(err, fsstore.ErrTooLarge):
+		e.Code = rpc.CodeInvalidParams
+	case errors.Is(err, fsstore.ErrExists):
+		e.Code = rpc.CodeConflict
+	}
+	if e.Hint == "" && e.Code == rpc.CodeUnavailable {
+		e.Hint = "check free disk space and daemon.log; nothing unacknowledged was kept"
+	}
+	return e
+}
+
+// CreateParams are the inputs of CreateAgent.
+type CreateParams struct {
+	Name         string            `json:"name"`
+	Provider     string            `json:"provider,omitempty"`
+	Model        string            `json:"model,omitempty"`
+	Instructions string            `json:"instructions,omitempty"`
+	Workspace    string            `json:"workspace,omitempty"`
+	Parent       string            `json:"parent,omitempty"` // a ref; empty for a root
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	SpawnKey     string            `json:"-"`
+}
+
+// CreateAgent creates a root (or, with Parent, a child) agent durably.
+func (c *Core) CreateAgent(p CreateParams) (AgentInfo, error) {
+	n, _, err := c.createAgent(p, nil)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.infoLocked(n), nil
+}
+
+// createAgent creates an agent. With a spawn key it is idempotent: a child
+// of parent already made with that key is returned (existed = true).
+func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool, err error) {
+	if err := fsstore.ValidateName(p.Name); err != nil {
+		return nil, false, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	if p.Provider == "" {
+		p.Provider = c.defProv
+	}
+	if _, err := c.providers.Get(p.Provider); err != nil {
+		return nil, false, rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+	}
+	c.mu.Lock()
+	if c.down {
+		c.mu.Unlock()
+		return nil, false, rpc.Errorf(rpc.CodeUnavailable, "the daemon is shutting down")
+	}
+	if parent == nil && p.Parent != "" {
+		parent, err = c.resolveLocked(p.Parent)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, false, err
+		}
+	}
+	var siblings []*node
+	parentID := ""
+	if parent != nil {
+		parentID = parent.id()
+		if parent.terminated() {
+			c.mu.Unlock()
+			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s has terminated", parent.sess.Name)
+		}
+		for _, id := range parent.children {
+			if ch := c.nodes[id]; ch != nil {
+				siblings = append(siblings, ch)
+			}
+		}
+	} else {
+		siblings = c.rootsLocked()
+	}
+	for _, s := range siblings {
+		if p.SpawnKey != "" && s.sess.SpawnKey == p.SpawnKey {
+			c.mu.Unlock()
+			return s, true, nil
+		}
+	}
+	for _, s := range siblings {
+		if s.sess.Name == p.Name {
+			c.mu.Unlock()
+			return nil, false, rpc.Errorf(rpc.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
+		}
+	}
+	holder := parent
+	if holder == nil {
+		holder = c.roots // roots reserve their names here
+	}
+	if holder.reserved[p.Name] {
+		c.mu.Unlock()
+		return nil, false, rpc.Errorf(rpc.CodeConflict, "an agent named %q is being created there", p.Name)
+	}
+	if holder.reserved == nil {
+		holder.reserved = map[string]bool{}
+	}
+	holder.reserved[p.Name] = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(holder.reserved, p.Name)
+		c.mu.Unlock()
+	}()
+
+	a, err := c.store.CreateAgent(&fsstore.Session{
+		Name: p.Name, ParentID: parentID, Provider: p.Provider, Model: p.Model,
+		Instructions: p.Instructions, Workspace: p.Workspace, SpawnKey: p.SpawnKey, Metadata: p.Metadata,
+	})
+	if err != nil {
+		return nil, false, storeErr(err)
+	}
+	c.mu.Lock()
+	n = c.insertLocked(a)
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: fsstore.EvCreated, Seq: 1, Time: n.sess.CreatedAt})
+	c.mu.Unlock()
+	c.log.Info("agent created", "agent", n.id(), "name", p.Name, "parent", parentID)
+	return n, false, nil
+}
+
+// Inspect returns one agent.
+func (c *Core) Inspect(ref string) (AgentInfo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.resolveLocked(ref)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	return c.infoLocked(n), nil
+}
+
+// List returns every agent, parents before children, siblings in creation
+// order.
+func (c *Core) List() []AgentInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []AgentInfo
+	seen := map[string]bool{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		if seen[n.id()] {
+			return
+		}
+		seen[n.id()] = true
+		out = append(out, c.infoLocked(n))
+		for _, id := range n.children {
+			if ch := c.nodes[id]; ch != nil {
+				walk(ch)
+			}
+		}
+	}
+	for _, r := range c.rootsLocked() {
+		walk(r)
+	}
+	return out
+}
+
+// Resolve returns the id of the agent ref names.
+func (c *Core) Resolve(ref string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.resolveLocked(ref)
+	if err != nil {
+		return "", err
+	}
+	return n.id(), nil
+}
+
+// SendParams are the inputs of Send.
+type SendParams struct {
+	To   string `json:"to"` // an agent ref
+	Text string `json:"text"`
+}
+
+// Send delivers a message from USER to an agent and returns once it is
+// durable in the agent's inbox.
+func (c *Core) Send(p SendParams) (*fsstore.Message, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(p.To)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return c.deliver(&fsstore.Message{From: fsstore.User, FromName: fsstore.User, Kind: fsstore.KindMessage, Text: p.Text}, n)
+}
+
+// deliver publishes m in n's inbox and marks n runnable.
+func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
+	if strings.TrimSpace(m.Text) == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "message text is empty")
+	}
+	c.mu.Lock()
+	if to.terminated() {
+		c.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeConflict, "agent %s has terminated and takes no messages", to.sess.Name)
+	}
+	c.mu.Unlock()
+	m.To = to.id()
+	if m.Kind == "" {
+		m.Kind = fsstore.KindMessage
+	}
+	if err := c.store.Send(m); err != nil {
+		return nil, storeErr(err)
+	}
+	c.mu.Lock()
+	to.mail, to.failed = true, false
+	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.sess.Name, Type: "message", Time: m.SentAt,
+		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
+	c.mu.Unlock()
+	c.signal()
+	return m, nil
+}
+
+// sendUser publishes m in the USER inbox.
+func (c *Core) sendUser(m *fsstore.Message) error {
+	m.To = fsstore.User
+	if err := c.store.Send(m); err != nil {
+		return storeErr(err)
+	}
+	c.mu.Lock()
+	c.publishLocked(WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: "message", Time: m.SentAt,
+		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
+	c.mu.Unlock()
+	return nil
+}
+
+// claim marks n busy. It fails if n is busy already.
+func (c *Core) claimLocked(n *node) bool {
+	if n.busy {
+		return false
+	}
+	n.busy = true
+	n.idle = make(chan struct{})
+	return true
+}
+
+func (c *Core) release(n *node) {
+	c.mu.Lock()
+	n.busy = false
+	n.cancel = nil
+	close(n.idle)
+	c.mu.Unlock()
+	c.signal()
+}
+
+// acquire waits until n is not busy and claims it.
+func (c *Core) acquire(ctx context.Context, n *node) error {
+	for {
+		c.mu.Lock()
+		if c.claimLocked(n) {
+			c.mu.Unlock()
+			return nil
+		}
+		idle := n.idle
+		c.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Runnable returns the agents that have mail and can take a turn now, in
+// id order.
+func (c *Core) Runnable() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down {
+		return nil
+	}
+	var ids []string
+	for id, n := range c.nodes {
+		if n.mail && !n.busy && !n.failed && n.heldBy == "" && !n.terminated() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// TerminateParams are the inputs of Terminate.
+type TerminateParams struct {
+	Ref       string `json:"ref"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// Terminate ends an agent (and with Recursive its subtree, leaves first).
+// A running turn is cancelled.
+func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(p.Ref)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	var order []*node
+	var walk func(x *node)
+	walk = func(x *node) {
+		for _, id := range x.children {
+			if ch := c.nodes[id]; ch != nil {
+				walk(ch)
+			}
+		}
+		if !x.terminated() {
+			order = append(order, x)
+		}
+	}
+	if p.Recursive {
+		walk(n)
+	} else {
+		for _, id := range n.children {
+			if ch := c.nodes[id]; ch != nil && !ch.terminated() {
+				c.mu.Unlock()
+				e := rpc.Errorf(rpc.CodeConflict, "%s has live children (%s, ...)", n.sess.Name, ch.sess.Name)
+				e.Hint = "use --recursive to terminate the whole subtree"
+				return nil, e
+			}
+		}
+		if !n.terminated() {
+			order = []*node{n}
+		}
+	}
+	c.mu.Unlock()
+	var out []AgentInfo
+	for _, x := range order {
+		if err := c.terminate(ctx, x, "terminated by the user"); err != nil {
+			return out, err
+		}
+		c.mu.Lock()
+		out = append(out, c.infoLocked(x))
+		c.mu.Unlock()
+	}
+	return out, nil
+}
+
+func (c *Core) terminate(ctx context.Context, n *node, reason string) error {
+	c.mu.Lock()
+	if n.cancel != nil {
+		n.cancel()
+	}
+	c.mu.Unlock()
+	if err := c.acquire(ctx, n); err != nil {
+		return err
+	}
+	defer c.release(n)
+	return c.terminateHeld(n, reason)
+}
+
+// terminateHeld ends n, which the caller holds (busy).
+func (c *Core) terminateHeld(n *node, reason string) error {
+	c.mu.Lock()
+	live := n.live
+	n.live = nil
+	done := n.terminated()
+	c.mu.Unlock()
+	if live != nil {
+		live.Stop()
+	}
+	if done {
+		return nil
+	}
+	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentTerminated,
+		SessionState: fsstore.SessionTerminated, Reason: reason}); err != nil {
+		return err
+	}
+	c.snapshot(n)
+	return nil
+}
+
+// Suspend saves an agent's live provider session to its state blob.
+func (c *Core) Suspend(ctx context.Context, ref string) (AgentInfo, error) {
+	n, err := c.hold(ctx, ref)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	defer c.release(n)
+	if n.sess.SessionState != fsstore.SessionActive {
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "the session of %s is %s, not ACTIVE", n.sess.Name, n.sess.SessionState)
+	}
+	if err := c.suspendHeld(ctx, n, "suspended by the user"); err != nil {
+		return AgentInfo{}, err
+	}
+	return c.infoOf(n), nil
+}
+
+// Resume restores an agent's provider session now instead of on demand.
+func (c *Core) Resume(ctx context.Context, ref string) (AgentInfo, error) {
+	n, err := c.hold(ctx, ref)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	defer c.release(n)
+	if n.terminated() {
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.sess.Name)
+	}
+	if _, err := c.ensureSession(ctx, n); err != nil {
+		return AgentInfo{}, err
+	}
+	c.snapshot(n)
+	return c.infoOf(n), nil
+}
+
+// ResetSession stops an agent's provider session and forgets its saved
+// state, so that the next turn starts a new one (session delete).
+func (c *Core) ResetSession(ctx context.Context, ref string) (AgentInfo, error) {
+	n, err := c.hold(ctx, ref)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	defer c.release(n)
+	if n.terminated() {
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.sess.Name)
+	}
+	c.mu.Lock()
+	live := n.live
+	n.live = nil
+	c.mu.Unlock()
+	if live != nil {
+		live.Stop()
+	}
+	if err := c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{Reset: true}); err != nil {
+		return AgentInfo{}, err
+	}
+	if n.sess.SessionState != fsstore.SessionCreated {
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionCreated, Reason: "session deleted by the user"}); err != nil {
+			return AgentInfo{}, err
+		}
+	}
+	c.snapshot(n)
+	return c.infoOf(n), nil
+}
+
+func (c *Core) hold(ctx context.Context, ref string) (*node, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(ref)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.acquire(ctx, n); err != nil {
+		return nil, rpc.Errorf(rpc.CodeConflict, "%s is busy with a turn; try again when it is idle", n.sess.Name)
+	}
+	return n, nil
+}
+
+func (c *Core) infoOf(n *node) AgentInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.infoLocked(n)
+}
+
+// suspendHeld saves the blob of n's live session and marks it SUSPENDED.
+func (c *Core) suspendHeld(ctx context.Context, n *node, reason string) error {
+	c.mu.Lock()
+	live := n.live
+	c.mu.Unlock()
+	var blob []byte
+	if live != nil {
+		b, err := live.Suspend(ctx)
+		if err != nil {
+			c.log.Warn("provider suspend failed; the session resumes from its provider id", "agent", n.id(), "err", err)
+		} else {
+			blob = b
+		}
+		live.Stop()
+		c.mu.Lock()
+		n.live = nil
+		c.mu.Unlock()
+	}
+	if blob != nil {
+		if err := c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{StateBlob: blob}); err != nil {
+			return err
+		}
+	}
+	if n.sess.SessionState == fsstore.SessionActive {
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: reason}); err != nil {
+			return err
+		}
+	}
+	c.snapshot(n)
+	return nil
+}
+
+// ensureSession makes n's provider session live: created for a new
+// session, restored from its blob otherwise. The caller holds n.
+func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, error) {
+	c.mu.Lock()
+	live, sess := n.live, n.sess
+	c.mu.Unlock()
+	if live != nil {
+		return live, nil
+	}
+	p, err := c.providers.Get(sess.Provider)
+	if err != nil {
+		return nil, err
+	}
+	cfg := provider.Config{
+		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
+		WorkDir: n.agent.Files().Dir,
+		SessionID: func(id string) error {
+			c.mu.Lock()
+			known := n.sess.ProviderSessionID
+			c.mu.Unlock()
+			if id == "" || id == known {
+				return nil
+			}
+			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
+		},
+	}
+	var s provider.Session
+	if sess.SessionState == fsstore.SessionCreated {
+		s, err = p.Create(ctx, cfg)
+	} else {
+		s, err = p.Restore(ctx, cfg, sess.StateBlob)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start %s session: %w", sess.Provider, err)
+	}
+	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionActive}); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	c.mu.Lock()
+	n.live = s
+	c.mu.Unlock()
+	return s, nil
+}
+
+// Shutdown stops new turns, waits for running ones (cancelling them after
+// grace), and suspends every live session so that it can resume.
+func (c *Core) Shutdown(ctx context.Context, grace time.Duration) {
+	c.mu.Lock()
+	c.down = true
+	var all []*node
+	for _, n := range c.nodes {
+		all = append(all, n)
+	}
+	c.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].id() < all[j].id() })
+	gctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	for _, n := range all {
+		if err := c.acquire(gctx, n); err != nil {
+			c.mu.Lock()
+			if n.cancel != nil {
+				n.cancel()
+			}
+			c.mu.Unlock()
+			if err := c.acquire(ctx, n); err != nil {
+				continue
+			}
+		}
+		if n.sess.SessionState == fsstore.SessionActive || n.live != nil {
+			if err := c.suspendHeld(ctx, n, "daemon stopped"); err != nil {
+				c.log.Error("suspend at shutdown failed", "agent", n.id(), "err", err)
+			}
+		}
+		c.snapshot(n)
+		n.agent.Close()
+		// Stay claimed: no turn may start after shutdown.
+	}
+}

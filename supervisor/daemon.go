@@ -1,0 +1,193 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// Options configure a daemon.
+type Options struct {
+	Home      string
+	MaxSlots  int // turns running at once; default 4
+	Providers Providers
+	Version   string
+	// LogOutput receives the structured log; default daemon.log in Home.
+	LogOutput io.Writer
+	// Ready, if set, is called once the socket accepts connections.
+	Ready func()
+	// Grace is how long a stop waits for running turns; default 10 s.
+	Grace time.Duration
+}
+
+// Daemon is a running Substrat daemon.
+type Daemon struct {
+	opts    Options
+	store   *fsstore.Store
+	core    *Core
+	log     *slog.Logger
+	srv     *rpc.Server
+	started time.Time
+	report  *Report
+
+	stopOnce sync.Once
+	stopCh   chan struct{}
+}
+
+// Run runs a daemon on opts.Home until ctx is done or a client asks it to
+// stop, then stops it gracefully. It returns a *RunningError if another
+// daemon holds the home.
+func Run(ctx context.Context, opts Options) error {
+	if opts.MaxSlots <= 0 {
+		opts.MaxSlots = 4
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 10 * time.Second
+	}
+	store, err := fsstore.Open(opts.Home, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	layout := store.Layout()
+	if err := os.Chmod(layout.Home, 0o700); err != nil {
+		return err
+	}
+	lock, err := TryLock(layout.Lock(), layout.Home)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+
+	logOut := opts.LogOutput
+	if logOut == nil {
+		f, err := os.OpenFile(layout.Log(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logOut = f
+	}
+	log := slog.New(slog.NewJSONHandler(logOut, nil))
+
+	// A pid file left behind means the last daemon did not stop cleanly.
+	_, perr := os.Stat(layout.Pid())
+	unclean := perr == nil
+	if err := fsstore.ReplaceFile(store.FS(), layout.Pid(), []byte(fmt.Sprintf("%d\n", os.Getpid()))); err != nil {
+		return err
+	}
+	// The socket of a dead daemon is stale; only the lock holder removes it.
+	if err := os.Remove(layout.Socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+
+	d := &Daemon{opts: opts, store: store, log: log, started: time.Now(), stopCh: make(chan struct{})}
+	d.core = New(Config{Store: store, Providers: opts.Providers, Log: log})
+	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "unclean", unclean, "version", opts.Version)
+	rep, err := d.core.Recover(ctx, unclean)
+	if err != nil {
+		log.Error("recovery failed", "err", err)
+		return fmt.Errorf("recovery: %w", err)
+	}
+	d.report = rep
+	log.Info("recovery done", "agents", rep.Agents, "kept_out", len(rep.KeptOut), "suspended", len(rep.Suspended),
+		"redelivered", len(rep.Redelivered), "ms", rep.DurationMS)
+
+	ln, err := net.Listen("unix", layout.Socket())
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(layout.Socket(), 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	d.srv = rpc.NewServer(log)
+	d.register()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- d.srv.Serve(ln) }()
+
+	sctx, stopSched := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.schedule(sctx) }()
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: signal")
+	case <-d.stopCh:
+		log.Info("stopping: requested")
+	case err := <-serveErr:
+		log.Error("socket failed", "err", err)
+	}
+	// Graceful stop: no new connections, let turns finish (or cancel them
+	// after the grace period), suspend every live session, then exit.
+	ln.Close()
+	d.core.Shutdown(context.Background(), opts.Grace)
+	stopSched()
+	wg.Wait()
+	d.srv.Close()
+	os.Remove(layout.Socket())
+	os.Remove(layout.Pid())
+	store.FS().SyncDir(layout.Home)
+	log.Info("daemon stopped")
+	return nil
+}
+
+func (d *Daemon) requestStop() {
+	d.stopOnce.Do(func() { close(d.stopCh) })
+}
+
+// schedule runs turns for runnable agents, at most MaxSlots at once.
+func (d *Daemon) schedule(ctx context.Context) {
+	sem := make(chan struct{}, d.opts.MaxSlots)
+	var mu sync.Mutex
+	inflight := map[string]bool{}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		for _, id := range d.core.Runnable() {
+			mu.Lock()
+			busy := inflight[id]
+			mu.Unlock()
+			if busy {
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			mu.Lock()
+			inflight[id] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := d.core.RunTurn(ctx, id); err != nil {
+					d.log.Error("turn error", "agent", id, "err", err)
+				}
+				mu.Lock()
+				delete(inflight, id)
+				mu.Unlock()
+				<-sem
+				d.core.signal()
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.core.Wake():
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// decode unmarshals params strictly into v.
+func decode(params json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(params)) == 0 || string(params) == "null" {
+		params = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(params))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %v", err)
+	}
+	return nil
+}
+
+// handle registers a method whose params decode into P.
+func handle[P any](d *Daemon, method string, f func(ctx context.Context, p P, send func(any) error) (any, error)) {
+	d.srv.Handle(method, func(ctx context.Context, raw json.RawMessage, send func(any) error) (any, error) {
+		var p P
+		if err := decode(raw, &p); err != nil {
+			return nil, err
+		}
+		return f(ctx, p, send)
+	})
+}
+
+type refParams struct {
+	Ref string `json:"ref"`
+}
+
+// StatusResult is daemon.status.
+type StatusResult struct {
+	Pid          int       `json:"pid"`
+	Home         string    `json:"home"`
+	Version      string    `json:"version"`
+	StartedAt    time.Time `json:"started_at"`
+	Agents       int       `json:"agents"`
+	LiveSessions int       `json:"live_sessions"`
+	Busy         int       `json:"busy"`
+	MaxSlots     int       `json:"max_slots"`
+}
+
+// InspectResult is agent.inspect.
+type InspectResult struct {
+	Agent   AgentInfo        `json:"agent"`
+	Session *fsstore.Session `json:"session"`
+	Pending int              `json:"pending_messages"`
+}
+
+// SendResult is the final result of agent.send.
+type SendResult struct {
+	MessageID string `json:"message_id"`
+	Text      string `json:"text,omitempty"`
+	Failed    string `json:"failed,omitempty"`
+}
+
+// SessionInfo is one row of session.list.
+type SessionInfo struct {
+	ID                string               `json:"id"`
+	Path              string               `json:"path"`
+	Provider          string               `json:"provider"`
+	SessionState      fsstore.SessionState `json:"session_state"`
+	ProviderSessionID string               `json:"provider_session_id,omitempty"`
+	HasStateBlob      bool                 `json:"has_state_blob"`
+	Live              bool                 `json:"live"`
+}
+
+func (d *Daemon) register() {
+	c := d.core
+	handle(d, "daemon.status", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		st := StatusResult{Pid: os.Getpid(), Home: d.store.Layout().Home, Version: d.opts.Version,
+			StartedAt: d.started.UTC(), Agents: len(c.nodes), MaxSlots: d.opts.MaxSlots}
+		for _, n := range c.nodes {
+			if n.live != nil {
+				st.LiveSessions++
+			}
+			if n.sess.AgentState == fsstore.AgentBusy {
+				st.Busy++
+			}
+		}
+		return st, nil
+	})
+	handle(d, "daemon.stop", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		d.requestStop()
+		return map[string]bool{"stopping": true}, nil
+	})
+	handle(d, "daemon.recovery", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		return d.report, nil
+	})
+	handle(d, "agent.create", func(ctx context.Context, p CreateParams, _ func(any) error) (any, error) {
+		return c.CreateAgent(p)
+	})
+	handle(d, "agent.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		l := c.List()
+		if l == nil {
+			l = []AgentInfo{}
+		}
+		return l, nil
+	})
+	handle(d, "agent.inspect", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		c.mu.Lock()
+		n, err := c.resolveLocked(p.Ref)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		res := InspectResult{Agent: c.infoLocked(n), Session: n.sess.Clone()}
+		c.mu.Unlock()
+		if msgs, _, err := n.agent.Pending(); err == nil {
+			res.Pending = len(msgs)
+		}
+		return res, nil
+	})
+	handle(d, "agent.send", func(ctx context.Context, p struct {
+		Ref  string `json:"ref"`
+		Text string `json:"text"`
+		Wait bool   `json:"wait"`
+	}, send func(any) error) (any, error) {
+		id, err := c.Resolve(p.Ref)
+		if err != nil {
+			return nil, err
+		}
+		var sub *Subscription
+		if p.Wait {
+			sub = c.Subscribe(id)
+			defer sub.Close()
+		}
+		m, err := c.Send(SendParams{To: id, Text: p.Text})
+		if err != nil {
+			return nil, err
+		}
+		res := SendResult{MessageID: m.ID}
+		if !p.Wait {
+			return res, nil
+		}
+		send(map[string]string{"type": "sent", "message_id": m.ID})
+		return waitTurn(ctx, sub, m.ID, res, send)
+	})
+	handle(d, "agent.attach", func(ctx context.Context, p refParams, send func(any) error) (any, error) {
+		id, err := c.Resolve(p.Ref)
+		if err != nil {
+			return nil, err
+		}
+		return stream(ctx, c.Subscribe(id), send)
+	})
+	handle(d, "daemon.watch", func(ctx context.Context, p refParams, send func(any) error) (any, error) {
+		id := ""
+		if p.Ref != "" {
+			var err error
+			if id, err = c.Resolve(p.Ref); err != nil {
+				return nil, err
+			}
+		}
+		return stream(ctx, c.Subscribe(id), send)
+	})
+	handle(d, "agent.events", func(ctx context.Context, p refParams, send func(any) error) (any, error) {
+		c.mu.Lock()
+		n, err := c.resolveLocked(p.Ref)
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		count := 0
+		err = fsstore.ReadEvents(d.store.FS(), n.agent.Files().Events(), func(e fsstore.Event) error {
+			count++
+			return send(e)
+		})
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		return map[string]int{"events": count}, nil
+	})
+	handle(d, "agent.terminate", func(ctx context.Context, p TerminateParams, _ func(any) error) (any, error) {
+		return c.Terminate(ctx, p)
+	})
+	handle(d, "agent.archive", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.Archive(ctx, p.Ref)
+	})
+	handle(d, "session.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		out := []SessionInfo{}
+		for _, a := range c.List() {
+			c.mu.Lock()
+			n := c.nodes[a.ID]
+			if n != nil {
+				out = append(out, SessionInfo{ID: a.ID, Path: a.Path, Provider: n.sess.Provider, SessionState: n.sess.SessionState,
+					ProviderSessionID: n.sess.ProviderSessionID, HasStateBlob: len(n.sess.StateBlob) > 0, Live: n.live != nil})
+			}
+			c.mu.Unlock()
+		}
+		return out, nil
+	})
+	handle(d, "session.suspend", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.Suspend(ctx, p.Ref)
+	})
+	handle(d, "session.resume", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.Resume(ctx, p.Ref)
+	})
+	handle(d, "session.delete", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.ResetSession(ctx, p.Ref)
+	})
+	handle(d, "inbox.list", func(ctx context.Context, p struct {
+		All bool `json:"all"`
+	}, _ func(any) error) (any, error) {
+		return c.UserInbox(p.All)
+	})
+}
+
+// waitTurn streams the agent's activity until the turn that took message
+// id has finished or failed.
+func waitTurn(ctx context.Context, sub *Subscription, id string, res SendResult, send func(any) error) (any, error) {
+	delivered := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-sub.C:
+			send(e)
+			switch e.Type {
+			case fsstore.EvDelivered:
+				if d, ok := e.Data.(fsstore.Delivered); ok {
+					for _, x := range d.IDs {
+						delivered = delivered || x == id
+					}
+				}
+			case "turn_done":
+				if delivered {
+					if m, ok := e.Data.(map[string]any); ok {
+						res.Text, _ = m["text"].(string)
+					}
+					return res, nil
+				}
+			case fsstore.EvState:
+				if ch, ok := e.Data.(fsstore.StateChange); ok {
+					if ch.AgentState == fsstore.AgentIdle && len(ch.Reason) > 0 && !delivered {
+						res.Failed = ch.Reason
+						return res, nil
+					}
+					if ch.AgentState == fsstore.AgentTerminated && !delivered {
+						res.Failed = "the agent terminated: " + ch.Reason
+						return res, nil
+					}
+				}
+			}
+		}
+	}
+}
+
+// stream sends every event of a subscription until the client goes away.
+func stream(ctx context.Context, sub *Subscription, send func(any) error) (any, error) {
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-sub.C:
+			if err := send(e); err != nil {
+				return nil, err
+			}
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// node is one agent in the in-memory tree. Core.mu guards every field
+// except agent, which is safe for concurrent use.
+type node struct {
+	agent    *fsstore.Agent
+	sess     *fsstore.Session // the latest committed session
+	children []string         // ids, in creation order
+
+	live     provider.Session // nil unless the session is ACTIVE in this process
+	busy     bool             // a turn or a session operation holds the node
+	idle     chan struct{}    // closed when busy becomes false
+	heldBy   string           // a parent whose running turn spawned this node
+	mail     bool             // inbox/new may hold messages
+	failed   bool             // the last wake turn failed; wait for new mail
+	cancel   context.CancelFunc
+	reserved map[string]bool // child names being created
+}
+
+func (n *node) id() string { return n.sess.ID }
+
+func (n *node) terminated() bool { return n.sess.AgentState == fsstore.AgentTerminated }
+
+// pathLocked returns root/child/... for n.
+func (c *Core) pathLocked(n *node) string {
+	parts := []string{n.sess.Name}
+	seen := map[string]bool{n.id(): true}
+	for p := c.nodes[n.sess.ParentID]; p != nil && !seen[p.id()]; p = c.nodes[p.sess.ParentID] {
+		seen[p.id()] = true
+		parts = append(parts, p.sess.Name)
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return strings.Join(parts, "/")
+}
+
+// rootsLocked returns the agents without a live parent, sorted by creation.
+func (c *Core) rootsLocked() []*node {
+	var roots []*node
+	for _, n := range c.nodes {
+		if c.nodes[n.sess.ParentID] == nil {
+			roots = append(roots, n)
+		}
+	}
+	sort.Slice(roots, func(i, j int) bool { return roots[i].id() < roots[j].id() })
+	return roots
+}
+
+// resolveLocked finds an agent by ref: a UUID, a path root/child/..., or a
+// bare name that is unique in the tree.
+func (c *Core) resolveLocked(ref string) (*node, error) {
+	ref = strings.TrimSpace(ref)
+	if ref == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "empty agent ref")
+	}
+	if fsstore.IsID(ref) {
+		if n := c.nodes[ref]; n != nil {
+			return n, nil
+		}
+		return nil, rpc.Errorf(rpc.CodeNotFound, "no agent with id %s", ref)
+	}
+	if strings.Contains(ref, "/") {
+		parts := strings.Split(strings.Trim(ref, "/"), "/")
+		var cur *node
+		for _, r := range c.rootsLocked() {
+			if r.sess.Name == parts[0] {
+				cur = r
+				break
+			}
+		}
+		for _, name := range parts[1:] {
+			if cur == nil {
+				break
+			}
+			cur = c.childNamedLocked(cur, name)
+		}
+		if cur == nil {
+			return nil, rpc.Errorf(rpc.CodeNotFound, "no agent at path %q", ref)
+		}
+		return cur, nil
+	}
+	if err := fsstore.ValidateName(ref); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "bad agent ref %q: %v", ref, strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	var matches []*node
+	for _, n := range c.nodes {
+		if n.sess.Name == ref {
+			matches = append(matches, n)
+		}
+	}
+	switch len(matches) {
+	case 0:
+		return nil, rpc.Errorf(rpc.CodeNotFound, "no agent named %q", ref)
+	case 1:
+		return matches[0], nil
+	}
+	paths := make([]string, len(matches))
+	for i, m := range matches {
+		paths[i] = c.pathLocked(m) + " (" + m.id() + ")"
+	}
+	sort.Strings(paths)
+	e := rpc.Errorf(rpc.CodeAmbiguous, "agent name %q is ambiguous; it matches: %s", ref, strings.Join(paths, ", "))
+	e.Hint = "use a path (root/child) or an id"
+	return nil, e
+}
+
+func (c *Core) childNamedLocked(parent *node, name string) *node {
+	for _, id := range parent.children {
+		if ch := c.nodes[id]; ch != nil && ch.sess.Name == name {
+			return ch
+		}
+	}
+	return nil
+}
+
+// neighbourLocked resolves a name as seen from n under one-hop routing:
+// its parent, a child, or a sibling.
+func (c *Core) neighbourLocked(n *node, name string) (*node, error) {
+	if p := c.nodes[n.sess.ParentID]; p != nil {
+		if p.sess.Name == name || name == "parent" {
+			return p, nil
+		}
+		if s := c.childNamedLocked(p, name); s != nil && s != n {
+			return s, nil
+		}
+	} else {
+		for _, r := range c.rootsLocked() {
+			if r != n && r.sess.Name == name {
+				return r, nil
+			}
+		}
+	}
+	if ch := c.childNamedLocked(n, name); ch != nil {
+		return ch, nil
+	}
+	if fsstore.IsID(name) {
+		if t := c.nodes[name]; t != nil && (t.sess.ParentID == n.id() || t.id() == n.sess.ParentID ||
+			(t.sess.ParentID == n.sess.ParentID && t != n)) {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("no agent %q one hop from %s: you can reach your parent, your children and your siblings", name, n.sess.Name)
+}
+
+// AgentInfo is an agent as the CLI and the tools show it.
+type AgentInfo struct {
+	ID           string               `json:"id"`
+	Name         string               `json:"name"`
+	Path         string               `json:"path"`
+	ParentID     string               `json:"parent_id,omitempty"`
+	Provider     string               `json:"provider"`
+	Model        string               `json:"model,omitempty"`
+	AgentState   fsstore.AgentState   `json:"agent_state"`
+	SessionState fsstore.SessionState `json:"session_state"`
+	StateReason  string               `json:"state_reason,omitempty"`
+	Children     []string             `json:"children,omitempty"`
+	Counters     fsstore.Counters     `json:"counters"`
+	Subtree      fsstore.Counters     `json:"subtree_counters"`
+	Live         bool                 `json:"live"`
+	Dir          string               `json:"dir"`
+}
+
+func (c *Core) infoLocked(n *node) AgentInfo {
+	info := AgentInfo{
+		ID: n.id(), Name: n.sess.Name, Path: c.pathLocked(n), ParentID: n.sess.ParentID,
+		Provider: n.sess.Provider, Model: n.sess.Model, AgentState: n.sess.AgentState,
+		SessionState: n.sess.SessionState, StateReason: n.sess.StateReason,
+		Counters: n.sess.Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
+		Live: n.live != nil, Dir: n.agent.Files().Dir,
+	}
+	for _, id := range n.children {
+		if ch := c.nodes[id]; ch != nil {
+			info.Children = append(info.Children, ch.sess.Name)
+		}
+	}
+	return info
+}
+
+func (c *Core) subtreeCountersLocked(n *node, seen map[string]bool) fsstore.Counters {
+	seen[n.id()] = true
+	sum := n.sess.Counters
+	for _, id := range n.children {
+		if ch := c.nodes[id]; ch != nil && !seen[id] {
+			sum = sum.Add(c.subtreeCountersLocked(ch, seen))
+		}
+	}
+	return sum
+}

@@ -1,0 +1,148 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+)
+
+// Report is recovery.json: what the last start-up recovery found and did.
+type Report struct {
+	Version    int       `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Unclean is true when the previous daemon did not stop cleanly.
+	Unclean     bool              `json:"unclean"`
+	Agents      int               `json:"agents"`
+	Findings    []fsstore.Finding `json:"findings"`
+	KeptOut     []fsstore.Finding `json:"kept_out"`
+	Suspended   []RecoveredAgent  `json:"suspended"`
+	Redelivered []RecoveredAgent  `json:"redelivered"`
+	Resumed     []RecoveredAgent  `json:"resumed"`
+}
+
+// RecoveredAgent names an agent the recovery acted on.
+type RecoveredAgent struct {
+	ID       string `json:"id"`
+	Path     string `json:"path"`
+	Messages int    `json:"messages,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// RecoveryPrompt is the message root agents get after an unclean stop.
+const RecoveryPrompt = "The Substrat daemon restarted after an unclean stop (crash, kill or power loss). " +
+	"Nothing acknowledged was lost, but a turn in progress may have been cut short. " +
+	"Check on your team (list_children, inspect_agent) and carry on."
+
+// Recover loads the store into the core and runs the recovery procedure
+// (SPEC "Recovery", steps 2 to 8; the daemon has taken the lock, step 1).
+// unclean says whether the previous daemon died without a clean stop.
+func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
+	rep := &Report{Version: 1, StartedAt: c.clock.Now().UTC(), Unclean: unclean,
+		Findings: []fsstore.Finding{}, KeptOut: []fsstore.Finding{},
+		Suspended: []RecoveredAgent{}, Redelivered: []RecoveredAgent{}, Resumed: []RecoveredAgent{}}
+
+	// Steps 2-4: sweep, repair torn tails, load and replay, orphans.
+	res, err := c.store.Scan(ctx, fsstore.ScanOptions{Repair: true})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range res.Findings {
+		if f.Kind == fsstore.FindKeptOut {
+			rep.KeptOut = append(rep.KeptOut, f)
+			c.log.Error("agent kept out of the live tree", "path", f.Path, "reason", f.Detail)
+		} else {
+			rep.Findings = append(rep.Findings, f)
+		}
+	}
+	c.mu.Lock()
+	for _, a := range res.Agents {
+		c.insertLocked(a)
+	}
+	c.linkChildrenLocked()
+	nodes := make([]*node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		nodes = append(nodes, n)
+	}
+	c.mu.Unlock()
+	rep.Agents = len(nodes)
+
+	for _, n := range sortedNodes(nodes) {
+		path := c.pathOf(n)
+		// Step 5: no provider process survived, so ACTIVE is stale.
+		if n.sess.SessionState == fsstore.SessionActive {
+			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
+				Reason: "recovered: the daemon stopped while the session was active"}); err != nil {
+				return nil, fmt.Errorf("recover %s: %w", path, err)
+			}
+			rep.Suspended = append(rep.Suspended, RecoveredAgent{ID: n.id(), Path: path, Detail: "ACTIVE -> SUSPENDED"})
+		}
+		if n.sess.AgentState == fsstore.AgentBusy {
+			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle,
+				Reason: "recovered: a turn was cut short; its messages are delivered again"}); err != nil {
+				return nil, fmt.Errorf("recover %s: %w", path, err)
+			}
+		}
+		// Step 6: what is still in inbox/new is undelivered.
+		msgs, _, err := n.agent.Pending()
+		if err != nil {
+			return nil, fmt.Errorf("recover %s: %w", path, err)
+		}
+		if len(msgs) > 0 && !n.terminated() {
+			c.mu.Lock()
+			n.mail = true
+			c.mu.Unlock()
+			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: path, Messages: len(msgs)})
+		}
+		if n.agent.SnapshotSeq() != n.sess.LastSeq {
+			c.snapshot(n)
+		}
+	}
+
+	// Step 7: roots resume with a recovery prompt; children on demand.
+	if unclean {
+		c.mu.Lock()
+		roots := c.rootsLocked()
+		c.mu.Unlock()
+		for _, r := range roots {
+			if r.terminated() || r.sess.ParentID != "" {
+				continue
+			}
+			m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: RecoveryPrompt}
+			if _, err := c.deliver(m, r); err != nil {
+				return nil, fmt.Errorf("recover %s: %w", r.sess.Name, err)
+			}
+			rep.Resumed = append(rep.Resumed, RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})
+		}
+	}
+
+	// Step 8.
+	rep.FinishedAt = c.clock.Now().UTC()
+	rep.DurationMS = rep.FinishedAt.Sub(rep.StartedAt).Milliseconds()
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := fsstore.ReplaceFile(c.store.FS(), c.store.Layout().Recovery(), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	c.signal()
+	return rep, nil
+}
+
+func (c *Core) pathOf(n *node) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pathLocked(n)
+}
+
+func sortedNodes(ns []*node) []*node {
+	out := append([]*node(nil), ns...)
+	sort.Slice(out, func(i, j int) bool { return out[i].id() < out[j].id() })
+	return out
+}

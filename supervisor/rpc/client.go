@@ -1,0 +1,104 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// ErrNoDaemon means nothing answers on the socket.
+var ErrNoDaemon = errors.New("the daemon is not running")
+
+// Client is one connection to the daemon. Calls are serialised.
+type Client struct {
+	mu   sync.Mutex
+	conn net.Conn
+	br   *bufio.Reader
+	next uint64
+}
+
+// Dial connects to the daemon's socket.
+func Dial(ctx context.Context, path string) (*Client, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrNoDaemon, err)
+	}
+	return &Client{conn: c, br: bufio.NewReaderSize(c, 64<<10)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Call sends a request and decodes its result into result (if non-nil).
+func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	return c.Stream(ctx, method, params, nil, result)
+}
+
+// Stream sends a request, calls onFrame for each frame, and decodes the
+// final result into result (if non-nil). An *Error from the daemon is
+// returned as is.
+func (c *Client) Stream(ctx context.Context, method string, params any, onFrame func(json.RawMessage) error, result any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	req := Request{ID: c.next, Method: method}
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			return err
+		}
+		req.Params = b
+	}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(line)+1 > MaxLine {
+		return Errorf(CodeTooLong, "request is %d bytes, limit %d", len(line)+1, MaxLine)
+	}
+	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
+	defer stop()
+	if _, err := c.conn.Write(append(line, '\n')); err != nil {
+		return c.connErr(ctx, err)
+	}
+	for {
+		raw, err := readLine(c.br)
+		if err != nil {
+			return c.connErr(ctx, err)
+		}
+		var resp Response
+		if err := json.Unmarshal(raw, &resp); err != nil {
+			return fmt.Errorf("daemon sent a malformed response: %v", err)
+		}
+		if resp.ID != req.ID && resp.ID != 0 {
+			return fmt.Errorf("daemon answered request %d, expected %d", resp.ID, req.ID)
+		}
+		switch {
+		case resp.Error != nil:
+			return resp.Error
+		case resp.Frame != nil:
+			if onFrame != nil {
+				if err := onFrame(resp.Frame); err != nil {
+					return err
+				}
+			}
+		default:
+			if result != nil && resp.Result != nil {
+				return json.Unmarshal(resp.Result, result)
+			}
+			return nil
+		}
+	}
+}
+
+func (c *Client) connErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("connection to the daemon lost: %w", err)
+}

@@ -1,0 +1,264 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handler serves one method. It decodes params itself, may send frames
+// with send (streaming methods), and returns the final result or an error.
+// ctx is cancelled when the client goes away or the server closes.
+type Handler func(ctx context.Context, params json.RawMessage, send func(frame any) error) (any, error)
+
+// Server serves requests on a listener.
+type Server struct {
+	Log *slog.Logger
+	// UID is the only peer uid accepted; -1 accepts any (tests only).
+	UID int
+
+	mu       sync.Mutex // guards the fields below
+	methods  map[string]Handler
+	conns    map[net.Conn]struct{}
+	ln       net.Listener
+	closed   bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	ctx      context.Context
+	inflight sync.WaitGroup
+}
+
+// NewServer returns a server accepting only the current uid.
+func NewServer(log *slog.Logger) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{Log: log, UID: os.Getuid(), methods: map[string]Handler{},
+		conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}
+}
+
+// Handle registers h for method.
+func (s *Server) Handle(method string, h Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.methods[method] = h
+}
+
+// Serve accepts connections until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("rpc: server closed")
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops accepting, cancels running handlers, closes every connection
+// and waits for their goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.cancel()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// peerUID returns the uid of the process at the other end of a Unix socket.
+func peerUID(c net.Conn) (int, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return -1, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil {
+		return -1, err
+	}
+	if cerr != nil {
+		return -1, cerr
+	}
+	return int(cred.Uid), nil
+}
+
+type connWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (cw *connWriter) write(r *Response) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		b, _ = json.Marshal(&Response{ID: r.ID, Error: &Error{Code: CodeInternal, Message: "cannot encode response: " + err.Error()}})
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	cw.w.Write(b)
+	cw.w.WriteByte('\n')
+	return cw.w.Flush()
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	cw := &connWriter{w: bufio.NewWriter(c)}
+	if s.UID >= 0 {
+		uid, err := peerUID(c)
+		if err != nil || uid != s.UID {
+			s.Log.Warn("rpc: refused a connection", "peer_uid", uid, "err", err)
+			cw.write(&Response{Error: Errorf(CodePermission, "connection refused: peer uid %d is not the daemon's uid %d", uid, s.UID)})
+			return
+		}
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	br := bufio.NewReaderSize(c, 64<<10)
+	for {
+		line, err := readLine(br)
+		if errors.Is(err, errLineTooLong) {
+			cw.write(&Response{Error: Errorf(CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
+			return
+		}
+		if err != nil {
+			return // EOF or a broken connection
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		var req Request
+		if err := json.Unmarshal(line, &req); err != nil {
+			cw.write(&Response{Error: Errorf(CodeParse, "malformed request: %v", err)})
+			continue
+		}
+		s.mu.Lock()
+		h := s.methods[req.Method]
+		s.mu.Unlock()
+		if h == nil {
+			cw.write(&Response{ID: req.ID, Error: Errorf(CodeUnknownMethod, "unknown method %q", req.Method)})
+			continue
+		}
+		s.call(ctx, c, cw, &req, h)
+	}
+}
+
+func (s *Server) call(ctx context.Context, c net.Conn, cw *connWriter, req *Request, h Handler) {
+	// Cancel the handler if the client hangs up while it runs: a peek
+	// that returns means EOF or more input; only EOF/errors cancel.
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	send := func(frame any) error {
+		b, err := json.Marshal(frame)
+		if err != nil {
+			return err
+		}
+		if err := cw.write(&Response{ID: req.ID, Frame: b}); err != nil {
+			cancel()
+			return err
+		}
+		return nil
+	}
+	var (
+		result any
+		err    error
+	)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				s.Log.Error("rpc: handler panicked", "method", req.Method, "panic", r)
+				err = Errorf(CodeInternal, "internal error in %s (see daemon.log)", req.Method)
+			}
+		}()
+		result, err = h(hctx, req.Params, send)
+	}()
+	resp := &Response{ID: req.ID}
+	if err != nil {
+		resp.Error = AsError(err)
+	} else {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			resp.Error = Errorf(CodeInternal, "cannot encode result: %v", merr)
+		} else {
+			resp.Result = b
+		}
+	}
+	cw.write(resp)
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads a line of at most MaxLine bytes. A longer line returns
+// errLineTooLong.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(buf)+len(frag) > MaxLine {
+			return nil, errLineTooLong
+		}
+		buf = append(buf, frag...)
+		if err == nil {
+			return buf, nil
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == io.EOF && len(buf) > 0 {
+			return buf, nil
+		}
+		return nil, err
+	}
+}

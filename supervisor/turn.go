@@ -1,0 +1,182 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+)
+
+// RunTurn runs one turn of agent id if it has undelivered messages and is
+// free. It returns once the turn's effects are durable. It is what the
+// scheduler calls, and what the simulation calls step by step.
+func (c *Core) RunTurn(ctx context.Context, id string) error {
+	c.mu.Lock()
+	n := c.nodes[id]
+	if n == nil || c.down || n.terminated() || n.heldBy != "" || !c.claimLocked(n) {
+		c.mu.Unlock()
+		return nil
+	}
+	tctx, cancel := context.WithTimeout(ctx, c.timeout)
+	n.cancel = cancel
+	c.mu.Unlock()
+	defer cancel()
+	defer c.release(n)
+	return c.turnHeld(tctx, n)
+}
+
+// RenderPrompt is the wake prompt for a batch of messages: each one under a
+// header line "[message <id> from <sender>]".
+func RenderPrompt(msgs []*fsstore.Message) string {
+	var b strings.Builder
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		from := m.FromName
+		if from == "" {
+			from = m.From
+		}
+		fmt.Fprintf(&b, "[message %s from %s]\n%s\n", m.ID, from, strings.TrimRight(m.Text, "\n"))
+	}
+	return b.String()
+}
+
+func (c *Core) turnHeld(ctx context.Context, n *node) error {
+	msgs, bad, err := n.agent.Pending()
+	for _, b := range bad {
+		c.log.Warn("skipping an unreadable inbox file", "agent", n.id(), "path", b.Path, "reason", b.Reason)
+	}
+	if err != nil {
+		return storeErr(err)
+	}
+	c.mu.Lock()
+	n.mail = false // arrivals during the turn set it again
+	c.mu.Unlock()
+	if len(msgs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
+		return err
+	}
+	tools := &turnTools{c: c, n: n, inTurn: map[string]bool{}}
+	for _, id := range ids {
+		tools.inTurn[id] = true
+	}
+	defer tools.releaseSpawned()
+
+	live, err := c.ensureSession(ctx, n)
+	if err != nil {
+		return c.turnFailed(ctx, n, len(msgs), err)
+	}
+	prompt := RenderPrompt(msgs)
+	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(ch provider.Chunk) {
+		c.mu.Lock()
+		c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
+		c.mu.Unlock()
+	}})
+	if err != nil {
+		return c.turnFailed(ctx, n, len(msgs), err)
+	}
+	if err := c.commit(n, fsstore.EvTurn, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
+		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
+		return err
+	}
+	if err := n.agent.MarkDelivered(ids); err != nil {
+		return storeErr(err)
+	}
+	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	done := n.terminated()
+	c.mu.Unlock()
+	if done {
+		if err := c.terminateHeld(n, n.sess.StateReason); err != nil {
+			return err
+		}
+	} else if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle}); err != nil {
+		return err
+	}
+	c.snapshot(n)
+	c.transcript(n, prompt, res.Text)
+	c.mu.Lock()
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "turn_done", Time: c.clock.Now().UTC(),
+		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
+	c.mu.Unlock()
+	return nil
+}
+
+// turnFailed handles a turn that did not finish: the messages stay in the
+// inbox, the provider session is put aside (it resumes on the next turn),
+// the agent goes back to IDLE, and its parent (or USER, for a root) is told.
+func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error) error {
+	c.log.Warn("turn failed", "agent", n.id(), "name", n.sess.Name, "err", cause)
+	c.mu.Lock()
+	live := n.live
+	n.live = nil
+	n.failed = true
+	c.mu.Unlock()
+	if live != nil {
+		live.Stop()
+	}
+	if n.sess.SessionState == fsstore.SessionActive {
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "turn failed"}); err != nil {
+			return err
+		}
+	}
+	if !n.terminated() {
+		reason := "turn failed: " + cause.Error()
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: reason}); err != nil {
+			return err
+		}
+	}
+	c.snapshot(n)
+	if ctx.Err() != nil && errors.Is(cause, context.Canceled) {
+		return nil // terminated or shutting down: nobody to tell
+	}
+	c.mu.Lock()
+	path := c.pathLocked(n)
+	parent := c.nodes[n.sess.ParentID]
+	c.mu.Unlock()
+	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox. "+
+		"Send it a message to retry (from the CLI: substrat agent send %s '...').", path, cause, pending)
+	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
+	if parent != nil && !parent.terminated() {
+		_, err := c.deliver(m, parent)
+		return err
+	}
+	return c.sendUser(m)
+}
+
+// transcript appends a readable record of a turn to transcript.txt. It is
+// for people only and not fsynced; failures are logged.
+func (c *Core) transcript(n *node, prompt, out string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "=== %s turn %d\n%s--- %s\n%s\n\n", c.clock.Now().UTC().Format("2006-01-02T15:04:05Z"),
+		n.sess.Counters.Turns, prompt, n.sess.Name, strings.TrimRight(out, "\n"))
+	path := n.agent.Files().Transcript()
+	fsys := c.store.FS()
+	f, err := fsys.OpenAppend(path)
+	if errors.Is(err, fsstore.ErrNotFound) || err != nil {
+		f, err = fsys.Create(path, 0o600)
+		if err != nil {
+			f, err = fsys.OpenAppend(path)
+		}
+	}
+	if err != nil {
+		c.log.Warn("transcript not written", "agent", n.id(), "err", err)
+		return
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte(b.String())); err != nil {
+		c.log.Warn("transcript not written", "agent", n.id(), "err", err)
+	}
+}

@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"time"
+)
+
+// WatchEvent is what subscribers see: a committed event, a message, or a
+// piece of turn output.
+type WatchEvent struct {
+	Agent string    `json:"agent"`
+	Name  string    `json:"name"`
+	Type  string    `json:"type"`
+	Seq   uint64    `json:"seq,omitempty"`
+	Time  time.Time `json:"ts"`
+	Data  any       `json:"data,omitempty"`
+}
+
+// Subscription receives WatchEvents for one agent (or all when agent is
+// empty). A subscriber that falls behind loses events and is told so by
+// Lagged.
+type Subscription struct {
+	C      chan WatchEvent
+	agent  string
+	lagged bool
+	core   *Core
+}
+
+// Subscribe starts a subscription; Close it when done.
+func (c *Core) Subscribe(agent string) *Subscription {
+	s := &Subscription{C: make(chan WatchEvent, 256), agent: agent, core: c}
+	c.mu.Lock()
+	c.subs[s] = struct{}{}
+	c.mu.Unlock()
+	return s
+}
+
+// Close ends the subscription.
+func (s *Subscription) Close() {
+	s.core.mu.Lock()
+	delete(s.core.subs, s)
+	s.core.mu.Unlock()
+}
+
+// Lagged reports whether events were dropped because C was full.
+func (s *Subscription) Lagged() bool {
+	s.core.mu.Lock()
+	defer s.core.mu.Unlock()
+	return s.lagged
+}
+
+func (c *Core) publishLocked(e WatchEvent) {
+	for s := range c.subs {
+		if s.agent != "" && s.agent != e.Agent {
+			continue
+		}
+		select {
+		case s.C <- e:
+		default:
+			s.lagged = true
+		}
+	}
+}
