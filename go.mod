@@ -9,4 +9,8 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/alecthomas/kong v1.17.0 // indirect
+require (
+	github.com/alecthomas/kong v1.17.0 // indirect
+	github.com/rogpeppe/go-internal v1.16.0 // indirect
+	golang.org/x/tools v0.26.0 // indirect
+)

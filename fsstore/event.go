@@ -112,5 +112,9 @@ func DecodeEvent(line []byte) (Event, error) {
 	if e.Seq != seq || e.Type == "" {
 		return Event{}, fmt.Errorf("malformed event")
 	}
+	// ts is written in UTC; refuse a time EncodeEvent could not write back.
+	if y := e.Time.UTC().Year(); y < 0 || y > 9999 {
+		return Event{}, fmt.Errorf("ts is outside the years 0000 to 9999 in UTC")
+	}
 	return e.Event, nil
 }

@@ -205,6 +205,10 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	if res.Failed != "" {
 		return fail("message "+res.MessageID+" was stored, but the turn failed: "+res.Failed, "the message stays in the inbox; send another message to retry")
 	}
+	if c.NoWait {
+		fmt.Printf("message %s stored; it is delivered at %s's next turn\n", res.MessageID, c.Ref)
+		return nil
+	}
 	fmt.Printf("message %s delivered\n", res.MessageID)
 	return nil
 }

@@ -40,7 +40,7 @@ func (c *DaemonRunCmd) Run(g *Globals) error {
 	var running *supervisor.RunningError
 	if errors.As(err, &running) {
 		return &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", running.Pid, g.Home),
-			hint: "stop it with 'substrat daemon stop'" + homeFlag(g.Home)}
+			hint: "stop it with 'substrat daemon stop" + homeFlag(g.Home) + "'"}
 	}
 	return err
 }

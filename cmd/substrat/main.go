@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -136,14 +137,14 @@ func (g *Globals) client(ctx context.Context) (*rpc.Client, error) {
 	c, err := rpc.Dial(ctx, layout.Socket())
 	if err != nil {
 		return nil, &exitError{code: 3, msg: "the daemon is not running on " + g.Home,
-			hint: "start it with 'substrat daemon start'" + homeFlag(g.Home)}
+			hint: "start it with 'substrat daemon start" + homeFlag(g.Home) + "'"}
 	}
 	return c, nil
 }
 
 func homeFlag(home string) string {
 	def, _ := os.UserHomeDir()
-	if home == def+"/.substrat" {
+	if home == filepath.Join(def, ".substrat") || os.Getenv("SUBSTRAT_HOME") != "" {
 		return ""
 	}
 	return " --home " + home
@@ -163,6 +164,7 @@ func (g *Globals) call(method string, params, result any) error {
 func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if name, ok := strings.CutPrefix(filepath.Base(os.Args[0]), "fakemodel-"); ok {
 		os.Exit(runFakeModel(name))
 	}
+	// A race-enabled binary sleeps a second at exit by default; the fake
+	// models inherit this.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
 

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"substrat": func() { os.Exit(run(os.Args[1:])) },
+	})
+}
+
+// TestScripts drives the real binary through testdata/script/*.txtar.
+// Each script has its own home in $WORK/home; daemons left running are
+// killed when the script ends.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			home := filepath.Join(env.WorkDir, "home")
+			env.Setenv("SUBSTRAT_HOME", home)
+			env.Defer(func() { killDaemon(home) })
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exitcode":   cmdExitCode,
+			"waitdaemon": cmdWaitDaemon,
+			"killdaemon": cmdKillDaemon,
+			"waitfor":    cmdWaitFor,
+		},
+	})
+}
+
+func killDaemon(home string) {
+	if held, pid := supervisor.Held(fsstore.Layout{Home: home}.Lock()); held && pid > 0 {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// exitcode N cmd args... runs cmd and checks its exit status is N.
+func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exitcode N command args...")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else if err != nil {
+		ts.Fatalf("%v", err)
+	}
+	if got != want {
+		ts.Fatalf("exit status %d, want %d", got, want)
+	}
+}
+
+// waitdaemon waits until the daemon of $SUBSTRAT_HOME answers.
+func cmdWaitDaemon(ts *testscript.TestScript, neg bool, args []string) {
+	sock := fsstore.Layout{Home: ts.Getenv("SUBSTRAT_HOME")}.Socket()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := rpc.Dial(context.Background(), sock)
+		if err == nil {
+			err = c.Call(context.Background(), "daemon.status", nil, nil)
+			c.Close()
+			if err == nil {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ts.Fatalf("the daemon did not answer on %s", sock)
+}
+
+// killdaemon sends SIGKILL to the daemon holding the lock and waits until
+// the lock is free.
+func cmdKillDaemon(ts *testscript.TestScript, neg bool, args []string) {
+	lock := fsstore.Layout{Home: ts.Getenv("SUBSTRAT_HOME")}.Lock()
+	held, pid := supervisor.Held(lock)
+	if !held || pid <= 0 {
+		ts.Fatalf("no daemon holds %s", lock)
+	}
+	ts.Check(syscall.Kill(pid, syscall.SIGKILL))
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if h, _ := supervisor.Held(lock); !h {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ts.Fatalf("daemon pid %d still holds the lock", pid)
+}
+
+// waitfor SECONDS cmd args... -- retries cmd until its stdout contains the
+// last argument.
+func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 3 {
+		ts.Fatalf("usage: waitfor TEXT command args...")
+	}
+	want := args[0]
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		ts.Exec(args[1], args[2:]...)
+		last = ts.ReadFile("stdout")
+		if strings.Contains(last, want) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ts.Fatalf("%q never appeared; last output:\n%s", want, last)
+}
