@@ -147,7 +147,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error
 	parent := c.nodes[n.sess.ParentID]
 	c.mu.Unlock()
 	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox. "+
-		"Send it a message to retry (from the CLI: substrat agent send %s '...').", path, cause, pending)
+		"Send it a message to retry (from the CLI: substrat agent send %s '...').", path, cause, pending, path)
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {
 		_, err := c.deliver(m, parent)

@@ -36,7 +36,9 @@ func (c *DaemonRunCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	err := supervisor.Run(ctx, supervisor.Options{Home: g.Home, MaxSlots: c.MaxSlots, Providers: providers(), Version: version,
-		Ready: func() { fmt.Fprintf(os.Stderr, "substrat daemon %s ready on %s (pid %d)\n", version, g.Home, os.Getpid()) }})
+		Ready: func() {
+			fmt.Fprintf(os.Stderr, "substrat daemon %s ready on %s (pid %d)\n", version, g.Home, os.Getpid())
+		}})
 	var running *supervisor.RunningError
 	if errors.As(err, &running) {
 		return &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", running.Pid, g.Home),
