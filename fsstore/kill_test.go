@@ -118,18 +118,28 @@ func TestKill9(t *testing.T) {
 		acked    int        // acknowledgements seen in all rounds
 		tornSeen int        // rounds whose recovery cut a torn tail
 		early    int        // rounds killed before the helper was ready
+		// Running estimates of the helper's start-up (to its ready line)
+		// and of one append, so that the kills land at random points of
+		// them however fast this machine is (and with -race).
+		startup   = 50 * time.Millisecond
+		perAppend = 5 * time.Millisecond
 	)
 	for round := 0; round < killRounds; round++ {
-		// A fifth of the rounds kill the helper early, possibly while it
-		// is still repairing; the others while it appends.
-		var delay time.Duration
-		waitReady := rng.IntN(5) != 0
-		if waitReady {
-			delay = time.Duration(rng.IntN(25_000)) * time.Microsecond
-		} else {
-			delay = time.Duration(rng.IntN(60_000)) * time.Microsecond
+		// A fifth of the rounds kill the helper at a random point of its
+		// start-up, possibly while it is repairing; the others after a
+		// random number of acknowledged appends, at a random point of the
+		// next one.
+		p := killPlan{waitAcks: -1, delay: randDur(rng, startup)}
+		if rng.IntN(5) != 0 {
+			p = killPlan{waitAcks: rng.IntN(8), delay: randDur(rng, perAppend*5/4)}
 		}
-		r := runAndKill(t, exe, home, id, waitReady, delay)
+		r := runAndKill(t, exe, home, id, p)
+		if r.startup > 0 {
+			startup = (3*startup + r.startup) / 4
+		}
+		if r.append > 0 {
+			perAppend = (3*perAppend + r.append) / 4
+		}
 		if r.ready >= 0 && uint64(r.ready) != durable {
 			t.Fatalf("round %d: the helper recovered up to event %d, the test up to %d", round, r.ready, durable)
 		}
@@ -146,7 +156,7 @@ func TestKill9(t *testing.T) {
 		// Recover as the daemon would, and check.
 		res := mustScan(t, s, ScanOptions{Repair: true})
 		if len(res.Agents) != 1 || res.Agents[0].ID() != id {
-			t.Fatalf("round %d (delay %v): live agents %v, findings:\n%s", round, delay, liveIDs(res), fmtFindings(res.Findings))
+			t.Fatalf("round %d (%+v): live agents %v, findings:\n%s", round, p, liveIDs(res), fmtFindings(res.Findings))
 		}
 		for _, f := range res.Findings {
 			switch f.Kind {
@@ -195,21 +205,34 @@ func TestKill9(t *testing.T) {
 		durable = last
 	}
 	fi, _ := os.Stat(path)
-	t.Logf("%d rounds (%d killed before ready): %d events acknowledged, log at event %d (%d bytes), %d torn tails cut",
-		killRounds, early, acked, durable, fi.Size(), tornSeen)
+	t.Logf("%d rounds (%d killed before ready): %d events acknowledged, log at event %d (%d bytes), %d torn tails cut; start-up ~%v, append ~%v",
+		killRounds, early, acked, durable, fi.Size(), tornSeen, startup, perAppend)
 	if acked == 0 {
 		t.Error("no append was ever acknowledged: the kills came too early to test anything")
 	}
 }
 
-type killRun struct {
-	ready int64 // the helper's LastSeq after its recovery; -1 if it never said
-	acks  []uint64
+func randDur(rng *rand.Rand, max time.Duration) time.Duration {
+	return time.Duration(rng.Int64N(int64(max) + 1))
 }
 
-// runAndKill starts the helper, waits for it to be ready if asked, lets it
-// run for delay, SIGKILLs it and collects what it acknowledged.
-func runAndKill(t *testing.T, exe, home, id string, waitReady bool, delay time.Duration) killRun {
+// killPlan says when to kill the helper: after waitAcks acknowledgements
+// (-1: without waiting for it to be ready) and then delay.
+type killPlan struct {
+	waitAcks int
+	delay    time.Duration
+}
+
+type killRun struct {
+	ready   int64 // the helper's LastSeq after its recovery; -1 if it never said
+	acks    []uint64
+	startup time.Duration // from start to the ready line, if waited for
+	append  time.Duration // mean time between acknowledgements, if waited for
+}
+
+// runAndKill starts the helper, follows the plan, SIGKILLs it and collects
+// what it acknowledged.
+func runAndKill(t *testing.T, exe, home, id string, p killPlan) killRun {
 	t.Helper()
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), killHelperEnv+"="+home, killAgentEnv+"="+id)
@@ -219,6 +242,7 @@ func runAndKill(t *testing.T, exe, home, id string, waitReady bool, delay time.D
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,23 +270,31 @@ func runAndKill(t *testing.T, exe, home, id string, waitReady bool, delay time.D
 			t.Errorf("helper said %q", l)
 		}
 	}
-	if waitReady {
+	if p.waitAcks >= 0 {
 		timeout := time.After(20 * time.Second)
-		for r.ready < 0 {
+		var readyAt time.Time
+		for r.ready < 0 || len(r.acks) < p.waitAcks {
 			select {
 			case l, ok := <-lines:
 				if !ok {
 					cmd.Wait()
-					t.Fatalf("the helper exited before it was ready: %s", stderr.String())
+					t.Fatalf("the helper exited early: %s", stderr.String())
 				}
 				parse(l)
+				if r.ready >= 0 && readyAt.IsZero() {
+					readyAt = time.Now()
+					r.startup = readyAt.Sub(start)
+				}
 			case <-timeout:
 				cmd.Process.Kill()
-				t.Fatal("the helper did not get ready in 20s")
+				t.Fatal("the helper did not get ready or acknowledge in 20s")
 			}
 		}
+		if n := len(r.acks); n > 0 {
+			r.append = time.Since(readyAt) / time.Duration(n)
+		}
 	}
-	time.Sleep(delay)
+	time.Sleep(p.delay)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -15,5 +15,3 @@ func TestMain(m *testing.M) {
 	removeScanFixture()
 	os.Exit(code)
 }
-
-func removeScanFixture() {}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,6 +227,21 @@ var fakeModels = map[string]func(f *fakeIO) int{
 	"hang": func(f *fakeIO) int {
 		f.turn()
 		f.send(map[string]any{"type": "text", "text": fmt.Sprintf("pids %d %d", os.Getpid(), startSleep())})
+		time.Sleep(time.Hour)
+		return 0
+	},
+	// escape leaves a grandchild outside its process group that holds its
+	// stdout, and never ends the turn.
+	"escape": func(f *fakeIO) int {
+		f.turn()
+		cmd := exec.Command("sleep", "300")
+		cmd.Stdout = os.Stdout
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(os.Stderr, "fake model: %v\n", err)
+			return 9
+		}
+		f.send(map[string]any{"type": "text", "text": fmt.Sprintf("pids %d %d", os.Getpid(), cmd.Process.Pid)})
 		time.Sleep(time.Hour)
 		return 0
 	},

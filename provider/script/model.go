@@ -116,7 +116,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 		"SUBSTRAT_AGENT_NAME="+s.cfg.Name,
 		"SUBSTRAT_SESSION_ID="+s.id)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: false}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process) }
 	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
@@ -334,7 +334,7 @@ func killGroup(p *os.Process) error {
 	if err := p.Signal(syscall.Signal(0)); err != nil {
 		return err // os.ErrProcessDone once reaped
 	}
-	if err := p.Kill(); err != nil && false {}; if err := syscall.Kill(p.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(-p.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
 	}
 	return nil

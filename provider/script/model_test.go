@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,6 +237,25 @@ func TestModelHangKilledWithGroup(t *testing.T) {
 	for _, pid := range p {
 		waitGone(t, pid)
 	}
+}
+
+func TestModelEscapedGrandchildCannotHang(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var chunks []provider.Chunk
+	_, err := sendModel(t, "escape", ctx, provider.Turn{Prompt: "hi", Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Send: %v, want DeadlineExceeded", err)
+	}
+	p := pids(t, chunks)
+	if len(p) != 2 {
+		t.Fatalf("pids %v", p)
+	}
+	// The leader is killed; the escaped sleep is out of reach by design,
+	// and ours to clean up.
+	syscall.Kill(p[1], syscall.SIGKILL)
+	waitGone(t, p[0])
 }
 
 func TestModelStragglersKilled(t *testing.T) {

@@ -64,6 +64,14 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
 	defer stop()
 	if _, err := c.conn.Write(append(line, '\n')); err != nil {
+		// The daemon may have refused the connection before reading
+		// anything (wrong uid); its reason is worth more than EPIPE.
+		if raw, rerr := readLine(c.br); rerr == nil {
+			var resp Response
+			if json.Unmarshal(raw, &resp) == nil && resp.Error != nil {
+				return resp.Error
+			}
+		}
 		return c.connErr(ctx, err)
 	}
 	for {

@@ -1,0 +1,213 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/script"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// startDaemon runs a real daemon on a temp home and returns the socket
+// path. It is stopped when the test ends.
+func startDaemon(t *testing.T) (home, sock string) {
+	t.Helper()
+	home = t.TempDir()
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Home: home, Providers: provider.NewRegistry(script.New()), LogOutput: testWriter{t},
+			Ready: func() { close(ready) }, Grace: time.Second})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	return home, fsstore.Layout{Home: home}.Socket()
+}
+
+type rawConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, sock string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{c: c, br: bufio.NewReader(c)}
+}
+
+func (r *rawConn) roundTrip(t *testing.T, line string) rpc.Response {
+	t.Helper()
+	if _, err := r.c.Write([]byte(line + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	return r.read(t)
+}
+
+func (r *rawConn) read(t *testing.T) rpc.Response {
+	t.Helper()
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	l, err := r.br.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	var resp rpc.Response
+	if err := json.Unmarshal(l, &resp); err != nil {
+		t.Fatalf("bad response %q: %v", l, err)
+	}
+	return resp
+}
+
+func TestSocketBadInput(t *testing.T) {
+	home, sock := startDaemon(t)
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
+	}
+	if fi, _ := os.Stat(home); fi.Mode().Perm() != 0o700 {
+		t.Errorf("home mode %v, want 0700", fi.Mode().Perm())
+	}
+	r := dialRaw(t, sock)
+	cases := []struct {
+		line, code, msg string
+	}{
+		{`{not json`, rpc.CodeParse, "malformed request"},
+		{`[1,2,3]`, rpc.CodeParse, "malformed request"},
+		{`{"id":7,"method":"no.such"}`, rpc.CodeUnknownMethod, `unknown method "no.such"`},
+		{`{"id":8,"method":"agent.create","params":{"name":42}}`, rpc.CodeInvalidParams, "invalid params"},
+		{`{"id":9,"method":"agent.create","params":{"nmae":"x"}}`, rpc.CodeInvalidParams, `unknown field "nmae"`},
+		{`{"id":10,"method":"agent.create","params":{"name":"../x"}}`, rpc.CodeInvalidParams, "contains '..'"},
+		{`{"id":11,"method":"agent.inspect","params":{"ref":"ghost"}}`, rpc.CodeNotFound, `no agent named "ghost"`},
+		{`{"id":12,"method":"agent.inspect","params":"str"}`, rpc.CodeInvalidParams, "invalid params"},
+		{`{"id":13,"method":"agent.send","params":{"ref":"","text":"x"}}`, rpc.CodeInvalidParams, "empty agent ref"},
+	}
+	for _, tc := range cases {
+		resp := r.roundTrip(t, tc.line)
+		if resp.Error == nil || resp.Error.Code != tc.code || !strings.Contains(resp.Error.Message, tc.msg) {
+			t.Errorf("%s: got %+v, want code %s with %q", tc.line, resp.Error, tc.code, tc.msg)
+		}
+	}
+	// The same connection still works after all that.
+	resp := r.roundTrip(t, `{"id":20,"method":"agent.create","params":{"name":"ok"}}`)
+	if resp.Error != nil || resp.ID != 20 {
+		t.Fatalf("create after bad input: %+v", resp)
+	}
+
+	// An oversized line: an error, then the connection is closed; the
+	// daemon serves others.
+	big := dialRaw(t, sock)
+	go big.c.Write([]byte(`{"id":1,"method":"agent.create","params":{"name":"` + strings.Repeat("a", rpc.MaxLine) + `"}}` + "\n"))
+	resp = big.read(t)
+	if resp.Error == nil || resp.Error.Code != rpc.CodeTooLong {
+		t.Fatalf("oversized line: %+v", resp)
+	}
+	if _, err := big.br.ReadBytes('\n'); err == nil {
+		t.Error("connection not closed after an oversized line")
+	}
+	resp = dialRaw(t, sock).roundTrip(t, `{"id":1,"method":"agent.list"}`)
+	if resp.Error != nil || !strings.Contains(string(resp.Result), `"name":"ok"`) {
+		t.Fatalf("list after oversized line: %+v", resp)
+	}
+}
+
+func TestSocketManyClients(t *testing.T) {
+	_, sock := startDaemon(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := rpc.Dial(context.Background(), sock)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			var info AgentInfo
+			if err := c.Call(context.Background(), "agent.create", CreateParams{Name: fmt.Sprintf("a%d", i)}, &info); err != nil {
+				errs <- err
+				return
+			}
+			var res SendResult
+			if err := c.Call(context.Background(), "agent.send", map[string]any{"ref": info.ID, "text": "ping", "wait": true}, &res); err != nil {
+				errs <- err
+				return
+			}
+			if res.Text != "ping" {
+				errs <- fmt.Errorf("agent %d answered %q", i, res.Text)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestSocketPeerUID(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rpc.NewServer(testLog(t))
+	srv.UID = os.Getuid() + 1 // nobody we are
+	srv.Handle("ping", func(context.Context, json.RawMessage, func(any) error) (any, error) { return "pong", nil })
+	go srv.Serve(ln)
+	defer srv.Close()
+	c, err := rpc.Dial(context.Background(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Call(context.Background(), "ping", nil, nil)
+	var re *rpc.Error
+	if !errors.As(err, &re) || re.Code != rpc.CodePermission {
+		t.Fatalf("got %v, want permission_denied", err)
+	}
+}
+
+func TestSecondDaemonRefused(t *testing.T) {
+	home, _ := startDaemon(t)
+	err := Run(context.Background(), Options{Home: home, Providers: provider.NewRegistry(script.New()), LogOutput: testWriter{t}})
+	var re *RunningError
+	if !errors.As(err, &re) || re.Pid != os.Getpid() {
+		t.Fatalf("second daemon: %v, want RunningError with our pid", err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("(pid %d)", os.Getpid())) {
+		t.Errorf("message %q lacks the pid", err)
+	}
+}
