@@ -3,7 +3,8 @@
 // agent tools; a provider session asks for them through a ToolHandler.
 //
 // Sub-packages hold the adapters (script, and later claude, cursor-agent,
-// openai); providertest is the conformance suite every adapter passes.
+// openai); providertest is the conformance suite every adapter passes. A
+// Registry maps the names agents are created with to providers.
 package provider
 
 import (
@@ -64,7 +65,10 @@ type Usage struct {
 	CostUSD      float64 `json:"cost_usd"`
 }
 
-// Chunk is a piece of streamed turn output.
+// Chunk is a piece of streamed turn output: Kind "text" (assistant text),
+// "tool_call" (a readable form of a call, before it runs) or "tool_result"
+// (a readable form of its result). Chunks are for watching a turn; the
+// turn's outcome is its TurnResult.
 type Chunk struct {
 	Kind string `json:"kind"` // "text", "tool_call", "tool_result"
 	Text string `json:"text"`
@@ -118,7 +122,9 @@ type Provider interface {
 type Session interface {
 	// Send runs one turn. Errors: ErrStopped after Suspend or Stop,
 	// ErrProtocol for unreadable output, ErrRetryable for transient
-	// failures, ctx.Err() on cancellation or timeout.
+	// failures, ctx.Err() (possibly wrapped) on cancellation or timeout,
+	// returned promptly. A failed turn leaves the session usable for the
+	// next Send.
 	Send(ctx context.Context, turn Turn) (TurnResult, error)
 	// Suspend saves the session's state to an opaque blob and releases its
 	// resources. The session cannot be used afterwards.

@@ -49,6 +49,7 @@ type StatusResult struct {
 	LiveSessions int       `json:"live_sessions"`
 	Busy         int       `json:"busy"`
 	MaxSlots     int       `json:"max_slots"`
+	Watchers     int       `json:"watchers"`
 }
 
 // InspectResult is agent.inspect.
@@ -82,7 +83,7 @@ func (d *Daemon) register() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		st := StatusResult{Pid: os.Getpid(), Home: d.store.Layout().Home, Version: d.opts.Version,
-			StartedAt: d.started.UTC(), Agents: len(c.nodes), MaxSlots: d.opts.MaxSlots}
+			StartedAt: d.started.UTC(), Agents: len(c.nodes), MaxSlots: d.opts.MaxSlots, Watchers: len(c.subs)}
 		for _, n := range c.nodes {
 			if n.live != nil {
 				st.LiveSessions++

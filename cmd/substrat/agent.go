@@ -215,12 +215,13 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 
 // AgentAttachCmd follows one agent.
 type AgentAttachCmd struct {
-	Ref string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref   string `arg:"" help:"The agent: a name, a path or an id."`
+	Until string `help:"Exit after the first event of this type (e.g. turn_done)." placeholder:"TYPE"`
 }
 
 // Run streams the agent's events until interrupted.
 func (c *AgentAttachCmd) Run(g *Globals) error {
-	return follow(g, "agent.attach", map[string]string{"ref": c.Ref})
+	return follow(g, "agent.attach", map[string]string{"ref": c.Ref}, c.Until)
 }
 
 // AgentTerminateCmd ends agents.

@@ -192,15 +192,19 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 // DaemonWatchCmd follows live events.
 type DaemonWatchCmd struct {
 	Agent string `arg:"" optional:"" help:"Only this agent (a name, path or id)."`
+	Until string `help:"Exit after the first event of this type (e.g. turn_done)." placeholder:"TYPE"`
 }
 
 // Run streams events until interrupted.
 func (c *DaemonWatchCmd) Run(g *Globals) error {
-	return follow(g, "daemon.watch", map[string]string{"ref": c.Agent})
+	return follow(g, "daemon.watch", map[string]string{"ref": c.Agent}, c.Until)
 }
 
-// follow streams a subscription method until the user interrupts.
-func follow(g *Globals, method string, params any) error {
+var errUntil = errors.New("until reached")
+
+// follow streams a subscription method until the user interrupts, or
+// until an event of type until has been printed.
+func follow(g *Globals, method string, params any, until string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cl, err := g.client(ctx)
@@ -209,17 +213,21 @@ func follow(g *Globals, method string, params any) error {
 	}
 	defer cl.Close()
 	err = cl.Stream(ctx, method, params, func(raw json.RawMessage) error {
+		var e watchLine
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return err
+		}
 		if g.JSON {
 			fmt.Println(string(raw))
-			return nil
-		}
-		var e watchLine
-		if err := json.Unmarshal(raw, &e); err == nil {
+		} else {
 			fmt.Println(e.String())
+		}
+		if until != "" && e.Type == until {
+			return errUntil
 		}
 		return nil
 	}, nil)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || errors.Is(err, errUntil) {
 		return nil
 	}
 	return err

@@ -67,9 +67,9 @@
 //
 // Calls are run one at a time, in order. A call without an id is given one
 // as in native mode, with messageID = hex(sha256(prompt)) and index = the
-// position of the call among the turn's calls. A call whose args are not a
-// JSON object (or null) gets an error result without reaching the tool. The
-// program ends the turn with exactly one of
+// 0-based position of the call among the turn's calls. Absent or null args
+// mean {}; args that are not a JSON object get an error result without
+// reaching the tool. The program ends the turn with exactly one of
 //
 //	{"type":"done","text":"…","usage":{"input_tokens":1,"output_tokens":2,"cost_usd":0}}
 //	{"type":"error","message":"…"}
@@ -83,8 +83,8 @@
 // The turn fails with an error wrapping provider.ErrProtocol, which quotes
 // (truncated) the offending output and the end of stderr, if the program
 // writes a line that is not a JSON object of a known type, a call without a
-// name, a line over 1 MiB, or exits (or closes stdout) without done or
-// error. Cancelling Send's context (a timeout) kills the whole process group
+// name, a line over 1 MiB, more than 16 MiB of text in a turn, or exits
+// (or closes stdout) without done or error. Cancelling Send's context (a timeout) kills the whole process group
 // and Send returns an error wrapping ctx.Err().
 //
 // A minimal model program in Python (testdata/echo_model.py is a longer one):

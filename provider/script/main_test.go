@@ -195,6 +195,13 @@ var fakeModels = map[string]func(f *fakeIO) int{
 		time.Sleep(time.Hour)
 		return 0
 	},
+	// text-flood streams text until it is killed.
+	"text-flood": func(f *fakeIO) int {
+		f.turn()
+		for {
+			f.send(map[string]any{"type": "text", "text": strings.Repeat("t", 1000)})
+		}
+	},
 	// big-line writes a line just under the limit.
 	"big-line": func(f *fakeIO) int {
 		f.turn()

@@ -25,6 +25,8 @@ import (
 var (
 	// maxLineSize bounds one line of model output, without its newline.
 	maxLineSize = 1 << 20
+	// maxTurnText bounds the streamed text of one turn.
+	maxTurnText = 16 << 20
 	// exitGrace is how long the program has to exit after it ended the
 	// turn (or closed stdout) before its process group is killed.
 	exitGrace = 5 * time.Second
@@ -83,6 +85,7 @@ type modelRun struct {
 	last   []byte // the last non-blank line read
 	calls  int
 	texts  []string
+	size   int // total length of texts
 	done   *outMsg
 	failed error // an "error" line
 }
@@ -234,6 +237,9 @@ func (r *modelRun) handle(b []byte) error {
 	switch m.Type {
 	case "text":
 		if m.Text != nil && *m.Text != "" {
+			if r.size += len(*m.Text); r.size > maxTurnText {
+				return fmt.Errorf("%w: line %d: more than %d bytes of text in one turn", provider.ErrProtocol, r.lines, maxTurnText)
+			}
 			r.texts = append(r.texts, *m.Text)
 			emit(r.turn, "text", *m.Text)
 		}

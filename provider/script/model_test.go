@@ -286,6 +286,18 @@ func TestModelLingerKilledAfterGrace(t *testing.T) {
 	}
 }
 
+func TestModelTextFlood(t *testing.T) {
+	// Not parallel: it shortens maxTurnText.
+	old := maxTurnText
+	maxTurnText = 64 << 10
+	t.Cleanup(func() { maxTurnText = old })
+
+	_, err := sendModel(t, "text-flood", context.Background(), provider.Turn{Prompt: "hi"})
+	if !errors.Is(err, provider.ErrProtocol) || !strings.Contains(err.Error(), "line 66: more than 65536 bytes of text in one turn") {
+		t.Errorf("Send: %v, want ErrProtocol for too much text", err)
+	}
+}
+
 func TestModelExampleScript(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -330,12 +342,12 @@ func TestReadLine(t *testing.T) {
 	if got, err := readLine(br, max); !errors.Is(err, errLineTooLong) || string(got) != "12345678" {
 		t.Fatalf("long line: %q, %v", got, err)
 	}
-	// A tiny buffer forces several fragments per line.
-	br = bufio.NewReaderSize(strings.NewReader(strings.Repeat("z", 40)+"\nlast"), 16)
-	if got, err := readLine(bufio.NewReaderSize(strings.NewReader(strings.Repeat("z", 40)+"\n"), 16), 40); err != nil || len(got) != 40 {
-		t.Errorf("40-byte line with max 40: %d bytes, %v", len(got), err)
+	// A 16-byte buffer reads a 40-byte line in several fragments.
+	long := strings.Repeat("z", 40) + "\n"
+	if got, err := readLine(bufio.NewReaderSize(strings.NewReader(long), 16), 40); err != nil || string(got) != long[:40] {
+		t.Errorf("40-byte line with max 40: %q, %v", got, err)
 	}
-	if _, err := readLine(br, 39); !errors.Is(err, errLineTooLong) {
+	if _, err := readLine(bufio.NewReaderSize(strings.NewReader(long), 16), 39); !errors.Is(err, errLineTooLong) {
 		t.Errorf("40-byte line with max 39: %v", err)
 	}
 	br = bufio.NewReader(strings.NewReader("last"))
