@@ -26,15 +26,14 @@ type Server struct {
 	// UID is the only peer uid accepted; -1 accepts any (tests only).
 	UID int
 
-	mu       sync.Mutex // guards the fields below
-	methods  map[string]Handler
-	conns    map[net.Conn]struct{}
-	ln       net.Listener
-	closed   bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	ctx      context.Context
-	inflight sync.WaitGroup
+	mu      sync.Mutex // guards the fields below
+	methods map[string]Handler
+	conns   map[net.Conn]struct{}
+	ln      net.Listener
+	closed  bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	ctx     context.Context
 }
 
 // NewServer returns a server accepting only the current uid.
@@ -163,18 +162,31 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+	// A reader goroutine feeds request lines to this loop, and cancels
+	// the connection's context when the client goes away, so that a
+	// streaming handler stops even when it has nothing to send.
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	br := bufio.NewReaderSize(c, 64<<10)
-	for {
-		line, err := readLine(br)
-		if errors.Is(err, errLineTooLong) {
-			cw.write(&Response{Error: Errorf(CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
-			return
+	lines := make(chan []byte)
+	var readErr error
+	go func() {
+		defer close(lines)
+		br := bufio.NewReaderSize(c, 64<<10)
+		for {
+			line, err := readLine(br)
+			if err != nil {
+				readErr = err
+				cancel()
+				return
+			}
+			select {
+			case lines <- line:
+			case <-ctx.Done():
+				return
+			}
 		}
-		if err != nil {
-			return // EOF or a broken connection
-		}
+	}()
+	for line := range lines {
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
@@ -191,13 +203,14 @@ func (s *Server) serveConn(c net.Conn) {
 			cw.write(&Response{ID: req.ID, Error: Errorf(CodeUnknownMethod, "unknown method %q", req.Method)})
 			continue
 		}
-		s.call(ctx, c, cw, &req, h)
+		s.call(ctx, cw, &req, h)
+	}
+	if errors.Is(readErr, errLineTooLong) {
+		cw.write(&Response{Error: Errorf(CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
 	}
 }
 
-func (s *Server) call(ctx context.Context, c net.Conn, cw *connWriter, req *Request, h Handler) {
-	// Cancel the handler if the client hangs up while it runs: a peek
-	// that returns means EOF or more input; only EOF/errors cancel.
+func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handler) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	send := func(frame any) error {
