@@ -161,6 +161,14 @@ func (c *DemoCmd) Run(g *Globals) error {
 		return err
 	}
 	fmt.Print(drawTree(list))
+	step("what lead was told, read straight from its inbox/cur/ files:")
+	msgs, _, err := fsstore.ReadInbox(fsstore.OS{}, layout.Agent(lead.ID).Inbox(), fsstore.InboxCur)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		fmt.Printf("  from %-7s %s\n", m.FromName+":", oneLine(m.Text, 90))
+	}
 
 	if c.Keep {
 		step("the daemon keeps running: substrat --home %s daemon stop", home)

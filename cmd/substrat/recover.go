@@ -40,8 +40,16 @@ func printReport(rep *supervisor.Report) {
 		kind = "after an unclean stop"
 	}
 	fmt.Printf("recovery at %s (%s), %d ms: %d live agents\n", rep.StartedAt.Local().Format("2006-01-02 15:04:05"), kind, rep.DurationMS, rep.Agents)
+	replayed := 0
 	for _, f := range rep.Findings {
+		if f.Kind == fsstore.FindReplayed {
+			replayed++
+			continue
+		}
 		fmt.Printf("  %-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
+	}
+	if replayed > 0 {
+		fmt.Printf("  replayed         events newer than session.json onto %d agent(s)\n", replayed)
 	}
 	for _, f := range rep.KeptOut {
 		fmt.Printf("  KEPT OUT         %s: %s\n", f.Path, f.Detail)

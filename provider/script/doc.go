@@ -17,6 +17,9 @@
 //     optional (default {}) and must be one JSON object. A command line whose
 //     args are not a JSON object calls nothing: it yields an error result
 //     and the turn goes on.
+//   - "!sleep DURATION" (a Go duration such as 500ms, at most a minute)
+//     pauses the turn, as a model that takes time to think would; it calls
+//     no tool and is cancelled with the turn's context.
 //   - Any other non-blank line is echoed.
 //
 // TurnResult.Text is the echoed lines joined with "\n", followed by one line
@@ -76,16 +79,18 @@
 //
 // A done without "text" uses the streamed texts, concatenated; a done
 // without "usage" gets the native estimate. An error line fails the turn with
-// the message. After either, Substrat closes stdin, reads no more, gives the
-// program a few seconds to exit and then kills what is left of its process
-// group. A non-zero exit after done fails the turn.
+// the message (not retried). After either, Substrat closes stdin, reads no
+// more, gives the program 5 seconds to exit and then kills what is left of
+// its process group: background processes do not outlive the turn. A
+// non-zero exit after done fails the turn.
 //
 // The turn fails with an error wrapping provider.ErrProtocol, which quotes
 // (truncated) the offending output and the end of stderr, if the program
 // writes a line that is not a JSON object of a known type, a call without a
-// name, a line over 1 MiB, more than 16 MiB of text in a turn, or exits
-// (or closes stdout) without done or error. Cancelling Send's context (a timeout) kills the whole process group
-// and Send returns an error wrapping ctx.Err().
+// name, a line over 1 MiB or more than 16 MiB of text in a turn (the process
+// group is then killed at once), or if it exits or closes stdout without
+// done or error. Cancelling Send's context (a timeout) kills the whole
+// process group and Send returns an error wrapping ctx.Err().
 //
 // A minimal model program in Python (testdata/echo_model.py is a longer one):
 //

@@ -267,6 +267,13 @@ var fakeModels = map[string]func(f *fakeIO) int{
 		time.Sleep(time.Hour)
 		return 0
 	},
+	// close-stdout closes its stdout without ending the turn and lingers.
+	"close-stdout": func(f *fakeIO) int {
+		f.turn()
+		os.Stdout.Close()
+		time.Sleep(time.Hour)
+		return 0
+	},
 	// no-read never reads its stdin.
 	"no-read": func(f *fakeIO) int {
 		f.send(map[string]any{"type": "done", "text": "did not read"})

@@ -174,13 +174,14 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	case readErr != nil:
 		return fail(fmt.Errorf("%w%s", readErr, stderrNote))
 	case r.failed != nil:
-		return fail(r.failed)
+		return fail(fmt.Errorf("%w%s", r.failed, stderrNote))
 	case r.done == nil:
 		status := "exited"
-		if waitErr != nil {
-			status = waitErr.Error()
-		} else if graceKilled.Load() {
+		switch {
+		case graceKilled.Load():
 			status = "closed stdout, then was killed"
+		case waitErr != nil:
+			status = waitErr.Error()
 		}
 		return fail(fmt.Errorf("%w: %s without a done line (%d lines read, last %s)%s",
 			provider.ErrProtocol, status, r.lines, r.lastQuoted(), stderrNote))

@@ -281,6 +281,11 @@ func TestModelLingerKilledAfterGrace(t *testing.T) {
 	exitGrace = 200 * time.Millisecond
 	t.Cleanup(func() { exitGrace = old })
 
+	_, err := sendModel(t, "close-stdout", context.Background(), provider.Turn{Prompt: "hi"})
+	if !errors.Is(err, provider.ErrProtocol) || !strings.Contains(err.Error(), "closed stdout, then was killed without a done line") {
+		t.Errorf("Send to a model that closed stdout: %v", err)
+	}
+
 	var chunks []provider.Chunk
 	res, err := sendModel(t, "linger", context.Background(), provider.Turn{Prompt: "hi", Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
 	if err != nil || res.Text != "still here" {

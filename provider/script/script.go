@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/substrat/substrat/provider"
 )
@@ -208,7 +209,11 @@ const (
 	lineText    lineKind = iota // echoed
 	lineCall                    // a command line with good args
 	lineBadCall                 // a command line whose args are not a JSON object
+	lineSleep                   // "!sleep DURATION": think time, no tool call
 )
+
+// maxSleep bounds one "!sleep" line.
+const maxSleep = time.Minute
 
 // line is one meaningful line of a native prompt.
 type line struct {
@@ -219,6 +224,7 @@ type line struct {
 	argsError string          // lineBadCall: what is wrong with the args
 	messageID string          // command lines: the message the line is in
 	index     int             // command lines: position among the message's command lines
+	delay     time.Duration   // lineSleep
 }
 
 var headerRE = regexp.MustCompile(`^\[message (\S+) from (.+)\]$`)
@@ -239,6 +245,12 @@ func parsePrompt(prompt string) []line {
 		if m := headerRE.FindStringSubmatch(trimmed); m != nil {
 			messageID, index = m[1], 0
 			continue
+		}
+		if rest, ok := strings.CutPrefix(trimmed, "!sleep "); ok {
+			if d, err := time.ParseDuration(strings.TrimSpace(rest)); err == nil && d >= 0 {
+				lines = append(lines, line{kind: lineSleep, delay: min(d, maxSleep)})
+				continue
+			}
 		}
 		name, rawArgs, ok := parseCommand(trimmed)
 		if !ok {
@@ -310,6 +322,14 @@ func (s *session) sendNative(ctx context.Context, turn provider.Turn) (provider.
 		case lineText:
 			echoed = append(echoed, l.text)
 			emit(turn, "text", l.text)
+		case lineSleep:
+			t := time.NewTimer(l.delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return provider.TurnResult{}, fmt.Errorf("script: session %s: %w", s.id, ctx.Err())
+			}
 		case lineBadCall:
 			r := resultLine(l.name, provider.ToolResult{Text: l.argsError, IsError: true})
 			results = append(results, r)

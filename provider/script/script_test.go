@@ -405,3 +405,34 @@ func TestSendCancelledQuickly(t *testing.T) {
 		t.Errorf("%d tool calls after the deadline, want 1", n)
 	}
 }
+
+func TestSleepLine(t *testing.T) {
+	sess, err := New().Create(context.Background(), provider.Config{AgentID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Stop()
+	var calls int
+	tools := provider.ToolHandlerFunc(func(ctx context.Context, c provider.ToolCall) provider.ToolResult {
+		calls++
+		return provider.ToolResult{Text: "ok"}
+	})
+	start := time.Now()
+	res, err := sess.Send(context.Background(), provider.Turn{Prompt: "before\n!sleep 50ms\nafter", Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 50*time.Millisecond || res.Text != "before\nafter" || calls != 0 {
+		t.Fatalf("text %q, %d calls, took %v", res.Text, calls, time.Since(start))
+	}
+	// A long sleep is cut short by the turn's context.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := sess.Send(ctx, provider.Turn{Prompt: "!sleep 50s", Tools: tools}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled sleep: %v", err)
+	}
+	// "!sleep" without a duration is an ordinary tool call.
+	if _, err := sess.Send(context.Background(), provider.Turn{Prompt: "!sleep {}", Tools: tools}); err != nil || calls != 1 {
+		t.Fatalf("!sleep {}: err %v, %d calls", err, calls)
+	}
+}
