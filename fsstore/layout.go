@@ -133,3 +133,33 @@ func (a AgentFiles) Inbox() Inbox { return Inbox{Dir: filepath.Join(a.Dir, Inbox
 
 // UserInbox is the inbox of messages to USER, HOME/inbox.
 func (l Layout) UserInbox() Inbox { return Inbox{Dir: filepath.Join(l.Home, InboxDirName)} }
+
+// Workspace file names.
+const (
+	WorkspaceFileName = "workspace.json"
+	WorkspaceRootName = "root"
+	// WorkspaceStateName holds the persisted shell state (cwd, exported
+	// environment) of a workspace; it lives beside root/, so that it works
+	// for read-only views too.
+	WorkspaceStateName = "shell-state"
+)
+
+// WorkspaceDir is workspaces/<scope>/<name>; scope is "USER" or an agent id.
+func (l Layout) WorkspaceDir(scope, name string) string {
+	return filepath.Join(l.WorkspacesDir(), scope, name)
+}
+
+// WorkspaceFile is workspaces/<scope>/<name>/workspace.json.
+func (l Layout) WorkspaceFile(scope, name string) string {
+	return filepath.Join(l.WorkspaceDir(scope, name), WorkspaceFileName)
+}
+
+// WorkspaceRoot is workspaces/<scope>/<name>/root, the workspace's files.
+func (l Layout) WorkspaceRoot(scope, name string) string {
+	return filepath.Join(l.WorkspaceDir(scope, name), WorkspaceRootName)
+}
+
+// WorkspaceState is workspaces/<scope>/<name>/shell-state.
+func (l Layout) WorkspaceState(scope, name string) string {
+	return filepath.Join(l.WorkspaceDir(scope, name), WorkspaceStateName)
+}

@@ -28,7 +28,12 @@ type logInfo struct {
 // line does not carry the next seq. Damage with nothing valid after it is a
 // torn tail, described in the returned logInfo and left for the caller.
 func scanLog(r io.Reader, path string, visit func(seq uint64, line []byte) error) (logInfo, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(r)
+	defer func() {
+		br.Reset(nil)
+		readerPool.Put(br)
+	}()
 	var (
 		info   logInfo
 		off    int64
@@ -92,6 +97,10 @@ func scanLog(r io.Reader, path string, visit func(seq uint64, line []byte) error
 	}
 	return info, nil
 }
+
+// readerPool holds the 64 KiB readers of scanLog: a scan of many agents
+// would otherwise allocate one per log.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 // readLine reads one line of at most max bytes including the newline. It
 // returns the line without the newline (nil if it was too long), the number

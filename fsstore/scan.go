@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -288,21 +289,42 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 
 	// The inbox.
 	inbox := files.Inbox()
-	var missing, unpublished []string
+	var (
+		missing, unpublished []string
+		bad                  []BadMessage
+	)
 	for _, sub := range []string{InboxTmp, InboxNew, InboxCur} {
 		dir := inbox.Sub(sub)
-		entries, err := s.fs.ReadDir(dir)
+		var err error
+		switch sub {
+		case InboxTmp:
+			var entries []fs.DirEntry
+			entries, err = s.fs.ReadDir(dir)
+			for _, e := range entries {
+				unpublished = append(unpublished, filepath.Join(dir, e.Name()))
+			}
+		case InboxNew:
+			var rerr error
+			_, bad, rerr = ReadInbox(s.fs, inbox, sub)
+			// Only a failure to list new/ itself matters here; a message
+			// that cannot be read is left for delivery to report.
+			if e := (*Error)(nil); errors.As(rerr, &e) && e.Path == dir {
+				err = e.Err
+			}
+		case InboxCur:
+			// Only its presence matters, and it grows with every
+			// delivered message: do not list it.
+			var fi fs.FileInfo
+			if fi, err = s.fs.Stat(dir); err == nil && !fi.IsDir() {
+				err = fmt.Errorf("%w: not a directory", ErrInvalid)
+			}
+		}
 		if errors.Is(err, errNotExist) {
 			missing = append(missing, dir)
 			continue
 		}
 		if err != nil {
 			return keptOut(dir, err)
-		}
-		if sub == InboxTmp {
-			for _, e := range entries {
-				unpublished = append(unpublished, filepath.Join(dir, e.Name()))
-			}
 		}
 	}
 
@@ -339,11 +361,9 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		found = append(found, s.removeLeftover(p, id,
 			"message never published (it was not acknowledged to its sender)", opts.Repair))
 	}
-	if _, bad, err := ReadInbox(s.fs, inbox, InboxNew); err == nil {
-		for _, b := range bad {
-			found = append(found, Finding{Kind: FindBadMessage, Path: b.Path, Agent: id,
-				Detail: b.Reason + "; left in place, not delivered", Hint: "fix or remove the file by hand"})
-		}
+	for _, b := range bad {
+		found = append(found, Finding{Kind: FindBadMessage, Path: b.Path, Agent: id,
+			Detail: b.Reason + "; left in place, not delivered", Hint: "fix or remove the file by hand"})
 	}
 
 	a := newAgent(s, files, cur, info)

@@ -46,7 +46,7 @@ type Daemon struct {
 // Run runs a daemon on opts.Home until ctx is done or a client asks it to
 // stop, then stops it gracefully. It returns a *RunningError if another
 // daemon holds the home.
-func Run(ctx context.Context, opts Options) error {
+func Run(ctx context.Context, opts Options) (err error) {
 	if opts.MaxSlots <= 0 {
 		opts.MaxSlots = 4
 	}
@@ -84,6 +84,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err := fsstore.ReplaceFile(store.FS(), layout.Pid(), []byte(fmt.Sprintf("%d\n", os.Getpid()))); err != nil {
 		return err
 	}
+	defer func() {
+		// A start that failed before serving changed nothing; keep the
+		// record of how the previous daemon ended.
+		if err != nil && !unclean {
+			os.Remove(layout.Pid())
+		}
+	}()
 	// The socket of a dead daemon is stale; only the lock holder removes it.
 	if err := os.Remove(layout.Socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
