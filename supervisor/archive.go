@@ -21,17 +21,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		c.mu.Unlock()
 		return nil, err
 	}
-	var order []*node
-	var walk func(x *node)
-	walk = func(x *node) {
-		for _, id := range x.children {
-			if ch := c.nodes[id]; ch != nil {
-				walk(ch)
-			}
-		}
-		order = append(order, x)
-	}
-	walk(n)
+	order := c.subtreeLocked(n)
 	out := make([]AgentInfo, 0, len(order))
 	for _, x := range order {
 		out = append(out, c.infoLocked(x))

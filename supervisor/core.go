@@ -461,19 +461,12 @@ func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, e
 		return nil, err
 	}
 	var order []*node
-	var walk func(x *node)
-	walk = func(x *node) {
-		for _, id := range x.children {
-			if ch := c.nodes[id]; ch != nil {
-				walk(ch)
+	if p.Recursive {
+		for _, x := range c.subtreeLocked(n) {
+			if !x.terminated() {
+				order = append(order, x)
 			}
 		}
-		if !x.terminated() {
-			order = append(order, x)
-		}
-	}
-	if p.Recursive {
-		walk(n)
 	} else {
 		for _, id := range n.children {
 			if ch := c.nodes[id]; ch != nil && !ch.terminated() {

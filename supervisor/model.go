@@ -154,6 +154,27 @@ func (c *Core) neighbourLocked(n *node, name string) (*node, error) {
 	return nil, fmt.Errorf("no agent %q one hop from %s: you can reach your parent, your children and your siblings", name, n.sess.Name)
 }
 
+// subtreeLocked returns n and its descendants, leaves first.
+func (c *Core) subtreeLocked(n *node) []*node {
+	var order []*node
+	seen := map[string]bool{}
+	var walk func(x *node)
+	walk = func(x *node) {
+		if seen[x.id()] {
+			return
+		}
+		seen[x.id()] = true
+		for _, id := range x.children {
+			if ch := c.nodes[id]; ch != nil {
+				walk(ch)
+			}
+		}
+		order = append(order, x)
+	}
+	walk(n)
+	return order
+}
+
 // AgentInfo is an agent as the CLI and the tools show it.
 type AgentInfo struct {
 	ID           string               `json:"id"`
