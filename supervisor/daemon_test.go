@@ -211,3 +211,33 @@ func TestSecondDaemonRefused(t *testing.T) {
 		t.Errorf("message %q lacks the pid", err)
 	}
 }
+
+// tool.call reaches the tools of an agent's running turn, and is refused
+// with a tool error outside a turn.
+func TestToolCallRPC(t *testing.T) {
+	_, sock := startDaemon(t)
+	c, err := rpc.Dial(context.Background(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var specs []ToolSpec
+	if err := c.Call(context.Background(), "tool.list", nil, &specs); err != nil || len(specs) < 6 {
+		t.Fatalf("tool.list: %v, %d tools", err, len(specs))
+	}
+	var info AgentInfo
+	if err := c.Call(context.Background(), "agent.create", CreateParams{Name: "r"}, &info); err != nil {
+		t.Fatal(err)
+	}
+	var res provider.ToolResult
+	err = c.Call(context.Background(), "tool.call", map[string]any{"agent": info.ID,
+		"call": provider.ToolCall{ID: "x", Name: "list_children", Args: json.RawMessage(`{}`)}}, &res)
+	if err != nil || !res.IsError || !strings.Contains(res.Text, "not in a turn") {
+		t.Fatalf("tool.call outside a turn: %v %+v", err, res)
+	}
+	err = c.Call(context.Background(), "tool.call", map[string]any{"agent": "r", "call": provider.ToolCall{Name: "x"}}, &res)
+	var re *rpc.Error
+	if !errors.As(err, &re) || re.Code != rpc.CodeInvalidParams {
+		t.Fatalf("tool.call with a name: %v", err)
+	}
+}

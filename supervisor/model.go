@@ -26,6 +26,7 @@ type node struct {
 	failed   bool             // the last wake turn failed; wait for new mail
 	cancel   context.CancelFunc
 	reserved map[string]bool // child names being created
+	turn     *turnTools      // the tools of the running turn, for tool.call
 }
 
 func (n *node) id() string { return n.sess.ID }

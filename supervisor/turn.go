@@ -28,6 +28,26 @@ func (c *Core) RunTurn(ctx context.Context, id string) error {
 	return c.turnHeld(tctx, n)
 }
 
+// CallTool runs an agent tool on behalf of a provider process that reaches
+// the daemon over RPC (the MCP bridge). The agent must be in a turn: tools
+// act for a turn, and its end releases what it spawned.
+func (c *Core) CallTool(ctx context.Context, agentID string, call provider.ToolCall) provider.ToolResult {
+	c.mu.Lock()
+	n := c.nodes[agentID]
+	var t *turnTools
+	if n != nil {
+		t = n.turn
+	}
+	c.mu.Unlock()
+	switch {
+	case n == nil:
+		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("no live agent %s", agentID)}
+	case t == nil:
+		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("agent %s is not in a turn; tools can only be called during a turn", n.sess.Name)}
+	}
+	return t.CallTool(ctx, call)
+}
+
 // RenderPrompt is the wake prompt for a batch of messages: each one under a
 // header line "[message <id> from <sender>]".
 func RenderPrompt(msgs []*fsstore.Message) string {
@@ -71,6 +91,14 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 		tools.inTurn[id] = true
 	}
 	defer tools.releaseSpawned()
+	c.mu.Lock()
+	n.turn = tools
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		n.turn = nil
+		c.mu.Unlock()
+	}()
 
 	live, err := c.ensureSession(ctx, n)
 	if err != nil {
