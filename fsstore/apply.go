@@ -3,6 +3,8 @@ package fsstore
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"time"
 )
 
 // Event types. The ones that change session.json are applied by Apply on
@@ -17,7 +19,54 @@ const (
 	EvSent      = "message_sent"      // data: MessageRef (history only)
 	EvDelivered = "message_delivered" // data: Delivered (history only)
 	EvSpawned   = "spawned"           // data: Spawned (history only)
+
+	EvPool          = "pool"              // data: PoolChange
+	EvBudget        = "budget"            // data: Budget (zero: no budget)
+	EvGate          = "gate"              // data: GateChange
+	EvWaiting       = "waiting"           // data: Waiting, the whole list
+	EvReminderSet   = "reminder_set"      // data: Reminder
+	EvReminderDone  = "reminder_done"     // data: ReminderDone (fired or cancelled)
+	EvSubscribed    = "subscribed"        // data: Subscription
+	EvUnsubscribed  = "unsubscribed"      // data: Unsubscribed
+	EvTurnFailed    = "turn_failed"       // data: TurnFailed (history only)
+	EvHandEditRefus = "hand_edit_refused" // data: TurnFailed (history only)
 )
+
+// PoolChange moves the session to another slot pool.
+type PoolChange struct {
+	Pool string `json:"pool"`
+}
+
+// GateChange sets the gate and adds to the permits.
+type GateChange struct {
+	Gated      *bool  `json:"gated,omitempty"`
+	AddPermits int    `json:"add_permits,omitempty"` // negative to use one
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Waiting is the list of requests the agent awaits replies to.
+type Waiting struct {
+	IDs []string `json:"ids"`
+}
+
+// ReminderDone ends a reminder, or moves a repeating one to its next due
+// time.
+type ReminderDone struct {
+	ID      string     `json:"id"`
+	NextDue *time.Time `json:"next_due,omitempty"`
+	Reason  string     `json:"reason,omitempty"` // "fired" or "cancelled"
+}
+
+// Unsubscribed ends a subscription.
+type Unsubscribed struct {
+	ID string `json:"id"`
+}
+
+// TurnFailed records why a turn did not finish.
+type TurnFailed struct {
+	Error    string `json:"error"`
+	Messages int    `json:"messages,omitempty"`
+}
 
 // StateChange moves the agent and/or its session to a new state.
 type StateChange struct {
@@ -134,6 +183,73 @@ func Apply(s *Session, e Event) (*Session, error) {
 				}
 				n.Metadata[d.Key] = *d.Value
 			}
+		}
+	case EvPool:
+		var d PoolChange
+		if err = e.Decode(&d); err == nil {
+			n.Pool = d.Pool
+		}
+	case EvBudget:
+		var d Budget
+		if err = e.Decode(&d); err == nil {
+			n.Budget = &d
+			if d.Tokens == 0 && d.CostUSD == 0 {
+				n.Budget = nil
+			}
+		}
+	case EvGate:
+		var d GateChange
+		if err = e.Decode(&d); err == nil {
+			if d.Gated != nil {
+				n.Gated = *d.Gated
+			}
+			n.Permits += d.AddPermits
+			if !n.Gated {
+				n.Permits = 0
+			}
+			if d.Reason != "" {
+				n.StateReason = d.Reason
+			}
+		}
+	case EvWaiting:
+		var d Waiting
+		if err = e.Decode(&d); err == nil {
+			n.WaitingFor = d.IDs
+		}
+	case EvReminderSet:
+		var d Reminder
+		if err = e.Decode(&d); err == nil {
+			if d.ID == "" {
+				err = fmt.Errorf("reminder without id")
+			} else {
+				n.Reminders = append(slices.DeleteFunc(n.Reminders, func(r Reminder) bool { return r.ID == d.ID }), d)
+			}
+		}
+	case EvReminderDone:
+		var d ReminderDone
+		if err = e.Decode(&d); err == nil {
+			for i := range n.Reminders {
+				if n.Reminders[i].ID == d.ID && d.NextDue != nil {
+					n.Reminders[i].Due = *d.NextDue
+				}
+			}
+			if d.NextDue == nil {
+				n.Reminders = slices.DeleteFunc(n.Reminders, func(r Reminder) bool { return r.ID == d.ID })
+			}
+		}
+	case EvSubscribed:
+		var d Subscription
+		if err = e.Decode(&d); err == nil {
+			if d.ID == "" {
+				err = fmt.Errorf("subscription without id")
+			} else {
+				n.Subscriptions = append(slices.DeleteFunc(n.Subscriptions, func(x Subscription) bool { return x.ID == d.ID }), d)
+			}
+		}
+	case EvUnsubscribed:
+		var d Unsubscribed
+		if err = e.Decode(&d); err == nil {
+			n.Subscriptions = slices.DeleteFunc(n.Subscriptions, func(x Subscription) bool { return x.ID == d.ID })
 		}
 	case EvEdited:
 		var d Edit

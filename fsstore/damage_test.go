@@ -495,7 +495,7 @@ func TestDamage(t *testing.T) {
 			check: func(t *testing.T, f *fixture, res *ScanResult) { f.assertUntouched(t, f.A.Dir) },
 		},
 		{
-			name: "message stuck in inbox/tmp",
+			name: "message stuck in inbox tmp",
 			damage: func(t *testing.T, f *fixture) {
 				writeFile(t, f.B.Inbox().Path(InboxTmp, idMsg2), []byte(`{"version":1,"id":"`+idMsg2+`","fr`))
 			},
@@ -517,7 +517,7 @@ func TestDamage(t *testing.T) {
 			},
 		},
 		{
-			name: "garbage in inbox/new",
+			name: "garbage in inbox new",
 			damage: func(t *testing.T, f *fixture) {
 				writeFile(t, filepath.Join(f.B.Inbox().Sub(InboxNew), "junk.txt"), []byte("junk"))
 				writeFile(t, f.B.Inbox().Path(InboxNew, idMsg2), []byte("{"))
@@ -545,7 +545,7 @@ func TestDamage(t *testing.T) {
 			},
 		},
 		{
-			name: "missing inbox/cur",
+			name: "missing inbox cur",
 			damage: func(t *testing.T, f *fixture) {
 				if err := os.Remove(f.B.Inbox().Sub(InboxCur)); err != nil {
 					t.Fatal(err)
@@ -568,6 +568,24 @@ func TestDamage(t *testing.T) {
 				}
 				assertExists(t, f.B.Inbox().Path(InboxCur, idMsg1))
 			},
+		},
+		{
+			name: "inbox cur is a file",
+			damage: func(t *testing.T, f *fixture) {
+				cur := f.B.Inbox().Sub(InboxCur)
+				if err := os.Remove(cur); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, cur, []byte("not a directory"))
+			},
+			want: func(f *fixture) []wantFinding {
+				return []wantFinding{
+					w(f.replayedA()),
+					w(Finding{Kind: FindKeptOut, Path: f.B.Inbox().Sub(InboxCur), Agent: idB}, "not a directory"),
+				}
+			},
+			live:  []string{idA},
+			check: func(t *testing.T, f *fixture, res *ScanResult) { f.assertUntouched(t, f.B.Dir) },
 		},
 		{
 			name: "missing inbox",

@@ -311,8 +311,12 @@ func cutTail(fsys FS, path string, info logInfo) error {
 	var broken string
 	for n := 0; ; n++ {
 		broken = files.Broken(info.Size, n)
-		if _, err := fsys.Stat(broken); errors.Is(err, errNotExist) {
+		_, err := fsys.Stat(broken)
+		if errors.Is(err, errNotExist) {
 			break
+		}
+		if err != nil {
+			return wrap("repair log", broken, err, "")
 		}
 	}
 	if err := writeFileDurable(fsys, broken, tail); err != nil {

@@ -37,6 +37,10 @@ type Message struct {
 	ReplyTo  string    `json:"reply_to,omitempty"` // the id of the message this answers
 	Text     string    `json:"text"`
 	SentAt   time.Time `json:"sent_at"`
+	// Hops counts agent-to-agent messages since the last one from USER
+	// or a reminder: the daemon's guard against agents bouncing messages
+	// forever.
+	Hops int `json:"hops,omitempty"`
 }
 
 // DecodeMessage parses and validates a message file.

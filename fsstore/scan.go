@@ -426,8 +426,12 @@ func (s *Store) rebuildSnapshot(files AgentFiles, id string, cause error) (*Sess
 		var keep string
 		for n := 0; ; n++ {
 			keep = files.BrokenSession(n)
-			if _, err := s.fs.Stat(keep); errors.Is(err, errNotExist) {
+			_, err := s.fs.Stat(keep)
+			if errors.Is(err, errNotExist) {
 				break
+			}
+			if err != nil {
+				return nil, Finding{}, wrap("rebuild snapshot", keep, err, "")
 			}
 		}
 		if err := writeFileDurable(s.fs, keep, old); err != nil {

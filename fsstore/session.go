@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -86,9 +87,52 @@ type Session struct {
 	SpawnKey          string            `json:"spawn_key,omitempty"`
 	Metadata          map[string]string `json:"metadata,omitempty"`
 	Counters          Counters          `json:"counters"`
-	CreatedAt         time.Time         `json:"created_at"`
-	UpdatedAt         time.Time         `json:"updated_at"`
-	LastSeq           uint64            `json:"last_seq"`
+
+	// Orchestration state, changed only by events (see apply.go).
+	Pool          string         `json:"pool,omitempty"`          // slot pool of the session
+	Budget        *Budget        `json:"budget,omitempty"`        // limit for the agent's subtree
+	Gated         bool           `json:"gated,omitempty"`         // turns wait for a permit
+	Permits       int            `json:"permits,omitempty"`       // turns granted while gated
+	WaitingFor    []string       `json:"waiting_for,omitempty"`   // ids of requests awaiting a reply
+	Reminders     []Reminder     `json:"reminders,omitempty"`     // pending reminders
+	Subscriptions []Subscription `json:"subscriptions,omitempty"` // state changes this agent follows
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	LastSeq   uint64    `json:"last_seq"`
+}
+
+// Budget limits what an agent's subtree may spend. Zero means no limit.
+type Budget struct {
+	Tokens  int64   `json:"tokens,omitempty"` // input plus output tokens
+	CostUSD float64 `json:"cost_usd,omitempty"`
+}
+
+// Exceeded reports whether c is over the budget.
+func (b *Budget) Exceeded(c Counters) bool {
+	if b == nil {
+		return false
+	}
+	return (b.Tokens > 0 && c.InputTokens+c.OutputTokens > b.Tokens) || (b.CostUSD > 0 && c.CostUSD > b.CostUSD)
+}
+
+// Reminder is a message the agent asked to get later.
+type Reminder struct {
+	ID     string    `json:"id"`
+	Reason string    `json:"reason"`
+	Due    time.Time `json:"due"`
+	// EverySeconds, if positive, makes the reminder repeat.
+	EverySeconds int64 `json:"every_seconds,omitempty"`
+}
+
+// Subscription asks for a SYSTEM message when agent Target moves from
+// state From to state To ("*" matches any state).
+type Subscription struct {
+	ID     string `json:"id"`
+	Target string `json:"target"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Once   bool   `json:"once,omitempty"`
 }
 
 // MaxNameLen is the longest agent name accepted.
@@ -140,6 +184,9 @@ func (s *Session) Validate() error {
 	if !s.SessionState.valid() {
 		return fmt.Errorf("%w: session_state %q is not one of CREATED, ACTIVE, SUSPENDED, TERMINATED", ErrInvalid, s.SessionState)
 	}
+	if s.Permits < 0 {
+		return fmt.Errorf("%w: negative permits", ErrInvalid)
+	}
 	c := s.Counters
 	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 {
 		return fmt.Errorf("%w: negative counter", ErrInvalid)
@@ -151,6 +198,13 @@ func (s *Session) Validate() error {
 func (s *Session) Clone() *Session {
 	c := *s
 	c.StateBlob = bytes.Clone(s.StateBlob)
+	c.WaitingFor = slices.Clone(s.WaitingFor)
+	c.Reminders = slices.Clone(s.Reminders)
+	c.Subscriptions = slices.Clone(s.Subscriptions)
+	if s.Budget != nil {
+		b := *s.Budget
+		c.Budget = &b
+	}
 	if s.Metadata != nil {
 		c.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {

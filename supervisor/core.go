@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,11 @@ type Config struct {
 	TurnTimeout time.Duration // default 10 minutes
 	// DefaultProvider is used by CreateAgent when none is named.
 	DefaultProvider string
+	// Pools maps slot pool names to the live sessions each may hold; the
+	// "default" pool's size applies to unnamed pools. Default: 8.
+	Pools map[string]int
+	// MaxHops is the ping-pong guard; default DefaultMaxHops.
+	MaxHops int
 }
 
 // Core is the daemon's model of the agent tree and every operation on it.
@@ -51,6 +57,8 @@ type Core struct {
 	log       *slog.Logger
 	timeout   time.Duration
 	defProv   string
+	pools     map[string]int
+	maxHops   int
 
 	mu    sync.Mutex // guards the fields below
 	nodes map[string]*node
@@ -58,6 +66,8 @@ type Core struct {
 	wake  chan struct{}
 	down  bool  // shutting down: no new turns
 	roots *node // holds the names of roots being created
+	// subsByTarget indexes subscriptions: target id -> subscriber ids.
+	subsByTarget map[string]map[string]bool
 }
 
 // New returns a Core with an empty tree; call Recover to load the store.
@@ -74,10 +84,18 @@ func New(cfg Config) *Core {
 	if cfg.DefaultProvider == "" {
 		cfg.DefaultProvider = "script"
 	}
+	pools := map[string]int{DefaultPool: 8}
+	for k, v := range cfg.Pools {
+		pools[k] = v
+	}
+	if cfg.MaxHops <= 0 {
+		cfg.MaxHops = DefaultMaxHops
+	}
 	return &Core{
 		store: cfg.Store, providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
-		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider,
+		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
+		subsByTarget: map[string]map[string]bool{},
 	}
 }
 
@@ -96,6 +114,7 @@ func (c *Core) signal() {
 func (c *Core) insertLocked(a *fsstore.Agent) *node {
 	n := &node{agent: a, sess: a.Session()}
 	c.nodes[n.id()] = n
+	c.indexSubsLocked(n)
 	if p := c.nodes[n.sess.ParentID]; p != nil {
 		p.children = append(p.children, n.id())
 	}
@@ -121,16 +140,18 @@ func (c *Core) linkChildrenLocked() {
 }
 
 // commit appends an event for n and publishes it to subscribers. State
-// changes are checked against the transition tables first.
+// changes are checked against the transition tables first, and agent state
+// changes are told to the agents subscribed to them.
 func (c *Core) commit(n *node, typ string, data any) error {
+	c.mu.Lock()
+	from := n.sess.AgentState
 	if ch, ok := data.(fsstore.StateChange); ok {
-		c.mu.Lock()
-		err := checkTransition(n.sess, ch)
-		c.mu.Unlock()
-		if err != nil {
+		if err := checkTransition(n.sess, ch); err != nil {
+			c.mu.Unlock()
 			return rpc.Errorf(rpc.CodeConflict, "%v", err)
 		}
 	}
+	c.mu.Unlock()
 	sess, err := n.agent.Commit(typ, data)
 	if err != nil {
 		c.log.Error("commit failed", "agent", n.agent.ID(), "type", typ, "err", err)
@@ -138,9 +159,23 @@ func (c *Core) commit(n *node, typ string, data any) error {
 	}
 	c.mu.Lock()
 	n.sess = sess
+	if typ == fsstore.EvSubscribed || typ == fsstore.EvUnsubscribed {
+		c.indexSubsLocked(n)
+	}
+	hops := 0
+	if n.turn != nil {
+		hops = n.turn.hops + 1
+	}
 	c.publishLocked(WatchEvent{Agent: sess.ID, Name: sess.Name, Type: typ, Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
 	c.mu.Unlock()
+	if to := sess.AgentState; to != from {
+		c.notifyTransition(n, from, to, hops)
+	}
 	return nil
+}
+
+func invalidParams(format string, args ...any) error {
+	return rpc.Errorf(rpc.CodeInvalidParams, format, args...)
 }
 
 // snapshot writes n's session.json; a failure is logged, not returned:
@@ -184,6 +219,8 @@ type CreateParams struct {
 	Workspace    string            `json:"workspace,omitempty"`
 	Parent       string            `json:"parent,omitempty"` // a ref; empty for a root
 	Metadata     map[string]string `json:"metadata,omitempty"`
+	Pool         string            `json:"pool,omitempty"`
+	Budget       *fsstore.Budget   `json:"budget,omitempty"`
 	SpawnKey     string            `json:"-"`
 }
 
@@ -269,9 +306,16 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 		c.mu.Unlock()
 	}()
 
+	if p.Budget != nil && (p.Budget.Tokens < 0 || p.Budget.CostUSD < 0) {
+		return nil, false, invalidParams("a budget cannot be negative")
+	}
+	if p.Budget != nil && *p.Budget == (fsstore.Budget{}) {
+		p.Budget = nil
+	}
 	a, err := c.store.CreateAgent(&fsstore.Session{
 		Name: p.Name, ParentID: parentID, Provider: p.Provider, Model: p.Model,
 		Instructions: p.Instructions, Workspace: p.Workspace, SpawnKey: p.SpawnKey, Metadata: p.Metadata,
+		Pool: p.Pool, Budget: p.Budget,
 	})
 	if err != nil {
 		return nil, false, storeErr(err)
@@ -372,7 +416,16 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	to.mail, to.failed = true, false
 	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.sess.Name, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
+	answered := m.ReplyTo != "" && slices.Contains(to.sess.WaitingFor, m.ReplyTo)
+	rest := slices.DeleteFunc(slices.Clone(to.sess.WaitingFor), func(id string) bool { return id == m.ReplyTo })
 	c.mu.Unlock()
+	if answered {
+		// The reply is durable in the inbox; the waiting list is history
+		// that a crash may leave one reply behind, never ahead.
+		if err := c.commit(to, fsstore.EvWaiting, fsstore.Waiting{IDs: rest}); err != nil {
+			c.log.Warn("waiting list not updated", "agent", to.id(), "err", err)
+		}
+	}
 	c.signal()
 	return m, nil
 }
@@ -437,7 +490,7 @@ func (c *Core) Runnable() []string {
 	}
 	var ids []string
 	for id, n := range c.nodes {
-		if n.mail && !n.busy && !n.failed && n.heldBy == "" && !n.terminated() {
+		if n.mail && !n.busy && !n.failed && n.heldBy == "" && !n.terminated() && (!n.sess.Gated || n.sess.Permits > 0) {
 			ids = append(ids, id)
 		}
 	}

@@ -86,7 +86,7 @@ func TestIdempotentSpawnAcrossCrash(t *testing.T) {
 	home := t.TempDir()
 	c1, _ := newCore(t, home, false)
 	mustCreate(t, c1, CreateParams{Name: "root"})
-	tt := &turnTools{c: c1, n: nodeOf(t, c1, "root"), inTurn: map[string]bool{}}
+	tt := newTurnTools(c1, nodeOf(t, c1, "root"), nil)
 	spawn := call("spawn_agent", "toolu_1", map[string]string{"name": "kid", "instructions": "do it"})
 	if r := tt.CallTool(context.Background(), spawn); r.IsError {
 		t.Fatal(r.Text)
@@ -96,7 +96,7 @@ func TestIdempotentSpawnAcrossCrash(t *testing.T) {
 	if rep.Agents != 2 {
 		t.Fatalf("recovered %d agents, want 2", rep.Agents)
 	}
-	tt2 := &turnTools{c: c2, n: nodeOf(t, c2, "root"), inTurn: map[string]bool{}}
+	tt2 := newTurnTools(c2, nodeOf(t, c2, "root"), nil)
 	r := tt2.CallTool(context.Background(), spawn)
 	if r.IsError || !strings.Contains(r.Text, "already exists") {
 		t.Fatalf("re-executed spawn: %+v", r)
@@ -122,7 +122,7 @@ func TestMessageToChildSpawnedInSameTurn(t *testing.T) {
 	home := t.TempDir()
 	c1, _ := newCore(t, home, false)
 	mustCreate(t, c1, CreateParams{Name: "root"})
-	tt := &turnTools{c: c1, n: nodeOf(t, c1, "root"), inTurn: map[string]bool{}}
+	tt := newTurnTools(c1, nodeOf(t, c1, "root"), nil)
 	tt.CallTool(context.Background(), call("spawn_agent", "t1", map[string]string{"name": "kid", "instructions": "start"}))
 	if r := tt.CallTool(context.Background(), call("send_message", "t2", map[string]string{"recipient": "kid", "text": "second"})); r.IsError {
 		t.Fatal(r.Text)
@@ -193,7 +193,7 @@ func TestOneHopRouting(t *testing.T) {
 	mustCreate(t, c, CreateParams{Name: "b", Parent: "root"})
 	mustCreate(t, c, CreateParams{Name: "a1", Parent: "root/a"})
 	send := func(from, to string) provider.ToolResult {
-		tt := &turnTools{c: c, n: nodeOf(t, c, from), inTurn: map[string]bool{}}
+		tt := newTurnTools(c, nodeOf(t, c, from), nil)
 		return tt.CallTool(context.Background(), call("send_message", "x", map[string]string{"recipient": to, "text": "hi"}))
 	}
 	for _, ok := range [][2]string{{"root/a", "b"}, {"root/a", "root"}, {"root/a", "a1"}, {"root/a/a1", "a"}, {"root", "a"}, {"root", "USER"}} {
@@ -211,7 +211,7 @@ func TestOneHopRouting(t *testing.T) {
 func TestToolErrorsAreResults(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
 	mustCreate(t, c, CreateParams{Name: "root"})
-	tt := &turnTools{c: c, n: nodeOf(t, c, "root"), inTurn: map[string]bool{}}
+	tt := newTurnTools(c, nodeOf(t, c, "root"), nil)
 	for _, tc := range []struct {
 		call provider.ToolCall
 		want string

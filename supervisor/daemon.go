@@ -17,8 +17,10 @@ import (
 
 // Options configure a daemon.
 type Options struct {
-	Home      string
-	MaxSlots  int // turns running at once; default 4
+	Home     string
+	MaxSlots int // live sessions in the default pool, and turns at once; default 4
+	// Pools sizes named slot pools (live sessions each); see Config.Pools.
+	Pools     map[string]int
 	Providers Providers
 	Version   string
 	// LogOutput receives the structured log; default daemon.log in Home.
@@ -97,7 +99,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 
 	d := &Daemon{opts: opts, store: store, log: log, started: time.Now(), stopCh: make(chan struct{})}
-	d.core = New(Config{Store: store, Providers: opts.Providers, Log: log})
+	pools := map[string]int{DefaultPool: opts.MaxSlots}
+	for k, v := range opts.Pools {
+		pools[k] = v
+	}
+	d.core = New(Config{Store: store, Providers: opts.Providers, Log: log, Pools: pools})
 	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "unclean", unclean, "version", opts.Version)
 	rep, err := d.core.Recover(ctx, unclean)
 	if err != nil {
@@ -123,8 +129,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	sctx, stopSched := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); d.schedule(sctx) }()
+	go func() { defer wg.Done(); d.tick(sctx) }()
 	if opts.Ready != nil {
 		opts.Ready()
 	}
@@ -153,6 +160,21 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 func (d *Daemon) requestStop() {
 	d.stopOnce.Do(func() { close(d.stopCh) })
+}
+
+// tick fires due reminders once a second.
+func (d *Daemon) tick(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	d.core.Tick(time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d.core.Tick(now)
+		}
+	}
 }
 
 // schedule runs turns for runnable agents, at most MaxSlots at once.

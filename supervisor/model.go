@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -27,6 +28,7 @@ type node struct {
 	cancel   context.CancelFunc
 	reserved map[string]bool // child names being created
 	turn     *turnTools      // the tools of the running turn, for tool.call
+	lastUsed time.Time       // start of the last turn, for LRU eviction
 }
 
 func (n *node) id() string { return n.sess.ID }

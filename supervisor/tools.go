@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -51,6 +53,26 @@ func init() {
 		{ToolSpec{"list_children", "List your children with their states.", schema(``)}, (*turnTools).listChildren},
 		{ToolSpec{"inspect_agent", "Show an agent one hop away (parent, child, sibling) or yourself.",
 			schema(`"name":{"type":"string"}`, "name")}, (*turnTools).inspectAgent},
+		{ToolSpec{"broadcast", "Send a message to all your live siblings.",
+			schema(`"text":{"type":"string"}`, "text")}, (*turnTools).broadcast},
+		{ToolSpec{"poke", "Wake an agent one hop away with a nudge to check its inbox.",
+			schema(`"agent_name":{"type":"string"}`, "agent_name")}, (*turnTools).poke},
+		{ToolSpec{"remind_me", "Get a SYSTEM message after timeout (\"90s\", \"5m\" or seconds), optionally repeating every interval.",
+			schema(`"reason":{"type":"string"},"timeout":{"type":["string","number"]},"every":{"type":["string","number"]}`, "reason", "timeout")}, (*turnTools).remindMe},
+		{ToolSpec{"cancel_reminder", "Cancel one of your reminders by id.",
+			schema(`"id":{"type":"string"}`, "id")}, (*turnTools).cancelReminder},
+		{ToolSpec{"set_agent_metadata", "Set (or, without value, remove) a metadata key on yourself or an agent one hop away.",
+			schema(`"agent_name":{"type":"string"},"key":{"type":"string"},"value":{"type":["string","null"]}`, "agent_name", "key")}, (*turnTools).setMetadata},
+		{ToolSpec{"subscribe", "Be told when an agent one hop away changes state, e.g. transition \"BUSY->IDLE\" or \"*->TERMINATED\".",
+			schema(`"agent_name":{"type":"string"},"transition":{"type":"string"},"once":{"type":"boolean"}`, "agent_name", "transition")}, (*turnTools).subscribe},
+		{ToolSpec{"unsubscribe", "End one of your subscriptions by id.",
+			schema(`"id":{"type":"string"}`, "id")}, (*turnTools).unsubscribe},
+		{ToolSpec{"gate", "Stop an agent one hop away from starting turns until you permit or ungate it.",
+			schema(`"agent_name":{"type":"string"}`, "agent_name")}, gateTool("gate")},
+		{ToolSpec{"ungate", "Let a gated agent run freely again.",
+			schema(`"agent_name":{"type":"string"}`, "agent_name")}, gateTool("ungate")},
+		{ToolSpec{"permit_turn", "Let a gated agent take one turn.",
+			schema(`"agent_name":{"type":"string"}`, "agent_name")}, gateTool("permit")},
 	} {
 		tools[t.spec.Name] = t
 	}
@@ -68,12 +90,43 @@ func Tools() []ToolSpec {
 
 // turnTools runs agent tools for one agent during one turn.
 type turnTools struct {
-	c      *Core
-	n      *node
-	inTurn map[string]bool // message ids in the turn's prompt
+	c        *Core
+	n        *node
+	inTurn   map[string]bool   // message ids in the turn's prompt
+	lastFrom map[string]string // sender id -> newest message from it in the prompt
+	hops     int               // the most hops of a message in the prompt
 
-	mu      sync.Mutex // guards spawned
-	spawned []*node
+	mu       sync.Mutex // guards the fields below
+	spawned  []*node
+	requests []string // messages sent to agents that await a reply
+}
+
+func newTurnTools(c *Core, n *node, msgs []*fsstore.Message) *turnTools {
+	t := &turnTools{c: c, n: n, inTurn: map[string]bool{}, lastFrom: map[string]string{}}
+	for _, m := range msgs {
+		t.inTurn[m.ID] = true
+		t.lastFrom[m.From] = m.ID
+		t.hops = max(t.hops, m.Hops)
+	}
+	return t
+}
+
+func (t *turnTools) requestsSent() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.requests)
+}
+
+// message builds a message from the turn's agent, one hop further than
+// the messages that started the turn. It fails once the ping-pong guard's
+// limit is reached.
+func (t *turnTools) message(kind, text string) (*fsstore.Message, error) {
+	if t.hops+1 > t.c.maxHops {
+		return nil, fmt.Errorf("ping-pong guard: this exchange has bounced %d times between agents without a message from USER or a reminder; stop and report to your parent", t.hops)
+	}
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	return &fsstore.Message{From: t.n.id(), FromName: t.n.sess.Name, Kind: kind, Text: text, Hops: t.hops + 1}, nil
 }
 
 // CallTool runs one tool call. Every failure is a result with IsError set.
@@ -189,35 +242,270 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (st
 	if err := args(call, &a); err != nil {
 		return "", err
 	}
-	t.c.mu.Lock()
-	from := t.n.sess
-	isRoot := t.c.nodes[from.ParentID] == nil
-	var to *node
-	var err error
-	if a.Recipient != fsstore.User {
-		to, err = t.c.neighbourLocked(t.n, a.Recipient)
+	if strings.TrimSpace(a.Text) == "" {
+		return "", fmt.Errorf("message text is empty")
 	}
-	t.c.mu.Unlock()
-	m := &fsstore.Message{From: from.ID, FromName: from.Name, Kind: fsstore.KindMessage, Text: a.Text}
+	m, err := t.message(fsstore.KindMessage, a.Text)
+	if err != nil {
+		return "", err
+	}
 	if a.Recipient == fsstore.User {
+		t.c.mu.Lock()
+		isRoot := t.c.nodes[t.n.sess.ParentID] == nil
+		t.c.mu.Unlock()
 		if !isRoot {
 			return "", fmt.Errorf("only root agents may message USER; send to your parent instead")
-		}
-		if strings.TrimSpace(a.Text) == "" {
-			return "", fmt.Errorf("message text is empty")
 		}
 		if err := t.c.sendUser(m); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("sent to USER (message %s)", m.ID), nil
 	}
+	t.c.mu.Lock()
+	to, err := t.c.neighbourLocked(t.n, a.Recipient)
+	t.c.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	// A message to an agent whose message started this turn answers it.
+	if last := t.lastFrom[to.id()]; last != "" {
+		m.Kind, m.ReplyTo = fsstore.KindReply, last
+	}
+	if _, err := t.c.deliver(m, to); err != nil {
+		return "", err
+	}
+	if m.ReplyTo != "" {
+		return fmt.Sprintf("replied to %s (message %s, in reply to %s)", to.sess.Name, m.ID, m.ReplyTo), nil
+	}
+	t.mu.Lock()
+	t.requests = append(t.requests, m.ID)
+	t.mu.Unlock()
+	return fmt.Sprintf("sent to %s (message %s); you will be woken by the reply", to.sess.Name, m.ID), nil
+}
+
+func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Text string `json:"text"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(a.Text) == "" {
+		return "", fmt.Errorf("message text is empty")
+	}
+	t.c.mu.Lock()
+	var sibs []*node
+	if p := t.c.nodes[t.n.sess.ParentID]; p != nil {
+		for _, id := range p.children {
+			if s := t.c.nodes[id]; s != nil && s != t.n && !s.terminated() {
+				sibs = append(sibs, s)
+			}
+		}
+	} else {
+		for _, r := range t.c.rootsLocked() {
+			if r != t.n && !r.terminated() {
+				sibs = append(sibs, r)
+			}
+		}
+	}
+	t.c.mu.Unlock()
+	if len(sibs) == 0 {
+		return "", fmt.Errorf("you have no live siblings")
+	}
+	var names []string
+	for _, s := range sibs {
+		m, err := t.message(fsstore.KindMessage, a.Text)
+		if err != nil {
+			return "", err
+		}
+		if _, err := t.c.deliver(m, s); err != nil {
+			return "", fmt.Errorf("after sending to %s: %w", strings.Join(names, ", "), err)
+		}
+		names = append(names, s.sess.Name)
+	}
+	return fmt.Sprintf("sent to %d siblings: %s", len(names), strings.Join(names, ", ")), nil
+}
+
+// neighbour resolves a one-hop name, or the agent itself.
+func (t *turnTools) neighbour(name string) (*node, error) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	if name == t.n.sess.Name || name == "self" {
+		return t.n, nil
+	}
+	return t.c.neighbourLocked(t.n, name)
+}
+
+func (t *turnTools) poke(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		AgentName string `json:"agent_name"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	to, err := t.neighbour(a.AgentName)
+	if err != nil {
+		return "", err
+	}
+	if to == t.n {
+		return "", fmt.Errorf("you cannot poke yourself; use remind_me")
+	}
+	m, err := t.message(fsstore.KindSystem, fmt.Sprintf("%s poked you: check your inbox and carry on.", t.n.sess.Name))
 	if err != nil {
 		return "", err
 	}
 	if _, err := t.c.deliver(m, to); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("sent to %s (message %s)", to.sess.Name, m.ID), nil
+	return "poked " + to.sess.Name, nil
+}
+
+func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Reason  string          `json:"reason"`
+		Timeout json.RawMessage `json:"timeout"`
+		Every   json.RawMessage `json:"every"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	after, err := parseDelay(a.Timeout)
+	if err != nil || after <= 0 {
+		return "", fmt.Errorf("timeout: %v", orText(err, "must be positive"))
+	}
+	every, err := parseDelay(a.Every)
+	if err != nil || (len(a.Every) > 0 && string(a.Every) != "null" && every < time.Second) {
+		return "", fmt.Errorf("every: %v", orText(err, "must be at least 1s"))
+	}
+	r := fsstore.Reminder{ID: fsstore.NewID(), Reason: a.Reason, Due: t.c.clock.Now().UTC().Add(after),
+		EverySeconds: int64(every / time.Second)}
+	if err := t.c.commit(t.n, fsstore.EvReminderSet, r); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("reminder %s set for %s", r.ID, r.Due.Format(time.RFC3339)), nil
+}
+
+func orText(err error, text string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return text
+}
+
+func (t *turnTools) cancelReminder(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	t.c.mu.Lock()
+	found := slices.ContainsFunc(t.n.sess.Reminders, func(r fsstore.Reminder) bool { return r.ID == a.ID })
+	t.c.mu.Unlock()
+	if !found {
+		return "", fmt.Errorf("no reminder %q", a.ID)
+	}
+	if err := t.c.commit(t.n, fsstore.EvReminderDone, fsstore.ReminderDone{ID: a.ID, Reason: "cancelled"}); err != nil {
+		return "", err
+	}
+	return "reminder " + a.ID + " cancelled", nil
+}
+
+func (t *turnTools) setMetadata(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		AgentName string  `json:"agent_name"`
+		Key       string  `json:"key"`
+		Value     *string `json:"value"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if a.Key == "" {
+		return "", fmt.Errorf("key is empty")
+	}
+	to, err := t.neighbour(a.AgentName)
+	if err != nil {
+		return "", err
+	}
+	if err := t.c.commit(to, fsstore.EvMetadata, fsstore.MetadataChange{Key: a.Key, Value: a.Value}); err != nil {
+		return "", err
+	}
+	if a.Value == nil {
+		return fmt.Sprintf("removed %s from %s's metadata", a.Key, to.sess.Name), nil
+	}
+	return fmt.Sprintf("set %s=%q on %s", a.Key, *a.Value, to.sess.Name), nil
+}
+
+var agentStates = []string{"*", "IDLE", "BUSY", "WAITING", "TERMINATED"}
+
+func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		AgentName  string `json:"agent_name"`
+		Transition string `json:"transition"`
+		Once       bool   `json:"once"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	from, to, ok := strings.Cut(strings.ReplaceAll(a.Transition, " ", ""), "->")
+	from, to = strings.ToUpper(from), strings.ToUpper(to)
+	if !ok || !slices.Contains(agentStates, from) || !slices.Contains(agentStates, to) {
+		return "", fmt.Errorf("transition %q must look like \"IDLE->BUSY\" (states: IDLE, BUSY, WAITING, TERMINATED, or *)", a.Transition)
+	}
+	target, err := t.neighbour(a.AgentName)
+	if err != nil {
+		return "", err
+	}
+	if target == t.n {
+		return "", fmt.Errorf("you cannot subscribe to yourself")
+	}
+	s := fsstore.Subscription{ID: fsstore.NewID(), Target: target.id(), From: from, To: to, Once: a.Once}
+	if err := t.c.commit(t.n, fsstore.EvSubscribed, s); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("subscription %s: you will be told when %s goes %s -> %s", s.ID, target.sess.Name, from, to), nil
+}
+
+func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	t.c.mu.Lock()
+	found := slices.ContainsFunc(t.n.sess.Subscriptions, func(s fsstore.Subscription) bool { return s.ID == a.ID })
+	t.c.mu.Unlock()
+	if !found {
+		return "", fmt.Errorf("no subscription %q", a.ID)
+	}
+	if err := t.c.commit(t.n, fsstore.EvUnsubscribed, fsstore.Unsubscribed{ID: a.ID}); err != nil {
+		return "", err
+	}
+	return "subscription " + a.ID + " ended", nil
+}
+
+func gateTool(op string) toolFunc {
+	return func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error) {
+		var a struct {
+			AgentName string `json:"agent_name"`
+		}
+		if err := args(call, &a); err != nil {
+			return "", err
+		}
+		to, err := t.neighbour(a.AgentName)
+		if err != nil {
+			return "", err
+		}
+		if to == t.n {
+			return "", fmt.Errorf("you cannot %s yourself", op)
+		}
+		if err := t.c.gateOp(to, op, "by "+t.n.sess.Name); err != nil {
+			return "", err
+		}
+		t.c.signal()
+		return fmt.Sprintf("%s: done for %s", op, to.sess.Name), nil
+	}
 }
 
 func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall) (string, error) {

@@ -79,31 +79,41 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
-		return err
-	}
-	tools := &turnTools{c: c, n: n, inTurn: map[string]bool{}}
-	for _, id := range ids {
-		tools.inTurn[id] = true
-	}
+	tools := newTurnTools(c, n, msgs)
 	defer tools.releaseSpawned()
+
+	// A live session first: the pool may need to evict another one, or,
+	// if every session there is busy, the turn waits for a slot.
+	if err := c.makeRoom(ctx, n); errors.Is(err, errPoolFull) {
+		c.mu.Lock()
+		n.mail = true
+		c.mu.Unlock()
+		return nil
+	} else if err != nil {
+		return c.turnFailed(ctx, n, len(msgs), err)
+	}
+	live, err := c.ensureSession(ctx, n)
+	if err != nil {
+		return c.turnFailed(ctx, n, len(msgs), err)
+	}
+	if n.sess.Gated {
+		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{AddPermits: -1}); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	n.turn = tools
+	n.lastUsed = c.clock.Now()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		n.turn = nil
 		c.mu.Unlock()
 	}()
-
-	live, err := c.ensureSession(ctx, n)
-	if err != nil {
-		return c.turnFailed(ctx, n, len(msgs), err)
+	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
+		return err
 	}
+
 	prompt := RenderPrompt(msgs)
 	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(ch provider.Chunk) {
 		c.mu.Lock()
@@ -117,6 +127,10 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
 		return err
 	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
 	if err := n.agent.MarkDelivered(ids); err != nil {
 		return storeErr(err)
 	}
@@ -125,13 +139,28 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	}
 	c.mu.Lock()
 	done := n.terminated()
+	waiting := n.sess.WaitingFor
 	c.mu.Unlock()
-	if done {
+	if requests := tools.requestsSent(); len(requests) > 0 && !done {
+		waiting = addWaiting(waiting, requests)
+		if err := c.commit(n, fsstore.EvWaiting, fsstore.Waiting{IDs: waiting}); err != nil {
+			return err
+		}
+	}
+	switch {
+	case done:
 		if err := c.terminateHeld(n, n.sess.StateReason); err != nil {
 			return err
 		}
-	} else if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle}); err != nil {
-		return err
+	case len(waiting) > 0:
+		// A request is outstanding: WAITING until the reply wakes it.
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentWaiting}); err != nil {
+			return err
+		}
+	default:
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle}); err != nil {
+			return err
+		}
 	}
 	c.snapshot(n)
 	c.transcript(n, prompt, res.Text)
@@ -139,6 +168,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
 	c.mu.Unlock()
+	c.checkBudgets(n)
 	return nil
 }
 
@@ -159,6 +189,9 @@ func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "turn failed"}); err != nil {
 			return err
 		}
+	}
+	if err := c.commit(n, fsstore.EvTurnFailed, fsstore.TurnFailed{Error: cause.Error(), Messages: pending}); err != nil {
+		return err
 	}
 	if !n.terminated() {
 		reason := "turn failed: " + cause.Error()

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +35,8 @@ type Server struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	ctx     context.Context
+
+	inflight sync.WaitGroup // calls between dispatch and their final reply
 }
 
 // NewServer returns a server accepting only the current uid.
@@ -87,8 +90,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// Close stops accepting, cancels running handlers, closes every connection
-// and waits for their goroutines.
+// Close stops accepting, cancels running handlers and lets them write
+// their final replies (a stop request is answered before the daemon goes),
+// then closes every connection and waits for their goroutines.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -96,6 +100,14 @@ func (s *Server) Close() error {
 		s.ln.Close()
 	}
 	s.cancel()
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	s.mu.Lock()
 	for c := range s.conns {
 		c.Close()
 	}
@@ -198,12 +210,20 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		s.mu.Lock()
 		h := s.methods[req.Method]
+		if s.closed {
+			s.mu.Unlock()
+			cw.write(&Response{ID: req.ID, Error: Errorf(CodeUnavailable, "the daemon is stopping")})
+			return
+		}
+		s.inflight.Add(1)
 		s.mu.Unlock()
 		if h == nil {
 			cw.write(&Response{ID: req.ID, Error: Errorf(CodeUnknownMethod, "unknown method %q", req.Method)})
+			s.inflight.Done()
 			continue
 		}
 		s.call(ctx, cw, &req, h)
+		s.inflight.Done()
 	}
 	if errors.Is(readErr, errLineTooLong) {
 		cw.write(&Response{Error: Errorf(CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
