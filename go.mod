@@ -11,6 +11,8 @@ require (
 
 require (
 	github.com/alecthomas/kong v1.17.0 // indirect
+	github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
 	github.com/rogpeppe/go-internal v1.16.0 // indirect
-	golang.org/x/tools v0.26.0 // indirect
+	golang.org/x/tools v0.42.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -68,6 +68,7 @@ type Core struct {
 	roots *node // holds the names of roots being created
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
+	slotWaiters  int // nodes with waitSlot set
 }
 
 // New returns a Core with an empty tree; call Recover to load the store.
@@ -458,6 +459,13 @@ func (c *Core) release(n *node) {
 	n.busy = false
 	n.cancel = nil
 	close(n.idle)
+	if c.slotWaiters > 0 && !n.waitSlot {
+		// A session may have become idle: let parked turns try again.
+		for _, x := range c.nodes {
+			x.waitSlot = false
+		}
+		c.slotWaiters = 0
+	}
 	c.mu.Unlock()
 	c.signal()
 }
@@ -490,7 +498,7 @@ func (c *Core) Runnable() []string {
 	}
 	var ids []string
 	for id, n := range c.nodes {
-		if n.mail && !n.busy && !n.failed && n.heldBy == "" && !n.terminated() && (!n.sess.Gated || n.sess.Permits > 0) {
+		if n.mail && !n.busy && !n.failed && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.sess.Gated || n.sess.Permits > 0) {
 			ids = append(ids, id)
 		}
 	}
@@ -606,7 +614,9 @@ func (c *Core) Resume(ctx context.Context, ref string) (AgentInfo, error) {
 	if n.terminated() {
 		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.sess.Name)
 	}
-	if _, err := c.ensureSession(ctx, n); err != nil {
+	if _, err := c.ensureSession(ctx, n); errors.Is(err, errPoolFull) {
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.sess))
+	} else if err != nil {
 		return AgentInfo{}, err
 	}
 	c.snapshot(n)
@@ -707,6 +717,9 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	}
 	p, err := c.providers.Get(sess.Provider)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.makeRoom(ctx, n); err != nil {
 		return nil, err
 	}
 	cfg := provider.Config{

@@ -29,6 +29,7 @@ type node struct {
 	reserved map[string]bool // child names being created
 	turn     *turnTools      // the tools of the running turn, for tool.call
 	lastUsed time.Time       // start of the last turn, for LRU eviction
+	waitSlot bool            // its pool was full of busy sessions
 }
 
 func (n *node) id() string { return n.sess.ID }

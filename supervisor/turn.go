@@ -84,15 +84,14 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 
 	// A live session first: the pool may need to evict another one, or,
 	// if every session there is busy, the turn waits for a slot.
-	if err := c.makeRoom(ctx, n); errors.Is(err, errPoolFull) {
+	live, err := c.ensureSession(ctx, n)
+	if errors.Is(err, errPoolFull) {
 		c.mu.Lock()
-		n.mail = true
+		n.mail, n.waitSlot = true, true // until some busy node is released
+		c.slotWaiters++
 		c.mu.Unlock()
 		return nil
-	} else if err != nil {
-		return c.turnFailed(ctx, n, len(msgs), err)
 	}
-	live, err := c.ensureSession(ctx, n)
 	if err != nil {
 		return c.turnFailed(ctx, n, len(msgs), err)
 	}
