@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fixture is a healthy home with two agents:
@@ -65,14 +66,12 @@ func newFixture(t *testing.T) *fixture {
 	b.Close()
 	f.logA = readFile(t, f.A.Events())
 	f.sessA = readFile(t, f.A.Session())
-	f.line5 = mustEncodeEvent(t, Event{Seq: 5, Time: epoch.Add(time30s), Type: EvTurn, Data: []byte(`{"turns":1,"input_tokens":7}`)})
+	f.line5 = mustEncodeEvent(t, Event{Seq: 5, Time: epoch.Add(30 * time.Second), Type: EvTurn, Data: []byte(`{"turns":1,"input_tokens":7}`)})
 	if got := len(lines(f.logA)); got != 4 {
 		t.Fatalf("fixture: A's log has %d lines, want 4", got)
 	}
 	return f
 }
-
-const time30s = 30_000_000_000
 
 // lineOffset returns the byte offset of the start of A's n-th (1-based) line.
 func (f *fixture) lineOffset(n int) int64 {
@@ -186,6 +185,35 @@ func TestDamage(t *testing.T) {
 				assertFile(t, f.A.Broken(off, 0), []byte("an earlier cut\n"))
 				assertFile(t, f.A.Broken(off, 1), f.line5[:7])
 			},
+		},
+		{
+			// The name of the copy cannot be checked (a symlink loop):
+			// nothing is cut, and the agent is kept out.
+			name: "torn tail whose .broken name cannot be checked",
+			damage: func(t *testing.T, f *fixture) {
+				loop := f.A.Broken(int64(len(f.logA)), 0)
+				if err := os.Symlink(filepath.Base(loop), loop); err != nil {
+					t.Fatal(err)
+				}
+				appendFile(t, f.A.Events(), f.line5[:7])
+			},
+			want: func(f *fixture) []wantFinding {
+				torn := f.tornA(int64(len(f.logA)))
+				torn.Repaired = false
+				return []wantFinding{
+					w(torn, "7 bytes after the last valid event (seq 4)"),
+					w(Finding{Kind: FindKeptOut, Path: f.A.Events(), Agent: idA}, "repair log", "too many levels of symbolic links"),
+					w(f.orphanB()),
+				}
+			},
+			wantVerify: func(f *fixture) []wantFinding {
+				torn := f.tornA(int64(len(f.logA)))
+				torn.Repaired = false
+				return []wantFinding{w(torn), w(f.replayedA())}
+			},
+			live:       []string{idB},
+			liveVerify: []string{idA, idB},
+			check:      func(t *testing.T, f *fixture, res *ScanResult) { f.assertUntouched(t, f.A.Dir) },
 		},
 		{
 			name: "bad middle line followed by good lines",
@@ -708,7 +736,9 @@ func runDamageCase(t *testing.T, tc damageCase) {
 		want[a.ID()] = s
 	}
 	closeAgents(res)
-	res = mustScan(t, f.s, ScanOptions{Deep: true})
+	dopts := ropts
+	dopts.Deep = true
+	res = mustScan(t, f.s, dopts)
 	defer closeAgents(res)
 	assertLive(t, "after appends", res, tc.live)
 	for _, a := range res.Agents {

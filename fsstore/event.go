@@ -46,7 +46,7 @@ const (
 // line before `,"crc":`, as 8 lower-case hex digits.
 func EncodeEvent(e Event) ([]byte, error) {
 	e.Time = e.Time.UTC()
-	body, err := json.Marshal(e)
+	body, err := marshal(e, false)
 	if err != nil {
 		return nil, err
 	}

@@ -187,21 +187,18 @@ func FuzzDecodeSession(f *testing.F) {
 	})
 }
 
-// sessionsEqual compares sessions as values: times by instant, and an
-// empty map or blob like a missing one (JSON's omitempty drops both).
+// sessionsEqual compares sessions as the format sees them: by their JSON.
+// A field-by-field comparison would tell apart what JSON cannot (an empty
+// map or list from a missing one, two *time.Location of the same offset)
+// and which the store never relies on.
 func sessionsEqual(a, b *Session) bool {
-	norm := func(s *Session) Session {
-		c := *s.Clone()
-		if len(c.Metadata) == 0 {
-			c.Metadata = nil
-		}
-		if len(c.StateBlob) == 0 {
-			c.StateBlob = nil
-		}
-		c.CreatedAt, c.UpdatedAt = time.Time{}, time.Time{}
-		return c
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false
 	}
-	return a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) && reflect.DeepEqual(norm(a), norm(b))
+	jb, err := json.Marshal(b)
+	return err == nil && bytes.Equal(ja, jb) && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
+		a.ID == b.ID && a.LastSeq == b.LastSeq && a.AgentState == b.AgentState && a.SessionState == b.SessionState
 }
 
 func FuzzScanLog(f *testing.F) {

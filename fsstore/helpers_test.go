@@ -211,7 +211,7 @@ func (a tree) diff(b tree, prefix string) []string {
 	return out
 }
 
-// reencodeSession rewrites a session.json after edit changes its fields
+// editSessionJSON rewrites a session.json after edit has changed its fields
 // as a generic JSON object.
 func editSessionJSON(t testing.TB, path string, edit func(m map[string]any)) []byte {
 	t.Helper()

@@ -126,11 +126,17 @@ func TestKill9(t *testing.T) {
 	)
 	for round := 0; round < killRounds; round++ {
 		// A fifth of the rounds kill the helper at a random point of its
-		// start-up, possibly while it is repairing; the others after a
-		// random number of acknowledged appends, at a random point of the
-		// next one.
-		p := killPlan{waitAcks: -1, delay: randDur(rng, startup)}
-		if rng.IntN(5) != 0 {
+		// start-up (exec, open, scan); the others after a random number
+		// of acknowledged appends, either at a random point of the next
+		// one or, a fifth, as soon as the log grows: a write(2) is short
+		// and random delays seldom land in one.
+		var p killPlan
+		switch rng.IntN(5) {
+		case 0:
+			p = killPlan{waitAcks: -1, delay: randDur(rng, startup)}
+		case 1:
+			p = killPlan{waitAcks: rng.IntN(8), chase: path}
+		default:
 			p = killPlan{waitAcks: rng.IntN(8), delay: randDur(rng, perAppend*5/4)}
 		}
 		r := runAndKill(t, exe, home, id, p)
@@ -162,6 +168,7 @@ func TestKill9(t *testing.T) {
 			switch f.Kind {
 			case FindTornTail:
 				tornSeen++
+				checkTornCopy(t, res.Agents[0].Files(), f)
 			case FindLeftover, FindReplayed:
 			default:
 				t.Fatalf("round %d: unexpected finding %s %s: %s", round, f.Kind, f.Path, f.Detail)
@@ -221,6 +228,34 @@ func randDur(rng *rand.Rand, max time.Duration) time.Duration {
 type killPlan struct {
 	waitAcks int
 	delay    time.Duration
+	chase    string // if set, kill as soon as this file changes size instead
+}
+
+// checkTornCopy checks the copy of a tail cut off after a kill: the
+// unfinished write of the next event's line, so a prefix of such a line.
+func checkTornCopy(t *testing.T, files AgentFiles, f Finding) {
+	t.Helper()
+	if !f.Repaired {
+		t.Fatalf("torn tail not repaired: %+v", f)
+	}
+	var copyPath string
+	for n := 0; exists(files.Broken(f.Offset, n)); n++ {
+		copyPath = files.Broken(f.Offset, n)
+	}
+	if copyPath == "" {
+		t.Fatalf("no copy of the tail cut at %d", f.Offset)
+	}
+	tail := readFile(t, copyPath)
+	valid := readFile(t, files.Events())[:f.Offset]
+	info, err := scanLog(bytes.NewReader(valid), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"seq":%d,"ts":"`, info.LastSeq+1)
+	n := min(len(tail), len(want))
+	if len(tail) == 0 || bytes.IndexByte(tail, '\n') >= 0 || string(tail[:n]) != want[:n] {
+		t.Fatalf("%s holds %d bytes %q..., not the start of the line of event %d", copyPath, len(tail), trunc(tail), info.LastSeq+1)
+	}
 }
 
 type killRun struct {
@@ -292,6 +327,17 @@ func runAndKill(t *testing.T, exe, home, id string, p killPlan) killRun {
 		}
 		if n := len(r.acks); n > 0 {
 			r.append = time.Since(readyAt) / time.Duration(n)
+		}
+	}
+	if p.chase != "" {
+		fi, err := os.Stat(p.chase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+			if now, err := os.Stat(p.chase); err != nil || now.Size() != fi.Size() {
+				break
+			}
 		}
 	}
 	time.Sleep(p.delay)

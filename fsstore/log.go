@@ -175,7 +175,7 @@ func (l *Log) LastSeq() uint64 {
 func (l *Log) Append(typ string, data any) (Event, error) {
 	var raw json.RawMessage
 	if data != nil {
-		b, err := json.Marshal(data)
+		b, err := marshal(data, false)
 		if err != nil {
 			return Event{}, wrap("append", l.path, fmt.Errorf("%w: event data: %v", ErrInvalid, err), "")
 		}

@@ -90,7 +90,7 @@ func Publish(fsys FS, b Inbox, m *Message) error {
 	if !IsID(m.ID) {
 		return wrap("publish", b.Dir, fmt.Errorf("%w: message id %q", ErrInvalid, m.ID), "")
 	}
-	data, err := json.MarshalIndent(m, "", "  ")
+	data, err := marshal(m, true)
 	if err != nil {
 		return wrap("publish", b.Dir, err, "")
 	}

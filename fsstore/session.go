@@ -217,7 +217,7 @@ func (s *Session) Clone() *Session {
 // EncodeSession returns the session.json bytes for s: indented JSON and a
 // trailing newline, so that it reads well with cat.
 func EncodeSession(s *Session) ([]byte, error) {
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := marshal(s, true)
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
 	if err := sess.Validate(); err != nil {
 		return nil, wrap("create agent", s.layout.AgentDir(sess.ID), err, "")
 	}
-	data, err := json.Marshal(sess)
+	data, err := marshal(sess, false)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func (a *Agent) Session() *Session {
 func (a *Agent) Commit(typ string, data any) (*Session, error) {
 	var raw json.RawMessage
 	if data != nil {
-		b, err := json.Marshal(data)
+		b, err := marshal(data, false)
 		if err != nil {
 			return nil, wrap("commit", a.files.Events(), fmt.Errorf("%w: %v", ErrInvalid, err), "")
 		}

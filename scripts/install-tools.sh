@@ -10,3 +10,12 @@ if [ ! -x "$TOOLS/bin/staticcheck" ] || ! "$TOOLS/bin/staticcheck" -version 2>/d
   echo "installing staticcheck $STATICCHECK_VERSION into .tools/bin"
   GOBIN="$TOOLS/bin" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
+
+# bubblewrap: the sandbox tests run the real bwrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "installing bubblewrap with apt-get"
+  SUDO=
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi
+  $SUDO apt-get update
+  $SUDO apt-get install -y bubblewrap
+fi

@@ -1,0 +1,35 @@
+// Package bwrap turns a sandbox spec into a bubblewrap (bwrap) command line
+// and runs processes inside it.
+//
+// A Spec names what a sandboxed process may see: one host directory bound
+// at the working directory (the workspace root, "/workspace" by default),
+// extra mounts, whether it has the network, and its environment. Argv builds
+// the whole command line as a pure function, so tests compare it with
+// literal tables; Command and Shell run it.
+//
+// Inside the sandbox a process sees:
+//
+//   - the system directories /usr, /bin, /sbin, /lib and /lib64, read-only
+//     (each one that exists on the host; on a merged-/usr system /bin and
+//     friends are symlinks, and binding them follows the link);
+//   - a minimal /etc: the dynamic linker cache, alternatives, passwd, group,
+//     nsswitch.conf, localtime, ssl and ca-certificates, and with the
+//     network also resolv.conf and hosts;
+//   - a fresh /proc, a minimal /dev and an empty, private tmpfs at /tmp;
+//   - the root and the mounts of the spec, in order;
+//   - a read-only "/" holding all of these, so that /tmp and the
+//     read-write binds are the only places a process can write;
+//   - nothing else: not the host's /home, /root, /tmp or the rest of /etc.
+//
+// Every namespace is unshared (the network too unless Spec.Network), every
+// capability is dropped even when the daemon runs as root, the environment
+// is cleared and rebuilt from a fixed PATH, HOME=<workdir>, TERM=dumb and
+// Spec.Env (and bwrap sets PWD=<workdir>), the process gets a new session (no terminal injection), and it
+// dies with bwrap.
+//
+// Mount targets inside a read-only root must already exist in it: bwrap
+// cannot create a mount point in a read-only bind, and says so.
+//
+// CheckLink is the policy for an agent that asks to link a host path: it
+// may only link what its own sandbox already grants.
+package bwrap

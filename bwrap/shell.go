@@ -1,0 +1,61 @@
+package bwrap
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// shellScript is the wrapper Shell runs with /bin/sh -c; $1 is the user's
+// command. It restores the state saved by the previous command (exported
+// variables, then the working directory), evaluates the command in the
+// same shell, so that cd and export take effect, and saves the state again
+// on exit, whatever the command did, keeping its exit status. The state is
+// written to a temporary file and renamed, so a killed command leaves the
+// old state or the new one. It writes only under ShellDir, never into the
+// root, so it works when the root is read-only.
+const shellScript = `__substrat_save() {
+	__substrat_cwd=$PWD
+	export __substrat_cwd
+	export -p >` + ShellDir + `/state.tmp && /bin/mv -f ` + ShellDir + `/state.tmp ` + ShellDir + `/state
+}
+trap '__substrat_status=$?; set +eu; __substrat_save; exit $__substrat_status' EXIT
+if [ -f ` + ShellDir + `/state ]; then
+	. ` + ShellDir + `/state
+	cd -- "${__substrat_cwd:-$HOME}" 2>/dev/null || echo "substrat: cannot return to $__substrat_cwd; starting in $PWD" >&2
+	unset __substrat_cwd
+fi
+__substrat_cmd=$1
+shift
+eval "unset __substrat_cmd; $__substrat_cmd"
+`
+
+// Shell returns a command that runs script with /bin/sh inside the sandbox
+// s, in the shell state left by the previous Shell command with the same
+// stateDir: its working directory and exported variables. stateDir is a
+// host directory kept outside the sandbox's root (it is created if
+// missing) and bound read-write at ShellDir; that is the only place the
+// wrapper writes, so the state persists in a read-only root too.
+//
+// The environment of s applies where the saved state does not say
+// otherwise: a variable the previous command exported or changed keeps its
+// value, but unsetting a variable that s sets does not persist. Two Shell
+// commands that run at once on one stateDir each save their own state;
+// the last to finish wins. The command's exit status is the wrapper's.
+//
+// It fails like Command, and with ErrInvalidSpec when s already mounts
+// something at ShellDir or stateDir is not an absolute clean path.
+func Shell(ctx context.Context, s Spec, stateDir, script string) (*exec.Cmd, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkPath(stateDir); err != nil {
+		return nil, fmt.Errorf("%w: shell state directory: %v", ErrInvalidSpec, err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("shell state directory: %w", err)
+	}
+	extra := []Mount{{Host: stateDir, Target: ShellDir}}
+	return command(ctx, s, extra, []string{"/bin/sh", "-c", shellScript, "substrat-shell", script})
+}

@@ -1,0 +1,290 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/fsstore"
+)
+
+// Version is the format version of workspace.json.
+const Version = 1
+
+// UserScope is the scope of the user's own workspaces; any other scope is
+// the id of the agent that owns the workspace.
+const UserScope = fsstore.User
+
+// Modes of a link or a view.
+const (
+	ModeRO = "ro"
+	ModeRW = "rw"
+)
+
+// Errors. Test for them with errors.Is.
+var (
+	// ErrNotFound: no such workspace, link, or path.
+	ErrNotFound = errors.New("workspace: not found")
+	// ErrExists: a workspace of that name exists already.
+	ErrExists = errors.New("workspace: already exists")
+	// ErrInvalid: a bad scope, name, link or view, or an unreadable
+	// workspace.json.
+	ErrInvalid = errors.New("workspace: invalid")
+	// ErrInUse: Delete refused because agents or views still use the
+	// workspace.
+	ErrInUse = errors.New("workspace: in use")
+	// ErrEscape: a path leaves what it must stay inside: a view's subdir
+	// that resolves outside the source root, or a link whose host path now
+	// resolves elsewhere than where it was linked.
+	ErrEscape = errors.New("workspace: path escapes")
+)
+
+// Link binds a host path into the workspace's sandbox.
+type Link struct {
+	HostPath  string `json:"host_path"`  // absolute; stored resolved
+	MountPath string `json:"mount_path"` // absolute path inside the sandbox
+	Mode      string `json:"mode"`       // ModeRO or ModeRW
+}
+
+// View makes a workspace's root the root (or a subdirectory of it) of
+// another workspace, the source.
+type View struct {
+	SourceScope string `json:"source_scope"`
+	SourceName  string `json:"source_name"`
+	// Subdir is relative to the source's root/; empty for the whole root.
+	Subdir string `json:"subdir,omitempty"`
+	Mode   string `json:"mode"` // ModeRO or ModeRW
+}
+
+// Workspace is the content of a workspace.json.
+type Workspace struct {
+	Version       int       `json:"version"`
+	Scope         string    `json:"scope"` // UserScope or an agent id
+	Name          string    `json:"name"`
+	NetworkAccess bool      `json:"network_access"`
+	Links         []Link    `json:"links"`
+	View          *View     `json:"view,omitempty"` // only in a view
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Ref is "scope/name", how messages name a workspace.
+func (w *Workspace) Ref() string { return w.Scope + "/" + w.Name }
+
+// ValidateScope checks a scope: UserScope or a canonical agent id.
+func ValidateScope(scope string) error {
+	if scope == UserScope || fsstore.IsID(scope) {
+		return nil
+	}
+	return fmt.Errorf("%w: scope %q is neither %s nor a canonical agent id", ErrInvalid, scope, UserScope)
+}
+
+// ValidateName checks a workspace name: the rules of fsstore.ValidateName,
+// and no leading "." (such names are the store's temporary directories).
+func ValidateName(name string) error {
+	if err := fsstore.ValidateName(name); err != nil {
+		return fmt.Errorf("%w: workspace name (same rules as agent names): %v", ErrInvalid, err)
+	}
+	if strings.HasPrefix(name, ".") {
+		return fmt.Errorf("%w: workspace name %q starts with '.'", ErrInvalid, name)
+	}
+	return nil
+}
+
+func validateMode(what, mode string) error {
+	if mode != ModeRO && mode != ModeRW {
+		return fmt.Errorf("%w: %s mode %q is neither %q nor %q", ErrInvalid, what, mode, ModeRO, ModeRW)
+	}
+	return nil
+}
+
+// ValidateLink checks the form of a link: host_path absolute, clean and
+// without "..", mount_path a valid sandbox target (bwrap.ValidateTarget)
+// other than the workspace root's /workspace, mode ro or rw. It does not
+// look at the host.
+func ValidateLink(l Link) error {
+	if err := validateMode("link", l.Mode); err != nil {
+		return err
+	}
+	if err := checkHostPath(l.HostPath); err != nil {
+		return fmt.Errorf("%w: link host_path: %v", ErrInvalid, err)
+	}
+	if err := bwrap.ValidateTarget(l.MountPath); err != nil {
+		return fmt.Errorf("%w: link mount_path: %v", ErrInvalid, err)
+	}
+	if l.MountPath == bwrap.DefaultWorkdir {
+		return fmt.Errorf("%w: link mount_path %s would hide the workspace root", ErrInvalid, l.MountPath)
+	}
+	return nil
+}
+
+// checkHostPath checks that p is absolute, clean and has no "..".
+func checkHostPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty path")
+	case !filepath.IsAbs(p):
+		return fmt.Errorf("%q is not absolute", p)
+	case hasDotDot(p):
+		return fmt.Errorf("%q contains '..'", p)
+	case filepath.Clean(p) != p:
+		return fmt.Errorf("%q is not clean (it means %q)", p, filepath.Clean(p))
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("%q contains a NUL byte", p)
+	}
+	return nil
+}
+
+func hasDotDot(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// validateView checks the form of a view.
+func validateView(v *View) error {
+	if err := validateMode("view", v.Mode); err != nil {
+		return err
+	}
+	if err := ValidateScope(v.SourceScope); err != nil {
+		return fmt.Errorf("view source: %w", err)
+	}
+	if err := ValidateName(v.SourceName); err != nil {
+		return fmt.Errorf("view source: %w", err)
+	}
+	switch s := v.Subdir; {
+	case s == "":
+	case filepath.IsAbs(s):
+		return fmt.Errorf("%w: view subdir %q is absolute; give it relative to the source root", ErrInvalid, s)
+	case hasDotDot(s):
+		return fmt.Errorf("%w: view subdir %q contains '..'", ErrInvalid, s)
+	case filepath.Clean(s) != s || s == ".":
+		return fmt.Errorf("%w: view subdir %q is not clean", ErrInvalid, s)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("%w: view subdir %q contains a NUL byte", ErrInvalid, s)
+	}
+	return nil
+}
+
+// Validate checks every field of w for form; it does not look at the host.
+func (w *Workspace) Validate() error {
+	if w.Version != Version {
+		return fmt.Errorf("%w: version %d, this substrat reads version %d", ErrInvalid, w.Version, Version)
+	}
+	if err := ValidateScope(w.Scope); err != nil {
+		return err
+	}
+	if err := ValidateName(w.Name); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, l := range w.Links {
+		if err := ValidateLink(l); err != nil {
+			return err
+		}
+		if seen[l.MountPath] {
+			return fmt.Errorf("%w: two links at mount_path %s", ErrInvalid, l.MountPath)
+		}
+		seen[l.MountPath] = true
+	}
+	if w.View != nil {
+		if err := validateView(w.View); err != nil {
+			return err
+		}
+		if w.View.SourceScope == w.Scope && w.View.SourceName == w.Name {
+			return fmt.Errorf("%w: workspace %s is a view of itself", ErrInvalid, w.Ref())
+		}
+	}
+	return nil
+}
+
+// Spec returns the sandbox of w: its root/ bound read-write at
+// bwrap.DefaultWorkdir (for a view, the source's root/ or its subdir, with
+// the view's mode), its links as mounts in order, and the network if
+// network_access. Env is left for the caller to fill.
+//
+// It checks the host again: the root must exist, a view's root must still
+// resolve inside the source's root/ and each link's host path must still
+// resolve to itself; otherwise it fails with ErrNotFound or ErrEscape.
+func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
+	s := bwrap.Spec{Network: w.NetworkAccess}
+	if w.View == nil {
+		root := l.WorkspaceRoot(w.Scope, w.Name)
+		if err := isDir(root); err != nil {
+			return bwrap.Spec{}, fmt.Errorf("%w: workspace %s has no root directory: %v", ErrNotFound, w.Ref(), err)
+		}
+		s.Root = root
+	} else {
+		root, err := viewRoot(l, *w.View)
+		if err != nil {
+			return bwrap.Spec{}, fmt.Errorf("view %s: %w", w.Ref(), err)
+		}
+		s.Root, s.RootReadOnly = root, w.View.Mode == ModeRO
+	}
+	for _, k := range w.Links {
+		resolved, err := filepath.EvalSymlinks(k.HostPath)
+		if err != nil {
+			return bwrap.Spec{}, fmt.Errorf("%w: workspace %s: link at %s: host path %s: %v", ErrNotFound, w.Ref(), k.MountPath, k.HostPath, err)
+		}
+		if resolved != k.HostPath {
+			return bwrap.Spec{}, fmt.Errorf("%w: workspace %s: link at %s: %s now resolves to %s; unlink it and link it again",
+				ErrEscape, w.Ref(), k.MountPath, k.HostPath, resolved)
+		}
+		s.Mounts = append(s.Mounts, bwrap.Mount{Host: k.HostPath, Target: k.MountPath, ReadOnly: k.Mode == ModeRO})
+	}
+	return s, nil
+}
+
+// StateDir is where bwrap.Shell keeps w's shell state: beside root/, never
+// inside it, so that it works for read-only views.
+func (w *Workspace) StateDir(l fsstore.Layout) string { return l.WorkspaceState(w.Scope, w.Name) }
+
+// viewRoot resolves the host directory a view binds as its root and checks
+// that it lies inside the source's root/.
+func viewRoot(l fsstore.Layout, v View) (string, error) {
+	src := v.SourceScope + "/" + v.SourceName
+	base, err := filepath.EvalSymlinks(l.WorkspaceRoot(v.SourceScope, v.SourceName))
+	if err != nil {
+		return "", fmt.Errorf("%w: source workspace %s has no root: %v", ErrNotFound, src, err)
+	}
+	if v.Subdir == "" {
+		return base, nil
+	}
+	resolved, err := filepath.EvalSymlinks(filepath.Join(base, v.Subdir))
+	if err != nil {
+		return "", fmt.Errorf("%w: subdir %q of workspace %s: %v", ErrNotFound, v.Subdir, src, err)
+	}
+	if !within(base, resolved) {
+		return "", fmt.Errorf("%w: subdir %q of workspace %s is a symlink that leaves its root (it resolves to %s)",
+			ErrEscape, v.Subdir, src, resolved)
+	}
+	if err := isDir(resolved); err != nil {
+		return "", fmt.Errorf("%w: subdir %q of workspace %s: %v", ErrInvalid, v.Subdir, src, err)
+	}
+	return resolved, nil
+}
+
+func isDir(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", p)
+	}
+	return nil
+}
+
+// within reports whether the clean path p is base or lies under it.
+func within(base, p string) bool {
+	if base == "/" {
+		return strings.HasPrefix(p, "/")
+	}
+	return p == base || strings.HasPrefix(p, base+"/")
+}
