@@ -144,6 +144,16 @@ const (
 	WorkspaceStateName = "shell-state"
 )
 
+// WorkspaceScopeDir is workspaces/<scope>; scope is "USER" or an agent id.
+func (l Layout) WorkspaceScopeDir(scope string) string {
+	return filepath.Join(l.WorkspacesDir(), scope)
+}
+
+// TempWorkspaceDir is the name a workspace directory has while it is built.
+func (l Layout) TempWorkspaceDir(scope, name string) string {
+	return filepath.Join(l.WorkspacesDir(), scope, TempPrefix+name)
+}
+
 // WorkspaceDir is workspaces/<scope>/<name>; scope is "USER" or an agent id.
 func (l Layout) WorkspaceDir(scope, name string) string {
 	return filepath.Join(l.WorkspacesDir(), scope, name)

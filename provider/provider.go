@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os/exec"
 )
 
 // Errors returned by providers and sessions. Adapters wrap them with detail.
@@ -101,6 +102,13 @@ type Config struct {
 	// session or chat id, before the turn that revealed it returns. The
 	// daemon persists it. An error from it fails the turn.
 	SessionID func(id string) error
+	// Sandbox, if set, wraps a process the session is about to start in
+	// the agent's sandbox (bwrap) and returns the command to start
+	// instead. Adapters that run processes must call it on every command,
+	// before attaching pipes, with cmd.Env holding only what the process
+	// needs (the sandbox passes nothing else in). It fails if the sandbox
+	// cannot be had, e.g. bwrap is not installed.
+	Sandbox func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error)
 }
 
 // Provider creates and restores sessions.

@@ -14,6 +14,7 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
+	"github.com/substrat/substrat/supervisor/workspace"
 )
 
 // Clock is the core's source of time, so that the simulation can drive it
@@ -52,6 +53,7 @@ type Config struct {
 // Core is the daemon's model of the agent tree and every operation on it.
 type Core struct {
 	store     *fsstore.Store
+	ws        *workspace.Store
 	providers Providers
 	clock     Clock
 	log       *slog.Logger
@@ -93,7 +95,7 @@ func New(cfg Config) *Core {
 		cfg.MaxHops = DefaultMaxHops
 	}
 	return &Core{
-		store: cfg.Store, providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
+		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
 		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
 		subsByTarget: map[string]map[string]bool{},
@@ -307,6 +309,14 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 		c.mu.Unlock()
 	}()
 
+	if p.Workspace != "" && parent == nil {
+		// A user's choice: any existing workspace.
+		w, err := c.getWorkspace(p.Workspace)
+		if err != nil {
+			return nil, false, err
+		}
+		p.Workspace = w.Ref()
+	}
 	if p.Budget != nil && (p.Budget.Tokens < 0 || p.Budget.CostUSD < 0) {
 		return nil, false, invalidParams("a budget cannot be negative")
 	}
@@ -725,6 +735,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	cfg := provider.Config{
 		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
 		WorkDir: n.agent.Files().Dir,
+		Sandbox: c.sandboxFor(sess),
 		SessionID: func(id string) error {
 			c.mu.Lock()
 			known := n.sess.ProviderSessionID

@@ -213,6 +213,56 @@ func (d *Daemon) register() {
 	handle(d, "session.delete", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.ResetSession(ctx, p.Ref)
 	})
+	handle(d, "agent.budget", func(ctx context.Context, p struct {
+		Ref     string  `json:"ref"`
+		Tokens  int64   `json:"tokens"`
+		CostUSD float64 `json:"cost_usd"`
+	}, _ func(any) error) (any, error) {
+		return c.SetBudget(p.Ref, fsstore.Budget{Tokens: p.Tokens, CostUSD: p.CostUSD})
+	})
+	handle(d, "agent.gate", func(ctx context.Context, p GateParams, _ func(any) error) (any, error) {
+		return c.Gate(p)
+	})
+	handle(d, "workspace.create", func(ctx context.Context, p WorkspaceParams, _ func(any) error) (any, error) {
+		w, err := c.CreateWorkspace(p)
+		if err != nil {
+			return nil, err
+		}
+		return c.workspaceInfo(w), nil
+	})
+	handle(d, "workspace.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		return c.ListWorkspaces()
+	})
+	handle(d, "workspace.inspect", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.InspectWorkspace(p.Ref)
+	})
+	handle(d, "workspace.delete", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return map[string]bool{"deleted": true}, c.DeleteWorkspace(p.Ref)
+	})
+	handle(d, "workspace.link", func(ctx context.Context, p LinkParams, _ func(any) error) (any, error) {
+		w, err := c.LinkWorkspace(p)
+		if err != nil {
+			return nil, err
+		}
+		return c.workspaceInfo(w), nil
+	})
+	handle(d, "workspace.unlink", func(ctx context.Context, p struct {
+		Workspace string `json:"workspace"`
+		Target    string `json:"target"`
+	}, _ func(any) error) (any, error) {
+		w, err := c.UnlinkWorkspace(p.Workspace, p.Target)
+		if err != nil {
+			return nil, err
+		}
+		return c.workspaceInfo(w), nil
+	})
+	handle(d, "workspace.view", func(ctx context.Context, p ViewParams, _ func(any) error) (any, error) {
+		w, err := c.ViewWorkspace(p)
+		if err != nil {
+			return nil, err
+		}
+		return c.workspaceInfo(w), nil
+	})
 	handle(d, "tool.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		return Tools(), nil
 	})

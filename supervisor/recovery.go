@@ -60,6 +60,14 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 			rep.Findings = append(rep.Findings, f)
 		}
 	}
+	if swept, err := c.ws.Sweep(); err != nil {
+		c.log.Warn("workspace sweep failed", "err", err)
+	} else {
+		for _, p := range swept {
+			rep.Findings = append(rep.Findings, fsstore.Finding{Kind: fsstore.FindLeftover, Path: p,
+				Detail: "workspace under construction that never committed", Repaired: true})
+		}
+	}
 	c.mu.Lock()
 	for _, a := range res.Agents {
 		c.insertLocked(a)

@@ -76,6 +76,9 @@ func init() {
 	} {
 		tools[t.spec.Name] = t
 	}
+	for _, t := range workspaceTools() {
+		tools[t.spec.Name] = t
+	}
 }
 
 // Tools returns the specs of every agent tool, sorted by name.
@@ -198,9 +201,18 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 	t.c.mu.Lock()
 	parent := t.n.sess
 	t.c.mu.Unlock()
+	// A child without a workspace inherits its parent's, and with it the
+	// sandbox; one it names must be the parent's own or of its scope.
+	ws := parent.Workspace
+	if a.Workspace != "" {
+		var err error
+		if ws, err = t.c.resolveAgentWorkspace(t.n, a.Workspace); err != nil {
+			return "", err
+		}
+	}
 	child, existed, err := t.c.createAgent(CreateParams{
 		Name: a.Name, Provider: parent.Provider, Model: parent.Model, Instructions: a.Instructions,
-		Workspace: a.Workspace, Metadata: a.Metadata, SpawnKey: call.ID,
+		Workspace: ws, Metadata: a.Metadata, SpawnKey: call.ID, Pool: parent.Pool,
 	}, t.n)
 	if err != nil {
 		return "", err

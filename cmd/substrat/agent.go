@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
 )
@@ -23,23 +26,42 @@ type AgentCmd struct {
 	Attach    AgentAttachCmd    `cmd:"" help:"Follow an agent's activity live."`
 	Terminate AgentTerminateCmd `cmd:"" help:"End an agent (and with --recursive its subtree)."`
 	Archive   AgentArchiveCmd   `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
+	Budget    AgentBudgetCmd    `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
+	Gate      AgentGateCmd      `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
+	Ungate    AgentUngateCmd    `cmd:"" help:"Let a gated agent run freely again."`
+	Permit    AgentPermitCmd    `cmd:"" help:"Let a gated agent take one turn."`
 }
 
 // AgentCreateCmd creates an agent.
 type AgentCreateCmd struct {
-	Name         string `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
-	Provider     string `help:"Provider: script (default), claude, cursor-agent, openai." default:"script"`
-	Model        string `help:"Model; for the script provider, a path to a model script."`
-	Instructions string `help:"The agent's instructions (system prompt)."`
-	Workspace    string `help:"Workspace to run in."`
-	Parent       string `help:"Parent agent ref; without it the agent is a root."`
+	Name         string  `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
+	Provider     string  `help:"Provider: script (default), claude, cursor-agent, openai." default:"script"`
+	Model        string  `help:"Model; for the script provider, a path to a model script."`
+	Instructions string  `help:"The agent's instructions (system prompt)."`
+	Workspace    string  `help:"Workspace to run in."`
+	Parent       string  `help:"Parent agent ref; without it the agent is a root."`
+	Pool         string  `help:"Slot pool of the agent's session (default: the default pool)."`
+	BudgetTokens int64   `help:"Token budget for the agent's subtree."`
+	BudgetCost   float64 `help:"Cost budget (USD) for the agent's subtree."`
 }
 
 // Run creates the agent.
 func (c *AgentCreateCmd) Run(g *Globals) error {
 	var info supervisor.AgentInfo
-	err := g.call("agent.create", supervisor.CreateParams{Name: c.Name, Provider: c.Provider, Model: c.Model,
-		Instructions: c.Instructions, Workspace: c.Workspace, Parent: c.Parent}, &info)
+	p := supervisor.CreateParams{Name: c.Name, Provider: c.Provider, Model: c.Model,
+		Instructions: c.Instructions, Workspace: c.Workspace, Parent: c.Parent, Pool: c.Pool}
+	if c.BudgetTokens != 0 || c.BudgetCost != 0 {
+		p.Budget = &fsstore.Budget{Tokens: c.BudgetTokens, CostUSD: c.BudgetCost}
+	}
+	if c.Model != "" && c.Provider == "script" && !filepath.IsAbs(c.Model) {
+		// The daemon runs elsewhere: a model script path must be absolute.
+		abs, err := filepath.Abs(c.Model)
+		if err != nil {
+			return err
+		}
+		p.Model = abs
+	}
+	err := g.call("agent.create", p, &info)
 	if err != nil {
 		return err
 	}
@@ -150,6 +172,20 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 	row("turns", fmt.Sprint(a.Counters.Turns))
 	row("tokens in/out", fmt.Sprintf("%d/%d (subtree %d/%d)", a.Counters.InputTokens, a.Counters.OutputTokens, a.Subtree.InputTokens, a.Subtree.OutputTokens))
 	row("cost", fmt.Sprintf("$%.4f (subtree $%.4f)", a.Counters.CostUSD, a.Subtree.CostUSD))
+	if s.Budget != nil {
+		row("budget", budgetLine(*s.Budget))
+	}
+	if s.Gated {
+		row("gated", fmt.Sprintf("yes (%d permits)", s.Permits))
+	}
+	row("pool", s.Pool)
+	row("waiting for", strings.Join(s.WaitingFor, ", "))
+	for _, r := range s.Reminders {
+		row("reminder", fmt.Sprintf("%s at %s: %s", r.ID, r.Due.Local().Format("15:04:05"), r.Reason))
+	}
+	for _, sub := range s.Subscriptions {
+		row("subscription", fmt.Sprintf("%s: %s %s->%s", sub.ID, sub.Target, sub.From, sub.To))
+	}
 	row("last event", fmt.Sprint(s.LastSeq))
 	row("instructions", oneLine(s.Instructions, 100))
 	row("dir", a.Dir)
@@ -167,12 +203,19 @@ func oneLine(s string, max int) string {
 // AgentSendCmd sends a message.
 type AgentSendCmd struct {
 	Ref     string `arg:"" help:"The agent: a name, a path or an id."`
-	Message string `arg:"" help:"The message text."`
+	Message string `arg:"" help:"The message text; - reads it from standard input."`
 	NoWait  bool   `help:"Return once the message is stored, without waiting for the turn."`
 }
 
 // Run sends the message and streams the turn that takes it.
 func (c *AgentSendCmd) Run(g *Globals) error {
+	if c.Message == "-" {
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, fsstore.MaxMessageSize+1))
+		if err != nil {
+			return err
+		}
+		c.Message = string(data)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cl, err := g.client(ctx)
@@ -181,6 +224,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	}
 	defer cl.Close()
 	var res supervisor.SendResult
+	streamed := false
 	err = cl.Stream(ctx, "agent.send", map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
@@ -193,6 +237,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 			}
 			if json.Unmarshal(raw, &e) == nil && e.Type == "output" {
 				fmt.Printf("[%s] %s\n", e.Data.Kind, strings.TrimRight(e.Data.Text, "\n"))
+				streamed = true
 			}
 			return nil
 		}, &res)
@@ -208,6 +253,9 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	if c.NoWait {
 		fmt.Printf("message %s stored; it is delivered at %s's next turn\n", res.MessageID, c.Ref)
 		return nil
+	}
+	if !streamed && res.Text != "" {
+		fmt.Println(strings.TrimRight(res.Text, "\n"))
 	}
 	fmt.Printf("message %s delivered\n", res.MessageID)
 	return nil
@@ -266,4 +314,72 @@ func (c *AgentArchiveCmd) Run(g *Globals) error {
 		fmt.Printf("archived %s -> %s\n", a.Path, a.Dir)
 	}
 	return nil
+}
+
+// AgentBudgetCmd sets a budget.
+type AgentBudgetCmd struct {
+	Ref    string  `arg:"" help:"The agent: a name, a path or an id."`
+	Tokens int64   `help:"Token budget (input plus output) for the subtree; 0 for none."`
+	Cost   float64 `help:"Cost budget in USD for the subtree; 0 for none."`
+}
+
+// Run sets the budget.
+func (c *AgentBudgetCmd) Run(g *Globals) error {
+	var a supervisor.AgentInfo
+	if err := g.call("agent.budget", map[string]any{"ref": c.Ref, "tokens": c.Tokens, "cost_usd": c.Cost}, &a); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(a)
+	}
+	fmt.Printf("budget of %s set; its subtree has used %d tokens, $%.4f\n", a.Path, a.Subtree.InputTokens+a.Subtree.OutputTokens, a.Subtree.CostUSD)
+	return nil
+}
+
+type gateArgs struct {
+	Ref       string `arg:"" help:"The agent: a name, a path or an id."`
+	Recursive bool   `short:"r" help:"Apply to the whole subtree."`
+}
+
+func (c *gateArgs) run(g *Globals, op, verb string) error {
+	var out []supervisor.AgentInfo
+	if err := g.call("agent.gate", supervisor.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive}, &out); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(out)
+	}
+	for _, a := range out {
+		fmt.Printf("%s %s\n", verb, a.Path)
+	}
+	return nil
+}
+
+// AgentGateCmd gates agents.
+type AgentGateCmd struct{ gateArgs }
+
+// Run gates.
+func (c *AgentGateCmd) Run(g *Globals) error { return c.run(g, "gate", "gated") }
+
+// AgentUngateCmd ungates agents.
+type AgentUngateCmd struct{ gateArgs }
+
+// Run ungates.
+func (c *AgentUngateCmd) Run(g *Globals) error { return c.run(g, "ungate", "ungated") }
+
+// AgentPermitCmd permits one turn.
+type AgentPermitCmd struct{ gateArgs }
+
+// Run permits.
+func (c *AgentPermitCmd) Run(g *Globals) error { return c.run(g, "permit", "one turn permitted for") }
+
+func budgetLine(b fsstore.Budget) string {
+	var parts []string
+	if b.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
+	}
+	if b.CostUSD > 0 {
+		parts = append(parts, fmt.Sprintf("$%.4f", b.CostUSD))
+	}
+	return strings.Join(parts, ", ")
 }

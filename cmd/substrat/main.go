@@ -36,14 +36,15 @@ type Globals struct {
 type CLI struct {
 	Globals
 
-	Daemon  DaemonCmd  `cmd:"" help:"Start, stop and watch the daemon."`
-	Agent   AgentCmd   `cmd:"" help:"Create, list, inspect and talk to agents."`
-	Session SessionCmd `cmd:"" help:"List and manage provider sessions."`
-	Inbox   InboxCmd   `cmd:"" help:"Read the messages agents sent to USER."`
-	Recover RecoverCmd `cmd:"" help:"Print the report of the last start-up recovery."`
-	Fsck    FsckCmd    `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
-	Demo    DemoCmd    `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
-	Version VersionCmd `cmd:"" help:"Print the version."`
+	Daemon    DaemonCmd    `cmd:"" help:"Start, stop and watch the daemon."`
+	Agent     AgentCmd     `cmd:"" help:"Create, list, inspect and talk to agents."`
+	Session   SessionCmd   `cmd:"" help:"List and manage provider sessions."`
+	Workspace WorkspaceCmd `cmd:"" help:"Manage sandboxed workspaces and run commands in them."`
+	Inbox     InboxCmd     `cmd:"" help:"Read the messages agents sent to USER."`
+	Recover   RecoverCmd   `cmd:"" help:"Print the report of the last start-up recovery."`
+	Fsck      FsckCmd      `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
+	Demo      DemoCmd      `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
+	Version   VersionCmd   `cmd:"" help:"Print the version."`
 }
 
 // exitError carries an exit code and a hint.

@@ -6,8 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -109,22 +109,23 @@ func cmdKillDaemon(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("daemon pid %d still holds the lock", pid)
 }
 
-// waitfor SECONDS cmd args... -- retries cmd until its stdout contains the
-// last argument.
+// waitfor REGEXP cmd args... retries cmd (for up to 30 s) until its
+// stdout matches REGEXP.
 func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 3 {
-		ts.Fatalf("usage: waitfor TEXT command args...")
+		ts.Fatalf("usage: waitfor REGEXP command args...")
 	}
-	want := args[0]
+	want, err := regexp.Compile("(?m)" + args[0])
+	ts.Check(err)
 	deadline := time.Now().Add(30 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
 		ts.Exec(args[1], args[2:]...)
 		last = ts.ReadFile("stdout")
-		if strings.Contains(last, want) {
+		if want.MatchString(last) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ts.Fatalf("%q never appeared; last output:\n%s", want, last)
+	ts.Fatalf("%q never appeared; last output:\n%s", args[0], last)
 }

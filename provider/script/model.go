@@ -114,10 +114,20 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	stderr := &tailBuffer{max: stderrKeep}
 	cmd := exec.CommandContext(runCtx, s.model)
 	cmd.Dir = s.cfg.WorkDir
-	cmd.Env = append(os.Environ(),
-		"SUBSTRAT_AGENT_ID="+s.cfg.AgentID,
-		"SUBSTRAT_AGENT_NAME="+s.cfg.Name,
-		"SUBSTRAT_SESSION_ID="+s.id)
+	cmd.Env = []string{
+		"SUBSTRAT_AGENT_ID=" + s.cfg.AgentID,
+		"SUBSTRAT_AGENT_NAME=" + s.cfg.Name,
+		"SUBSTRAT_SESSION_ID=" + s.id}
+	if s.cfg.Sandbox != nil {
+		if cmd, err = s.cfg.Sandbox(runCtx, cmd); err != nil {
+			inR.Close()
+			inW.Close()
+			outW.Close()
+			return fail(fmt.Errorf("script: sandbox for %s: %w", s.model, err))
+		}
+	} else {
+		cmd.Env = append(os.Environ(), cmd.Env...)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process) }

@@ -36,13 +36,13 @@ func NewStore(layout fsstore.Layout) *Store {
 
 // scopeDir is workspaces/<scope>.
 func (s *Store) scopeDir(scope string) string {
-	return filepath.Dir(s.layout.WorkspaceDir(scope, "x"))
+	return s.layout.WorkspaceScopeDir(scope)
 }
 
 // tempDir is the name a workspace directory has while it is built or
 // removed: workspaces/<scope>/.tmp-<name>.
 func (s *Store) tempDir(scope, name string) string {
-	return filepath.Join(s.scopeDir(scope), fsstore.TempPrefix+name)
+	return s.layout.TempWorkspaceDir(scope, name)
 }
 
 // Create makes the workspace w: Scope, Name, NetworkAccess, Links and, for

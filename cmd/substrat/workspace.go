@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/workspace"
+)
+
+// WorkspaceCmd groups the workspace commands. A workspace ref is NAME (a
+// USER workspace) or SCOPE/NAME, SCOPE being USER or an agent ref.
+type WorkspaceCmd struct {
+	Create  WorkspaceCreateCmd  `cmd:"" help:"Create an empty workspace."`
+	List    WorkspaceListCmd    `cmd:"" help:"List workspaces."`
+	Inspect WorkspaceInspectCmd `cmd:"" help:"Show a workspace, its links and its users."`
+	Delete  WorkspaceDeleteCmd  `cmd:"" help:"Delete a workspace no live agent uses."`
+	Link    WorkspaceLinkCmd    `cmd:"" help:"Bind a host directory into a workspace."`
+	Unlink  WorkspaceUnlinkCmd  `cmd:"" help:"Remove a link from a workspace."`
+	View    WorkspaceViewCmd    `cmd:"" help:"Create a workspace whose root is another's (or a directory of it)."`
+	Exec    WorkspaceExecCmd    `cmd:"" help:"Run a command inside a workspace's sandbox, as an agent would."`
+}
+
+// WorkspaceCreateCmd creates a workspace.
+type WorkspaceCreateCmd struct {
+	Name    string `arg:"" help:"The workspace's name."`
+	Scope   string `help:"USER (default) or the agent whose scope it is in."`
+	Network bool   `help:"Give processes in the workspace network access."`
+}
+
+// Run creates it.
+func (c *WorkspaceCreateCmd) Run(g *Globals) error {
+	var w supervisor.WorkspaceInfo
+	if err := g.call("workspace.create", supervisor.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network}, &w); err != nil {
+		return err
+	}
+	return printWorkspace(g, w, "created")
+}
+
+func printWorkspace(g *Globals, w supervisor.WorkspaceInfo, verb string) error {
+	if g.JSON {
+		return printJSON(w)
+	}
+	net := "no network"
+	if w.NetworkAccess {
+		net = "network"
+	}
+	fmt.Printf("%s workspace %s (%s)\n  root: %s\n", verb, w.Ref, net, w.Root)
+	if w.View != nil {
+		fmt.Printf("  view of %s/%s:%s (%s)\n", w.View.SourceScope, w.View.SourceName, w.View.Subdir, w.View.Mode)
+	}
+	for _, l := range w.Links {
+		fmt.Printf("  link: %s -> %s (%s)\n", l.HostPath, l.MountPath, l.Mode)
+	}
+	if len(w.Users) > 0 {
+		fmt.Printf("  used by: %s\n", strings.Join(w.Users, ", "))
+	}
+	return nil
+}
+
+// WorkspaceListCmd lists workspaces.
+type WorkspaceListCmd struct{}
+
+// Run lists.
+func (WorkspaceListCmd) Run(g *Globals) error {
+	var ws []supervisor.WorkspaceInfo
+	if err := g.call("workspace.list", nil, &ws); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(ws)
+	}
+	if len(ws) == 0 {
+		fmt.Println("no workspaces; create one with 'substrat workspace create NAME'")
+	}
+	for _, w := range ws {
+		fmt.Printf("%-50s links %d  network %-5v  users %s\n", w.Ref, len(w.Links), w.NetworkAccess, strings.Join(w.Users, ","))
+	}
+	return nil
+}
+
+// WorkspaceDeleteCmd deletes a workspace.
+type WorkspaceDeleteCmd struct {
+	Ref string `arg:"" name:"ws" help:"The workspace: NAME or SCOPE/NAME."`
+}
+
+// Run deletes it; it is refused while live agents use it.
+func (c *WorkspaceDeleteCmd) Run(g *Globals) error {
+	if err := g.call("workspace.delete", map[string]string{"ref": c.Ref}, nil); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(map[string]any{"deleted": c.Ref})
+	}
+	fmt.Println("deleted workspace", c.Ref)
+	return nil
+}
+
+// WorkspaceInspectCmd shows a workspace.
+type WorkspaceInspectCmd struct {
+	Ref string `arg:"" name:"ws" help:"The workspace: NAME or SCOPE/NAME."`
+}
+
+// Run shows it.
+func (c *WorkspaceInspectCmd) Run(g *Globals) error {
+	var w supervisor.WorkspaceInfo
+	if err := g.call("workspace.inspect", map[string]string{"ref": c.Ref}, &w); err != nil {
+		return err
+	}
+	return printWorkspace(g, w, "")
+}
+
+// WorkspaceLinkCmd links a host directory.
+type WorkspaceLinkCmd struct {
+	Ref    string `arg:"" name:"ws" help:"The workspace."`
+	Source string `required:"" help:"Host directory to bind."`
+	Target string `required:"" help:"Where it appears inside the sandbox (absolute)."`
+	Mode   string `enum:"ro,rw" default:"ro" help:"ro or rw."`
+}
+
+// Run links.
+func (c *WorkspaceLinkCmd) Run(g *Globals) error {
+	var w supervisor.WorkspaceInfo
+	if err := g.call("workspace.link", supervisor.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode}, &w); err != nil {
+		return err
+	}
+	return printWorkspace(g, w, "linked into")
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// WorkspaceUnlinkCmd removes a link.
+type WorkspaceUnlinkCmd struct {
+	Ref    string `arg:"" name:"ws" help:"The workspace."`
+	Target string `required:"" help:"The mount path to remove."`
+}
+
+// Run unlinks.
+func (c *WorkspaceUnlinkCmd) Run(g *Globals) error {
+	var w supervisor.WorkspaceInfo
+	if err := g.call("workspace.unlink", map[string]string{"workspace": c.Ref, "target": c.Target}, &w); err != nil {
+		return err
+	}
+	return printWorkspace(g, w, "unlinked from")
+}
+
+// WorkspaceViewCmd makes a view.
+type WorkspaceViewCmd struct {
+	Source string `arg:"" name:"src" help:"The workspace to view."`
+	Name   string `required:"" help:"Name of the new view workspace."`
+	Scope  string `help:"USER (default) or an agent ref."`
+	Subdir string `help:"Directory of the source's root to show instead of all of it."`
+	Mode   string `enum:"ro,rw" default:"ro" help:"ro or rw."`
+}
+
+// Run creates the view.
+func (c *WorkspaceViewCmd) Run(g *Globals) error {
+	var w supervisor.WorkspaceInfo
+	if err := g.call("workspace.view", supervisor.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode}, &w); err != nil {
+		return err
+	}
+	return printWorkspace(g, w, "created view")
+}
+
+// WorkspaceExecCmd runs a command in a workspace's sandbox. It needs no
+// daemon: it reads workspace.json and runs bwrap here, with this terminal.
+type WorkspaceExecCmd struct {
+	Ref string   `arg:"" name:"ws" help:"The workspace: NAME or SCOPE/NAME (SCOPE: USER or an agent id)."`
+	Cmd []string `arg:"" passthrough:"" help:"The command and its arguments (after --)."`
+}
+
+// Run runs the command through /bin/sh in the sandbox; the shell's cwd and
+// exported variables persist between runs.
+func (c *WorkspaceExecCmd) Run(g *Globals) error {
+	layout := fsstore.Layout{Home: g.Home}
+	scope, name, ok := strings.Cut(c.Ref, "/")
+	if !ok {
+		scope, name = workspace.UserScope, c.Ref
+	}
+	w, err := workspace.NewStore(layout).Get(scope, name)
+	if err != nil {
+		return fail(err.Error(), "list them with 'substrat workspace list'")
+	}
+	spec, err := w.Spec(layout)
+	if err != nil {
+		return err
+	}
+	args := c.Cmd
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: "no command given", hint: "substrat workspace exec WS -- CMD ARGS..."}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cmd, err := bwrap.Shell(ctx, spec, w.StateDir(layout), shellQuote(args))
+	if errors.Is(err, bwrap.ErrNotInstalled) {
+		return fail(err.Error(), bwrap.InstallHint)
+	}
+	if err != nil {
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return &exitError{code: ee.ExitCode(), msg: fmt.Sprintf("the command exited with status %d", ee.ExitCode())}
+	}
+	return err
+}
+
+// shellQuote joins args into one sh command line, each argument quoted,
+// except that a single argument is taken as a shell command as is.
+func shellQuote(args []string) string {
+	if len(args) == 1 {
+		return args[0]
+	}
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}

@@ -1,0 +1,483 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/rpc"
+	"github.com/substrat/substrat/supervisor/workspace"
+)
+
+// A workspace ref is "NAME" (a USER workspace) or "SCOPE/NAME", where SCOPE
+// is USER or an agent id. session.json holds the canonical "SCOPE/NAME".
+
+// splitWorkspaceRef parses a workspace ref; a scope given as an agent
+// name or path is resolved.
+func (c *Core) splitWorkspaceRef(ref string) (scope, name string, err error) {
+	ref = strings.TrimSpace(ref)
+	i := strings.LastIndex(ref, "/")
+	if i < 0 {
+		return workspace.UserScope, ref, nil
+	}
+	scope, name = ref[:i], ref[i+1:]
+	if scope != workspace.UserScope && !fsstore.IsID(scope) {
+		c.mu.Lock()
+		n, err := c.resolveLocked(scope)
+		c.mu.Unlock()
+		if err != nil {
+			return "", "", err
+		}
+		scope = n.id()
+	}
+	return scope, name, nil
+}
+
+// workspaceErr turns a workspace store error into an RPC error.
+func workspaceErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, workspace.ErrNotFound):
+		return rpc.Errorf(rpc.CodeNotFound, "%v", err)
+	case errors.Is(err, workspace.ErrExists), errors.Is(err, workspace.ErrInUse):
+		return rpc.Errorf(rpc.CodeConflict, "%v", err)
+	case errors.Is(err, workspace.ErrInvalid), errors.Is(err, workspace.ErrEscape), errors.Is(err, bwrap.ErrLinkRefused):
+		return rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+	}
+	return storeErr(err)
+}
+
+// getWorkspace loads a workspace by ref.
+func (c *Core) getWorkspace(ref string) (*workspace.Workspace, error) {
+	scope, name, err := c.splitWorkspaceRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.ws.Get(scope, name)
+	return w, workspaceErr(err)
+}
+
+// WorkspaceParams are the inputs of CreateWorkspace.
+type WorkspaceParams struct {
+	Name    string `json:"name"`
+	Scope   string `json:"scope,omitempty"` // USER (default) or an agent ref
+	Network bool   `json:"network,omitempty"`
+}
+
+// CreateWorkspace makes a new, empty workspace.
+func (c *Core) CreateWorkspace(p WorkspaceParams) (*workspace.Workspace, error) {
+	scope := workspace.UserScope
+	if p.Scope != "" && p.Scope != workspace.UserScope {
+		id, err := c.Resolve(p.Scope)
+		if err != nil {
+			return nil, err
+		}
+		scope = id
+	}
+	w, err := c.ws.Create(workspace.Workspace{Scope: scope, Name: p.Name, NetworkAccess: p.Network})
+	return w, workspaceErr(err)
+}
+
+// WorkspaceInfo is a workspace and the agents that use it.
+type WorkspaceInfo struct {
+	*workspace.Workspace
+	Ref   string   `json:"ref"`
+	Root  string   `json:"root"`
+	Users []string `json:"users"`
+}
+
+func (c *Core) workspaceInfo(w *workspace.Workspace) WorkspaceInfo {
+	root := c.store.Layout().WorkspaceRoot(w.Scope, w.Name)
+	if spec, err := w.Spec(c.store.Layout()); err == nil {
+		root = spec.Root
+	}
+	return WorkspaceInfo{Workspace: w, Ref: w.Ref(), Root: root, Users: c.workspaceUsers(w.Scope, w.Name)}
+}
+
+// ListWorkspaces lists every workspace.
+func (c *Core) ListWorkspaces() ([]WorkspaceInfo, error) {
+	ws, err := c.ws.List()
+	if err != nil && ws == nil {
+		return nil, workspaceErr(err)
+	}
+	out := []WorkspaceInfo{}
+	for _, w := range ws {
+		out = append(out, c.workspaceInfo(w))
+	}
+	return out, nil
+}
+
+// InspectWorkspace returns one workspace.
+func (c *Core) InspectWorkspace(ref string) (WorkspaceInfo, error) {
+	w, err := c.getWorkspace(ref)
+	if err != nil {
+		return WorkspaceInfo{}, err
+	}
+	return c.workspaceInfo(w), nil
+}
+
+// workspaceUsers names the live agents whose workspace is scope/name.
+func (c *Core) workspaceUsers(scope, name string) []string {
+	ref := scope + "/" + name
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var users []string
+	for _, n := range c.nodes {
+		if n.sess.Workspace == ref && !n.terminated() {
+			users = append(users, c.pathLocked(n))
+		}
+	}
+	slices.Sort(users)
+	return users
+}
+
+// DeleteWorkspace removes a workspace no live agent uses.
+func (c *Core) DeleteWorkspace(ref string) error {
+	scope, name, err := c.splitWorkspaceRef(ref)
+	if err != nil {
+		return err
+	}
+	return workspaceErr(c.ws.Delete(scope, name, c.workspaceUsers))
+}
+
+// LinkParams are the inputs of LinkWorkspace.
+type LinkParams struct {
+	Workspace string `json:"workspace"`
+	Source    string `json:"source"` // a host path
+	Target    string `json:"target"` // the mount path inside the sandbox
+	Mode      string `json:"mode,omitempty"`
+}
+
+// LinkWorkspace binds a host directory into a workspace (a user's act: any
+// host path the user names).
+func (c *Core) LinkWorkspace(p LinkParams) (*workspace.Workspace, error) {
+	scope, name, err := c.splitWorkspaceRef(p.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	if p.Mode == "" {
+		p.Mode = workspace.ModeRO
+	}
+	if !filepath.IsAbs(p.Source) {
+		return nil, invalidParams("source %q must be an absolute host path", p.Source)
+	}
+	w, err := c.ws.Link(scope, name, workspace.Link{HostPath: p.Source, MountPath: p.Target, Mode: p.Mode})
+	return w, workspaceErr(err)
+}
+
+// UnlinkWorkspace removes a link.
+func (c *Core) UnlinkWorkspace(ref, target string) (*workspace.Workspace, error) {
+	scope, name, err := c.splitWorkspaceRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.ws.Unlink(scope, name, target)
+	return w, workspaceErr(err)
+}
+
+// ViewParams are the inputs of ViewWorkspace.
+type ViewParams struct {
+	Source string `json:"source"`
+	Name   string `json:"name"`
+	Scope  string `json:"scope,omitempty"`
+	Subdir string `json:"subdir,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+}
+
+// ViewWorkspace makes a workspace whose root is another's root (or a
+// directory of it), read-only unless asked otherwise.
+func (c *Core) ViewWorkspace(p ViewParams) (*workspace.Workspace, error) {
+	sscope, sname, err := c.splitWorkspaceRef(p.Source)
+	if err != nil {
+		return nil, err
+	}
+	scope := workspace.UserScope
+	if p.Scope != "" && p.Scope != workspace.UserScope {
+		if scope, err = c.Resolve(p.Scope); err != nil {
+			return nil, err
+		}
+	}
+	if p.Mode == "" {
+		p.Mode = workspace.ModeRO
+	}
+	w, err := c.ws.CreateView(scope, p.Name, workspace.View{SourceScope: sscope, SourceName: sname, Subdir: p.Subdir, Mode: p.Mode})
+	return w, workspaceErr(err)
+}
+
+// agentSpec returns the sandbox of an agent, or ok false if it has no
+// workspace (it then runs unsandboxed, as the user chose).
+func (c *Core) agentSpec(sess *fsstore.Session) (spec bwrap.Spec, w *workspace.Workspace, ok bool, err error) {
+	if sess.Workspace == "" {
+		return bwrap.Spec{}, nil, false, nil
+	}
+	scope, name, _ := strings.Cut(sess.Workspace, "/")
+	w, err = c.ws.Get(scope, name)
+	if err != nil {
+		return bwrap.Spec{}, nil, false, fmt.Errorf("workspace %s of %s: %w", sess.Workspace, sess.Name, err)
+	}
+	spec, err = w.Spec(c.store.Layout())
+	return spec, w, err == nil, err
+}
+
+// sandboxFor returns the provider.Config.Sandbox hook of an agent: every
+// provider process runs inside the agent's workspace. The program itself is
+// bound read-only at its own path when it lives outside the system
+// directories.
+func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+	if sess.Workspace == "" {
+		return nil
+	}
+	return func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+		spec, _, _, err := c.agentSpec(sess)
+		if err != nil {
+			return nil, err
+		}
+		spec.Env = map[string]string{}
+		for _, kv := range cmd.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				spec.Env[k] = v
+			}
+		}
+		prog := cmd.Path
+		if bwrap.ValidateTarget(prog) == nil {
+			spec.Mounts = append(spec.Mounts, bwrap.Mount{Host: prog, Target: prog, ReadOnly: true})
+		}
+		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
+		if err != nil {
+			return nil, err
+		}
+		sb.Dir = cmd.Dir
+		return sb, nil
+	}
+}
+
+// resolveAgentWorkspace turns the workspace an agent names (for itself or
+// for a child) into a canonical ref it may use: a workspace of its own
+// scope, its own workspace, or a USER workspace when it has none.
+func (c *Core) resolveAgentWorkspace(n *node, ref string) (string, error) {
+	if ref == "" {
+		return "", nil
+	}
+	own := n.sess.Workspace
+	var scope, name string
+	if strings.Contains(ref, "/") {
+		var err error
+		if scope, name, err = c.splitWorkspaceRef(ref); err != nil {
+			return "", err
+		}
+	} else {
+		scope, name = n.id(), ref
+		if _, err := c.ws.Get(scope, name); err != nil {
+			if own != "" && strings.HasSuffix(own, "/"+ref) {
+				return own, nil
+			}
+			return "", fmt.Errorf("no workspace %q in your scope; create_workspace makes one", ref)
+		}
+	}
+	canon := scope + "/" + name
+	if canon != own && scope != n.id() {
+		return "", fmt.Errorf("workspace %s is not yours to use: use your own workspace or one you created", canon)
+	}
+	if _, err := c.ws.Get(scope, name); err != nil {
+		return "", workspaceErr(err)
+	}
+	return canon, nil
+}
+
+// grants lists the host paths an agent's own workspace makes visible, and
+// maps a path as the agent sees it (inside its sandbox) to the host.
+func (c *Core) grants(n *node) ([]bwrap.Mount, error) {
+	spec, _, ok, err := c.agentSpec(n.sess)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("you have no workspace, so you can grant nothing; ask USER to link it (substrat workspace link)")
+	}
+	return spec.Grants(), nil
+}
+
+func hostPath(grants []bwrap.Mount, p string) string {
+	p = filepath.Clean(p)
+	for _, g := range grants {
+		if p == g.Target || strings.HasPrefix(p, g.Target+"/") {
+			return g.Host + strings.TrimPrefix(p, g.Target)
+		}
+	}
+	return p
+}
+
+func workspaceTools() []tool {
+	return []tool{
+		{ToolSpec{"list_workspaces", "List the workspaces you can use: yours, the ones you created, and USER's.", schema(``)}, (*turnTools).listWorkspaces},
+		{ToolSpec{"create_workspace", "Create an empty workspace in your scope (network only if yours has network).",
+			schema(`"name":{"type":"string"},"network_access":{"type":"boolean"}`, "name")}, (*turnTools).createWorkspace},
+		{ToolSpec{"delete_workspace", "Delete a workspace of your scope that no live agent uses.",
+			schema(`"name":{"type":"string"}`, "name")}, (*turnTools).deleteWorkspace},
+		{ToolSpec{"link_dir", "Bind a directory your own workspace grants (a path as you see it) into a workspace of your scope.",
+			schema(`"workspace":{"type":"string"},"source":{"type":"string"},"target":{"type":"string"},"mode":{"type":"string","enum":["ro","rw"]}`, "workspace", "source", "target")}, (*turnTools).linkDir},
+		{ToolSpec{"unlink_dir", "Remove a link from a workspace of your scope.",
+			schema(`"workspace":{"type":"string"},"target":{"type":"string"}`, "workspace", "target")}, (*turnTools).unlinkDir},
+		{ToolSpec{"link_from", "Bind a directory of another workspace you can use into a workspace of your scope.",
+			schema(`"workspace":{"type":"string"},"source_workspace":{"type":"string"},"subdir":{"type":"string"},"target":{"type":"string"},"mode":{"type":"string","enum":["ro","rw"]}`, "workspace", "source_workspace", "target")}, (*turnTools).linkFrom},
+	}
+}
+
+func (t *turnTools) ownScope(name string) (*workspace.Workspace, error) {
+	w, err := t.c.ws.Get(t.n.id(), name)
+	if err != nil {
+		return nil, fmt.Errorf("no workspace %q in your scope", name)
+	}
+	return w, nil
+}
+
+func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall) (string, error) {
+	if err := args(call, &struct{}{}); err != nil {
+		return "", err
+	}
+	all, _ := t.c.ws.List()
+	var out []WorkspaceInfo
+	for _, w := range all {
+		if w.Scope == t.n.id() || w.Ref() == t.n.sess.Workspace || (w.Scope == workspace.UserScope && t.n.sess.Workspace == "") {
+			out = append(out, t.c.workspaceInfo(w))
+		}
+	}
+	if len(out) == 0 {
+		return "no workspaces", nil
+	}
+	return toolJSON(out)
+}
+
+func (t *turnTools) createWorkspace(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Name          string `json:"name"`
+		NetworkAccess bool   `json:"network_access"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if a.NetworkAccess {
+		if _, own, ok, err := t.c.agentSpec(t.n.sess); err != nil || (ok && !own.NetworkAccess) {
+			return "", fmt.Errorf("your workspace has no network access, so you cannot grant it")
+		}
+	}
+	w, err := t.c.ws.Create(workspace.Workspace{Scope: t.n.id(), Name: a.Name, NetworkAccess: a.NetworkAccess})
+	if err != nil {
+		return "", workspaceErr(err)
+	}
+	return "created workspace " + w.Ref(), nil
+}
+
+func (t *turnTools) deleteWorkspace(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Name string `json:"name"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if _, err := t.ownScope(a.Name); err != nil {
+		return "", err
+	}
+	if err := t.c.ws.Delete(t.n.id(), a.Name, t.c.workspaceUsers); err != nil {
+		return "", workspaceErr(err)
+	}
+	return "deleted workspace " + a.Name, nil
+}
+
+func (t *turnTools) linkDir(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Workspace, Source, Target, Mode string
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if a.Mode == "" {
+		a.Mode = workspace.ModeRO
+	}
+	if _, err := t.ownScope(a.Workspace); err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(a.Source) || slices.Contains(strings.Split(a.Source, "/"), "..") {
+		return "", fmt.Errorf("source %q must be an absolute path without '..'", a.Source)
+	}
+	grants, err := t.c.grants(t.n)
+	if err != nil {
+		return "", err
+	}
+	resolved, err := bwrap.CheckLink(grants, hostPath(grants, a.Source), a.Mode == workspace.ModeRW)
+	if err != nil {
+		return "", err
+	}
+	if _, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode}); err != nil {
+		return "", workspaceErr(err)
+	}
+	return fmt.Sprintf("linked %s at %s (%s) in %s", a.Source, a.Target, a.Mode, a.Workspace), nil
+}
+
+func (t *turnTools) unlinkDir(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Workspace, Target string
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if _, err := t.ownScope(a.Workspace); err != nil {
+		return "", err
+	}
+	if _, err := t.c.ws.Unlink(t.n.id(), a.Workspace, a.Target); err != nil {
+		return "", workspaceErr(err)
+	}
+	return "unlinked " + a.Target, nil
+}
+
+func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall) (string, error) {
+	var a struct {
+		Workspace       string `json:"workspace"`
+		SourceWorkspace string `json:"source_workspace"`
+		Subdir          string `json:"subdir"`
+		Target          string `json:"target"`
+		Mode            string `json:"mode"`
+	}
+	if err := args(call, &a); err != nil {
+		return "", err
+	}
+	if a.Mode == "" {
+		a.Mode = workspace.ModeRO
+	}
+	if _, err := t.ownScope(a.Workspace); err != nil {
+		return "", err
+	}
+	ref, err := t.c.resolveAgentWorkspace(t.n, a.SourceWorkspace)
+	if err != nil {
+		return "", err
+	}
+	scope, name, _ := strings.Cut(ref, "/")
+	src, err := t.c.ws.Get(scope, name)
+	if err != nil {
+		return "", workspaceErr(err)
+	}
+	spec, err := src.Spec(t.c.store.Layout())
+	if err != nil {
+		return "", workspaceErr(err)
+	}
+	if filepath.IsAbs(a.Subdir) || slices.Contains(strings.Split(a.Subdir, "/"), "..") {
+		return "", fmt.Errorf("subdir %q must be relative, without '..'", a.Subdir)
+	}
+	root := []bwrap.Mount{{Host: spec.Root, Target: bwrap.DefaultWorkdir, ReadOnly: spec.RootReadOnly}}
+	resolved, err := bwrap.CheckLink(root, filepath.Join(spec.Root, a.Subdir), a.Mode == workspace.ModeRW)
+	if err != nil {
+		return "", err
+	}
+	if _, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode}); err != nil {
+		return "", workspaceErr(err)
+	}
+	return fmt.Sprintf("linked %s:%s at %s (%s) in %s", ref, a.Subdir, a.Target, a.Mode, a.Workspace), nil
+}
