@@ -20,17 +20,22 @@ const (
 	EvDelivered = "message_delivered" // data: Delivered (history only)
 	EvSpawned   = "spawned"           // data: Spawned (history only)
 
-	EvPool          = "pool"              // data: PoolChange
-	EvBudget        = "budget"            // data: Budget (zero: no budget)
-	EvGate          = "gate"              // data: GateChange
-	EvWaiting       = "waiting"           // data: Waiting, the whole list
-	EvReminderSet   = "reminder_set"      // data: Reminder
-	EvReminderDone  = "reminder_done"     // data: ReminderDone (fired or cancelled)
-	EvSubscribed    = "subscribed"        // data: Subscription
-	EvUnsubscribed  = "unsubscribed"      // data: Unsubscribed
-	EvTurnFailed    = "turn_failed"       // data: TurnFailed (history only)
-	EvHandEditRefus = "hand_edit_refused" // data: TurnFailed (history only)
+	EvPool         = "pool"          // data: PoolChange
+	EvBudget       = "budget"        // data: Budget (zero: no budget)
+	EvGate         = "gate"          // data: GateChange
+	EvWaiting      = "waiting"       // data: Waiting, the whole list
+	EvReminderSet  = "reminder_set"  // data: Reminder
+	EvReminderDone = "reminder_done" // data: ReminderDone (fired or cancelled)
+	EvSubscribed   = "subscribed"    // data: Subscription
+	EvUnsubscribed = "unsubscribed"  // data: Unsubscribed
+	EvTurnFailed   = "turn_failed"   // data: TurnFailed (history only)
+	EvEditRefused  = "edit_refused"  // data: EditRefused (history only)
 )
+
+// EditRefused records a hand edit of session.json that was not adopted.
+type EditRefused struct {
+	Reason string `json:"reason"`
+}
 
 // PoolChange moves the session to another slot pool.
 type PoolChange struct {

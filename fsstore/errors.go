@@ -14,6 +14,7 @@ var (
 	ErrTooLarge       = errors.New("fsstore: event too large")
 	ErrInvalid        = errors.New("fsstore: invalid")
 	ErrClosed         = errors.New("fsstore: closed")
+	ErrHandEdited     = errors.New("fsstore: session.json was changed on disk since it was last read")
 )
 
 // Error describes a failed store operation on one path, with a hint naming

@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -209,6 +210,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	// The snapshot.
 	var sess *Session
 	data, err := s.fs.ReadFile(files.Session())
+	snapData := data
 	if err == nil {
 		sess, err = DecodeSession(data)
 		if err == nil && sess.ID != id {
@@ -231,7 +233,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 			return keptOut(files.Session(), rerr)
 		}
 		found = append(found, f)
-		sess = rebuilt
+		sess, snapData = rebuilt, nil
 	}
 
 	// The log, replayed from the snapshot on.
@@ -368,6 +370,9 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 
 	a := newAgent(s, files, cur, info)
 	a.snapSeq = sess.LastSeq
+	if snapData != nil {
+		a.snapSum = sha256.Sum256(snapData)
+	}
 	return a, found
 }
 

@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,7 +131,7 @@ func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
 		return nil, wrap("create agent", final.Dir, err, "")
 	}
 	a := newAgent(s, final, sess, logInfo{LastSeq: 1, Size: int64(len(line)), Lines: 1})
-	a.snapSeq = 1
+	a.snapSeq, a.snapSum = 1, sha256.Sum256(snap)
 	return a, nil
 }
 
@@ -176,6 +177,18 @@ func (s *Store) Send(m *Message) error {
 	return err
 }
 
+// Load loads one agent directory, as Scan does for each: the daemon uses it
+// to adopt a directory moved or copied into agents/ while it runs. With
+// repair, leftovers are removed and a torn tail is cut. It returns nil and
+// the findings (a kept_out one says why) if the directory cannot be loaded.
+func (s *Store) Load(id string, repair bool) (*Agent, []Finding) {
+	if !IsID(id) {
+		return nil, []Finding{{Kind: FindNotAgent, Path: s.layout.AgentDir(id),
+			Detail: "not an agent directory (the name is not a canonical lower-case UUIDv7)"}}
+	}
+	return s.loadAgent(id, ScanOptions{Repair: repair})
+}
+
 // ArchiveAgent moves agents/<id> to archive/<id> without overwriting, and
 // fsyncs both directories.
 func (s *Store) ArchiveAgent(id string) error {
@@ -207,7 +220,8 @@ type Agent struct {
 
 	mu      sync.Mutex // guards the fields below
 	sess    *Session
-	snapSeq uint64 // last_seq of the session.json on disk
+	snapSeq uint64            // last_seq of the session.json on disk
+	snapSum [sha256.Size]byte // hash of the session.json last written or read
 }
 
 func newAgent(s *Store, files AgentFiles, sess *Session, info logInfo) *Agent {
@@ -259,6 +273,10 @@ func (a *Agent) Commit(typ string, data any) (*Session, error) {
 
 // Snapshot replaces session.json with the current session if it is behind,
 // durably (atomic rename, then directory fsync).
+//
+// It never overwrites a session.json that changed on disk since this Agent
+// last wrote or read it (a hand edit not yet adopted): it returns
+// ErrHandEdited instead, and the caller adopts or refuses the edit first.
 func (a *Agent) Snapshot() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -269,10 +287,52 @@ func (a *Agent) Snapshot() error {
 	if err != nil {
 		return err
 	}
+	if a.snapSum != ([sha256.Size]byte{}) {
+		disk, err := a.store.fs.ReadFile(a.files.Session())
+		if err != nil || sha256.Sum256(disk) != a.snapSum {
+			return wrap("snapshot", a.files.Session(), ErrHandEdited, "")
+		}
+	}
 	if err := writeFileDurable(a.store.fs, a.files.Session(), data); err != nil {
 		return wrap("snapshot", a.files.Session(), err, "")
 	}
-	a.snapSeq = a.sess.LastSeq
+	a.snapSeq, a.snapSum = a.sess.LastSeq, sha256.Sum256(data)
+	return nil
+}
+
+// DiskSession reads session.json. changed is false when it holds what this
+// Agent last wrote or read; otherwise sess is the decoded file, or err says
+// why it cannot be used (missing, invalid JSON, failed validation).
+func (a *Agent) DiskSession() (sess *Session, changed bool, err error) {
+	data, rerr := a.store.fs.ReadFile(a.files.Session())
+	a.mu.Lock()
+	same := rerr == nil && sha256.Sum256(data) == a.snapSum
+	a.mu.Unlock()
+	if same {
+		return nil, false, nil
+	}
+	if rerr != nil {
+		return nil, true, rerr
+	}
+	sess, err = DecodeSession(data)
+	if err == nil && sess.ID != a.sess.ID {
+		err = fmt.Errorf("%w: id %s does not match the directory name", ErrInvalid, sess.ID)
+	}
+	return sess, true, err
+}
+
+// AcceptDisk records the current session.json as seen: the next Snapshot
+// may replace it. The caller has adopted what it holds (or the user has
+// restored what the daemon wrote).
+func (a *Agent) AcceptDisk() error {
+	data, err := a.store.fs.ReadFile(a.files.Session())
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.snapSum = sha256.Sum256(data)
+	a.snapSeq = 0 // rewrite it at the next Snapshot
+	a.mu.Unlock()
 	return nil
 }
 

@@ -116,12 +116,17 @@ func (c *Core) signal() {
 // insertLocked adds a loaded or created agent to the tree.
 func (c *Core) insertLocked(a *fsstore.Agent) *node {
 	n := &node{agent: a, sess: a.Session()}
+	c.insertNodeLocked(n)
+	return n
+}
+
+// insertNodeLocked adds n to the tree under its parent.
+func (c *Core) insertNodeLocked(n *node) {
 	c.nodes[n.id()] = n
 	c.indexSubsLocked(n)
 	if p := c.nodes[n.sess.ParentID]; p != nil {
 		p.children = append(p.children, n.id())
 	}
-	return n
 }
 
 // linkChildrenLocked rebuilds children lists after a bulk insert.
@@ -184,7 +189,20 @@ func invalidParams(format string, args ...any) error {
 // snapshot writes n's session.json; a failure is logged, not returned:
 // the events are durable and replay covers the gap.
 func (c *Core) snapshot(n *node) {
-	if err := n.agent.Snapshot(); err != nil {
+	err := n.agent.Snapshot()
+	if errors.Is(err, fsstore.ErrHandEdited) {
+		// A hand edit not yet seen by the watcher: adopt or refuse it
+		// first; a refused one is left alone until the user fixes it.
+		c.checkHandEdit(n)
+		c.mu.Lock()
+		invalid := n.diskInvalid != ""
+		c.mu.Unlock()
+		if invalid {
+			return
+		}
+		err = n.agent.Snapshot()
+	}
+	if err != nil {
 		c.log.Warn("snapshot failed; events.jsonl still holds the state", "agent", n.agent.ID(), "err", err)
 	}
 }

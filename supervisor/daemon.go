@@ -105,6 +105,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	d.core = New(Config{Store: store, Providers: opts.Providers, Log: log, Pools: pools})
 	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "unclean", unclean, "version", opts.Version)
+	// Watches first, then the scan: what changes during the scan is seen.
+	watcher, err := d.core.NewWatcher()
+	if err != nil {
+		return err
+	}
 	rep, err := d.core.Recover(ctx, unclean)
 	if err != nil {
 		log.Error("recovery failed", "err", err)
@@ -129,9 +134,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	sctx, stopSched := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); d.schedule(sctx) }()
 	go func() { defer wg.Done(); d.tick(sctx) }()
+	go func() { defer wg.Done(); watcher.Run(sctx) }()
 	if opts.Ready != nil {
 		opts.Ready()
 	}

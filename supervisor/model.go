@@ -30,6 +30,9 @@ type node struct {
 	turn     *turnTools      // the tools of the running turn, for tool.call
 	lastUsed time.Time       // start of the last turn, for LRU eviction
 	waitSlot bool            // its pool was full of busy sessions
+	// diskInvalid says why session.json on disk is unusable (a refused
+	// hand edit); "" when it is fine.
+	diskInvalid string
 }
 
 func (n *node) id() string { return n.sess.ID }
@@ -195,6 +198,9 @@ type AgentInfo struct {
 	Subtree      fsstore.Counters     `json:"subtree_counters"`
 	Live         bool                 `json:"live"`
 	Dir          string               `json:"dir"`
+	// DiskInvalid, when set, says why the session.json on disk was
+	// refused; the daemon keeps the last good state meanwhile.
+	DiskInvalid string `json:"disk_invalid,omitempty"`
 }
 
 func (c *Core) infoLocked(n *node) AgentInfo {
@@ -203,7 +209,7 @@ func (c *Core) infoLocked(n *node) AgentInfo {
 		Provider: n.sess.Provider, Model: n.sess.Model, AgentState: n.sess.AgentState,
 		SessionState: n.sess.SessionState, StateReason: n.sess.StateReason,
 		Counters: n.sess.Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
-		Live: n.live != nil, Dir: n.agent.Files().Dir,
+		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
 	}
 	for _, id := range n.children {
 		if ch := c.nodes[id]; ch != nil {

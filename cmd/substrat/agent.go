@@ -158,6 +158,10 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
 		}
 	}
+	if a.DiskInvalid != "" {
+		row("WARNING", "session.json on disk is invalid and was not adopted: "+a.DiskInvalid)
+		row("", "the daemon keeps the last good state and leaves the file alone until you fix it")
+	}
 	row("name", a.Name)
 	row("path", a.Path)
 	row("id", a.ID)
