@@ -495,32 +495,30 @@ func TestDamage(t *testing.T) {
 			},
 			want: func(f *fixture) []wantFinding {
 				return []wantFinding{
-					w(Finding{Kind: FindKeptOut, Path: f.A.Events(), Agent: idA, Hint: HintFsck}, "reflects event 9 but events.jsonl ends at event 4"),
-					w(f.orphanB()),
+					w(Finding{Kind: FindSnapshotAhead, Path: f.A.Session(), Agent: idA, Repaired: true},
+						"reflects event 9 but events.jsonl ends at event 4", "rebuilt from events.jsonl"),
 				}
 			},
-			live:  []string{idB},
-			check: func(t *testing.T, f *fixture, res *ScanResult) { f.assertUntouched(t, f.A.Dir) },
+			live:  []string{idA, idB},
+			check: func(t *testing.T, f *fixture, res *ScanResult) { checkRebuiltFromLog(t, f, res, 4, 9) },
 		},
 		{
-			// The snapshot reflects event 4 but event 4 is torn: an
-			// acknowledged event was lost. Nothing is cut.
+			// The snapshot reflects event 4 but event 4 is torn (a copy
+			// taken mid-append, or a lost write): the log is the truth.
 			name: "torn tail under a snapshot that is ahead",
 			damage: func(t *testing.T, f *fixture) {
 				editSessionJSON(t, f.A.Session(), func(m map[string]any) { m["last_seq"] = 4 })
 				writeFile(t, f.A.Events(), f.logA[:len(f.logA)-5])
 			},
 			want: func(f *fixture) []wantFinding {
-				torn := f.tornA(f.lineOffset(4))
-				torn.Repaired = false
 				return []wantFinding{
-					w(torn, "after the last valid event (seq 3)"),
-					w(Finding{Kind: FindKeptOut, Path: f.A.Events(), Agent: idA, Hint: HintFsck}, "reflects event 4 but events.jsonl ends at event 3"),
-					w(f.orphanB()),
+					w(f.tornA(f.lineOffset(4)), "after the last valid event (seq 3)"),
+					w(Finding{Kind: FindSnapshotAhead, Path: f.A.Session(), Agent: idA, Repaired: true},
+						"reflects event 4 but events.jsonl ends at event 3"),
 				}
 			},
-			live:  []string{idB},
-			check: func(t *testing.T, f *fixture, res *ScanResult) { f.assertUntouched(t, f.A.Dir) },
+			live:  []string{idA, idB},
+			check: func(t *testing.T, f *fixture, res *ScanResult) { checkRebuiltFromLog(t, f, res, 3, 4) },
 		},
 		{
 			name: "message stuck in inbox tmp",
@@ -974,4 +972,25 @@ func mkdir(t *testing.T, dir string) {
 func sortWant(ws []wantFinding) []wantFinding {
 	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Path < ws[j].Path })
 	return ws
+}
+
+// checkRebuiltFromLog checks agent A after a repair of a snapshot that was
+// ahead of its log: the state is the log's, and the old file is kept.
+func checkRebuiltFromLog(t *testing.T, f *fixture, res *ScanResult, logEnd, ahead int) {
+	t.Helper()
+	a := findAgent(res, idA)
+	if a == nil {
+		t.Fatal("A is not live")
+	}
+	if got := a.Session().LastSeq; got != uint64(logEnd) {
+		t.Errorf("A's state is as of event %d, want %d (the log's end)", got, logEnd)
+	}
+	disk, err := DecodeSession(readFile(t, f.A.Session()))
+	if err != nil || disk.LastSeq != uint64(logEnd) {
+		t.Errorf("session.json after repair: %+v, %v", disk, err)
+	}
+	old, err := DecodeSession(readFile(t, f.A.BrokenSession(0)))
+	if err != nil || old.LastSeq != uint64(ahead) {
+		t.Errorf("kept copy: %+v, %v; want the old snapshot (last_seq %d)", old, err, ahead)
+	}
 }

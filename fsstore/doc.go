@@ -80,7 +80,10 @@
 // keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a
 // valid log and keeps the old file as session.json.<n>.broken. An unknown
 // version is never rewritten. A session.json whose last_seq is past the end
-// of the log means acknowledged events were lost, and is corruption.
+// of the log (a copy taken while the daemon wrote: rsync copies events.jsonl
+// before session.json; or writes the disk lost) is not trusted: the log is
+// the truth, the state is rebuilt from it, and repairing rewrites
+// session.json, keeping the old one as session.json.<n>.broken.
 //
 // # Creating an agent
 //
@@ -99,8 +102,12 @@
 // inbox/tmp/ and fsyncs it, moves it to inbox/new/ with a rename that never
 // overwrites, and fsyncs new/; only then is the sender answered. A message
 // left in tmp/ was never acknowledged and is removed by the next scan.
-// Delivering it into a turn moves it to inbox/cur/. Whatever is in new/
-// after a crash is undelivered and is delivered again.
+// Delivering it into a turn links it into inbox/cur/ (and fsyncs cur/);
+// its name in new/ stays for ten minutes (DeliveredGrace) and is then
+// removed. A message in new/ that is also in cur/ is delivered. The grace
+// is for backups: rsync lists cur/ before new/, so a message delivered while
+// rsync runs is still found in the copy's new/. Whatever is in new/ and not
+// in cur/ after a crash is undelivered and is delivered again.
 //
 // # Scanning
 //

@@ -19,7 +19,7 @@ import (
 //
 //   - Data written through a File is durable only after File.Sync returns.
 //   - A directory entry created, renamed or removed by Create, Mkdir,
-//     Rename, RenameNoReplace, Remove, RemoveAll or WriteFileAtomic is
+//     Rename, RenameNoReplace, Link, Remove, RemoveAll or WriteFileAtomic is
 //     durable only after SyncDir of the directory that holds it returns.
 //   - WriteFileAtomic writes a temporary file in the target's directory,
 //     fsyncs it and renames it over the target. It does not fsync the
@@ -44,6 +44,10 @@ type FS interface {
 	// RenameNoReplace renames oldname to newname, failing with an error
 	// satisfying errors.Is(err, fs.ErrExist) if newname exists.
 	RenameNoReplace(oldname, newname string) error
+	// Link makes newname a second name of the file oldname; it fails
+	// with an error satisfying errors.Is(err, fs.ErrExist) if newname
+	// exists.
+	Link(oldname, newname string) error
 	Remove(name string) error
 	RemoveAll(name string) error
 	SyncDir(name string) error
@@ -69,6 +73,7 @@ func (OS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
 func (OS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }
 func (OS) Rename(oldname, newname string) error       { return os.Rename(oldname, newname) }
 func (OS) Remove(name string) error                   { return os.Remove(name) }
+func (OS) Link(oldname, newname string) error         { return os.Link(oldname, newname) }
 func (OS) RemoveAll(name string) error                { return os.RemoveAll(name) }
 
 func (OS) Create(name string, perm fs.FileMode) (File, error) {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -157,6 +159,11 @@ func ReadInbox(fsys FS, b Inbox, sub string) ([]*Message, []BadMessage, error) {
 			bad = append(bad, BadMessage{path, "not a message file name (<uuidv7>.json)"})
 			continue
 		}
+		if sub == InboxNew {
+			if _, err := fsys.Stat(b.Path(InboxCur, id)); err == nil {
+				continue // delivered; its new/ name waits for SweepDelivered
+			}
+		}
 		data, err := fsys.ReadFile(path)
 		if errors.Is(err, errNotExist) {
 			continue // delivered meanwhile
@@ -177,20 +184,65 @@ func ReadInbox(fsys FS, b Inbox, sub string) ([]*Message, []BadMessage, error) {
 	return msgs, bad, nil
 }
 
-// MarkDelivered moves messages from new/ to cur/ and fsyncs both. A message
-// already gone from new/ is skipped.
+// DeliveredGrace is how long a delivered message keeps its name in new/
+// beside the one in cur/. A backup taken with rsync while the message is
+// delivered lists cur/ before new/, so without it the copy could hold the
+// message in neither; with it, the copy holds the message in new/ or cur/.
+const DeliveredGrace = 10 * time.Minute
+
+// MarkDelivered records messages as delivered: each is hard-linked from
+// new/ into cur/ and cur/ is fsynced. The name in new/ stays for
+// DeliveredGrace (readers of new/ skip messages that are in cur/), and
+// SweepDelivered removes it later. A message already gone from new/ is
+// skipped.
 func MarkDelivered(fsys FS, b Inbox, ids []string) error {
 	for _, id := range ids {
-		err := fsys.Rename(b.Path(InboxNew, id), b.Path(InboxCur, id))
-		if err != nil && !errors.Is(err, errNotExist) {
+		err := fsys.Link(b.Path(InboxNew, id), b.Path(InboxCur, id))
+		if err != nil && !errors.Is(err, errNotExist) && !errors.Is(err, errExist) {
 			return wrap("deliver", b.Path(InboxNew, id), err, "")
 		}
 	}
 	if err := fsys.SyncDir(b.Sub(InboxCur)); err != nil {
 		return wrap("deliver", b.Sub(InboxCur), err, "")
 	}
-	if err := fsys.SyncDir(b.Sub(InboxNew)); err != nil {
-		return wrap("deliver", b.Sub(InboxNew), err, "")
-	}
 	return nil
+}
+
+// SweepDelivered removes the new/ names of messages delivered (linked into
+// cur/) more than DeliveredGrace before now, and fsyncs new/ if it removed
+// any. It removes no data: cur/ holds the same file.
+func SweepDelivered(fsys FS, b Inbox, now time.Time) (int, error) {
+	entries, err := fsys.ReadDir(b.Sub(InboxNew))
+	if err != nil {
+		return 0, wrap("sweep inbox", b.Sub(InboxNew), err, "")
+	}
+	removed := 0
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), MessageExt)
+		if !ok || !IsID(id) {
+			continue
+		}
+		fi, err := fsys.Stat(b.Path(InboxCur, id))
+		if err != nil || now.Sub(changeTime(fi)) < DeliveredGrace {
+			continue
+		}
+		if err := fsys.Remove(b.Path(InboxNew, id)); err == nil {
+			removed++
+		}
+	}
+	if removed > 0 {
+		if err := fsys.SyncDir(b.Sub(InboxNew)); err != nil {
+			return removed, wrap("sweep inbox", b.Sub(InboxNew), err, "")
+		}
+	}
+	return removed, nil
+}
+
+// changeTime is the inode change time (when the link into cur/ was made),
+// or the modification time where the file system gives none.
+func changeTime(fi fs.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return time.Unix(st.Ctim.Unix())
+	}
+	return fi.ModTime()
 }

@@ -42,6 +42,10 @@ const (
 	FindReplayed FindingKind = "replayed"
 	// FindMissingDir is a missing inbox sub-directory. Repairing recreates it.
 	FindMissingDir FindingKind = "missing_dir"
+	// FindSnapshotAhead is a session.json that reflects more events than
+	// events.jsonl holds. The state is rebuilt from the log; repairing
+	// rewrites session.json and keeps the old one as session.json.N.broken.
+	FindSnapshotAhead FindingKind = "snapshot_ahead"
 	// FindSnapshotRebuilt is a session.json rebuilt from events.jsonl by
 	// RebuildSnapshots; the old file is kept as session.json.N.broken.
 	FindSnapshotRebuilt FindingKind = "snapshot_rebuilt"
@@ -285,8 +289,28 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 			Err: fmt.Errorf("%w: events.jsonl holds no valid event", ErrCorrupt), Hint: HintFsck})
 	}
 	if info.LastSeq < sess.LastSeq {
-		return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
-			Err: fmt.Errorf("%w: session.json reflects event %d but events.jsonl ends at event %d", ErrCorrupt, sess.LastSeq, info.LastSeq), Hint: HintFsck})
+		// The snapshot claims events the log does not hold: a copy taken
+		// while the daemon wrote (rsync copies events.jsonl before
+		// session.json), or events lost by the disk. The log is the
+		// truth: the state is rebuilt from it, and the finding says so.
+		rebuilt, err := s.replayLog(files, id)
+		if err != nil {
+			return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
+				Err: fmt.Errorf("%w: session.json reflects event %d but events.jsonl ends at event %d, and the log cannot be replayed: %v",
+					ErrCorrupt, sess.LastSeq, info.LastSeq, err), Hint: HintFsck})
+		}
+		f := Finding{Kind: FindSnapshotAhead, Path: files.Session(), Agent: id,
+			Detail: fmt.Sprintf("session.json reflects event %d but events.jsonl ends at event %d (a copy taken while the daemon wrote, or lost writes); the state is rebuilt from events.jsonl", sess.LastSeq, info.LastSeq)}
+		if opts.Repair {
+			data, err := s.replaceSnapshot(files, rebuilt)
+			if err != nil {
+				return keptOut(files.Session(), err)
+			}
+			f.Repaired, snapData = true, data
+			f.Detail += "; the old file is kept as session.json.N.broken"
+		}
+		found = append(found, f)
+		sess, cur, replayed = rebuilt, rebuilt, 0
 	}
 
 	// The inbox.
@@ -403,6 +427,55 @@ func (s *Store) removeLeftover(path, id, what string, repair bool) Finding {
 		}
 	}
 	return f
+}
+
+// replayLog replays the valid prefix of a log from its created event.
+func (s *Store) replayLog(files AgentFiles, id string) (*Session, error) {
+	var cur *Session
+	_, err := readLog(s.fs, files.Events(), func(seq uint64, line []byte) error {
+		e, err := DecodeEvent(line)
+		if err != nil {
+			return err
+		}
+		cur, err = Apply(cur, e)
+		return err
+	})
+	if err == nil && cur == nil {
+		err = fmt.Errorf("%w: events.jsonl holds no event", ErrCorrupt)
+	}
+	if err == nil && cur.ID != id {
+		err = fmt.Errorf("%w: events.jsonl belongs to agent %s", ErrCorrupt, cur.ID)
+	}
+	return cur, err
+}
+
+// replaceSnapshot writes sess as session.json, keeping the old file as
+// session.json.N.broken. It returns the bytes written.
+func (s *Store) replaceSnapshot(files AgentFiles, sess *Session) ([]byte, error) {
+	if old, err := s.fs.ReadFile(files.Session()); err == nil {
+		var keep string
+		for n := 0; ; n++ {
+			keep = files.BrokenSession(n)
+			_, err := s.fs.Stat(keep)
+			if errors.Is(err, errNotExist) {
+				break
+			}
+			if err != nil {
+				return nil, wrap("replace snapshot", keep, err, "")
+			}
+		}
+		if err := writeFileDurable(s.fs, keep, old); err != nil {
+			return nil, wrap("replace snapshot", keep, err, "")
+		}
+	}
+	data, err := EncodeSession(sess)
+	if err == nil {
+		err = writeFileDurable(s.fs, files.Session(), data)
+	}
+	if err != nil {
+		return nil, wrap("replace snapshot", files.Session(), err, "")
+	}
+	return data, nil
 }
 
 // rebuildSnapshot replays a whole valid log into a new session.json. The

@@ -11,11 +11,15 @@ if [ ! -x "$TOOLS/bin/staticcheck" ] || ! "$TOOLS/bin/staticcheck" -version 2>/d
   GOBIN="$TOOLS/bin" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
 
-# bubblewrap: the sandbox tests run the real bwrap.
-if ! command -v bwrap >/dev/null 2>&1; then
-  echo "installing bubblewrap with apt-get"
+# System packages the tests run for real: bubblewrap (the sandbox tests)
+# and rsync (the backup-while-busy test). One apt-get for whatever is missing.
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} with apt-get"
   SUDO=
   if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi
   $SUDO apt-get update
-  $SUDO apt-get install -y bubblewrap
+  $SUDO apt-get install -y "${missing[@]}"
 fi

@@ -96,6 +96,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 				return nil, fmt.Errorf("recover %s: %w", path, err)
 			}
 		}
+		fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now())
 		// Step 6: what is still in inbox/new is undelivered.
 		msgs, _, err := n.agent.Pending()
 		if err != nil {

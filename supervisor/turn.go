@@ -133,6 +133,9 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	if err := n.agent.MarkDelivered(ids); err != nil {
 		return storeErr(err)
 	}
+	if _, err := fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now()); err != nil {
+		c.log.Warn("delivered messages not swept from inbox/new", "agent", n.id(), "err", err)
+	}
 	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
 		return err
 	}
