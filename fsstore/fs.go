@@ -39,6 +39,12 @@ type FS interface {
 	// OpenAppend opens an existing file for appending.
 	OpenAppend(name string) (File, error)
 	WriteFileAtomic(name string, data []byte, perm fs.FileMode) error
+	// WriteFileAtomicIf is WriteFileAtomic that calls ok after the
+	// temporary file is fsynced and just before the rename, and replaces
+	// nothing (removing the temporary file) if ok fails. It keeps the
+	// window in which a concurrent writer's content can be replaced to
+	// the rename itself.
+	WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok func() error) error
 	Mkdir(name string, perm fs.FileMode) error
 	Rename(oldname, newname string) error
 	// RenameNoReplace renames oldname to newname, failing with an error
@@ -86,6 +92,25 @@ func (OS) OpenAppend(name string) (File, error) {
 
 func (OS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
 	return renameio.WriteFile(name, data, perm, renameio.WithTempDir(filepath.Dir(name)))
+}
+
+func (OS) WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok func() error) error {
+	t, err := renameio.NewPendingFile(name, renameio.WithTempDir(filepath.Dir(name)),
+		renameio.WithPermissions(perm), renameio.WithExistingPermissions())
+	if err != nil {
+		return err
+	}
+	defer t.Cleanup()
+	if _, err := t.Write(data); err != nil {
+		return err
+	}
+	if err := t.Sync(); err != nil {
+		return err
+	}
+	if err := ok(); err != nil {
+		return err
+	}
+	return t.CloseAtomicallyReplace() // its fsync finds nothing left to write
 }
 
 // RenameNoReplace uses renameat2(RENAME_NOREPLACE). File systems that do not

@@ -15,6 +15,10 @@ import (
 type Options struct {
 	FS  FS               // default OS{}
 	Now func() time.Time // default time.Now
+	// NewID makes the ids of new agents, messages and the daemon's
+	// reminders and subscriptions; default NewID (random UUIDv7). The
+	// simulation passes a seeded one, so that a run can be replayed.
+	NewID func() string
 }
 
 // Store is a home directory of agents.
@@ -22,6 +26,7 @@ type Store struct {
 	fs     FS
 	layout Layout
 	now    func() time.Time
+	newID  func() string
 }
 
 // Open prepares the home directory (creating it 0700 and its agents/,
@@ -34,11 +39,14 @@ func Open(home string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.NewID == nil {
+		opts.NewID = NewID
+	}
 	home, err := filepath.Abs(home)
 	if err != nil {
 		return nil, wrap("open", home, err, "")
 	}
-	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now}
+	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID}
 	if err := s.mkdirAll(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}
@@ -71,6 +79,9 @@ func (s *Store) mkdirAll(dir string) error {
 	return mkdirIfMissing(s.fs, dir)
 }
 
+// NewID returns a new id from the store's generator.
+func (s *Store) NewID() string { return s.newID() }
+
 // Layout returns the paths of the store.
 func (s *Store) Layout() Layout { return s.layout }
 
@@ -87,7 +98,7 @@ func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
 	sess = sess.Clone()
 	now := s.now().UTC()
 	if sess.ID == "" {
-		sess.ID = NewID()
+		sess.ID = s.newID()
 	}
 	sess.Version = Version
 	if sess.AgentState == "" {
@@ -158,7 +169,7 @@ func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) error {
 // and returns once it is durable. m.ID and m.SentAt are set if empty.
 func (s *Store) Send(m *Message) error {
 	if m.ID == "" {
-		m.ID = NewID()
+		m.ID = s.newID()
 	}
 	if m.SentAt.IsZero() {
 		m.SentAt = s.now().UTC()
@@ -287,53 +298,58 @@ func (a *Agent) Snapshot() error {
 	if err != nil {
 		return err
 	}
-	if a.snapSum != ([sha256.Size]byte{}) {
+	unchanged := func() error {
+		if a.snapSum == ([sha256.Size]byte{}) {
+			return nil
+		}
 		disk, err := a.store.fs.ReadFile(a.files.Session())
 		if err != nil || sha256.Sum256(disk) != a.snapSum {
-			return wrap("snapshot", a.files.Session(), ErrHandEdited, "")
+			return ErrHandEdited
 		}
+		return nil
 	}
-	if err := writeFileDurable(a.store.fs, a.files.Session(), data); err != nil {
-		return wrap("snapshot", a.files.Session(), err, "")
+	path := a.files.Session()
+	if err := a.store.fs.WriteFileAtomicIf(path, data, filePerm, unchanged); err != nil {
+		return wrap("snapshot", path, err, "")
+	}
+	if err := a.store.fs.SyncDir(a.files.Dir); err != nil {
+		return wrap("snapshot", path, err, "")
 	}
 	a.snapSeq, a.snapSum = a.sess.LastSeq, sha256.Sum256(data)
 	return nil
 }
 
 // DiskSession reads session.json. changed is false when it holds what this
-// Agent last wrote or read; otherwise sess is the decoded file, or err says
-// why it cannot be used (missing, invalid JSON, failed validation).
-func (a *Agent) DiskSession() (sess *Session, changed bool, err error) {
+// Agent last wrote or accepted; otherwise sess is the decoded file, or err
+// says why it cannot be used (missing, invalid JSON, failed validation).
+// sum identifies the bytes read, for AcceptDisk.
+func (a *Agent) DiskSession() (sess *Session, changed bool, sum [sha256.Size]byte, err error) {
 	data, rerr := a.store.fs.ReadFile(a.files.Session())
+	if rerr != nil {
+		return nil, true, sum, rerr
+	}
+	sum = sha256.Sum256(data)
 	a.mu.Lock()
-	same := rerr == nil && sha256.Sum256(data) == a.snapSum
+	same := sum == a.snapSum
 	a.mu.Unlock()
 	if same {
-		return nil, false, nil
-	}
-	if rerr != nil {
-		return nil, true, rerr
+		return nil, false, sum, nil
 	}
 	sess, err = DecodeSession(data)
 	if err == nil && sess.ID != a.sess.ID {
 		err = fmt.Errorf("%w: id %s does not match the directory name", ErrInvalid, sess.ID)
 	}
-	return sess, true, err
+	return sess, true, sum, err
 }
 
-// AcceptDisk records the current session.json as seen: the next Snapshot
-// may replace it. The caller has adopted what it holds (or the user has
-// restored what the daemon wrote).
-func (a *Agent) AcceptDisk() error {
-	data, err := a.store.fs.ReadFile(a.files.Session())
-	if err != nil {
-		return err
-	}
+// AcceptDisk records that the session.json whose bytes hash to sum (from
+// DiskSession) has been adopted: the next Snapshot may replace it, and
+// rewrites it. If the file changed again since, Snapshot still refuses.
+func (a *Agent) AcceptDisk(sum [sha256.Size]byte) {
 	a.mu.Lock()
-	a.snapSum = sha256.Sum256(data)
+	a.snapSum = sum
 	a.snapSeq = 0 // rewrite it at the next Snapshot
 	a.mu.Unlock()
-	return nil
 }
 
 // SnapshotSeq returns the last_seq of the session.json this Agent wrote or

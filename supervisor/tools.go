@@ -389,7 +389,7 @@ func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall) (strin
 	if err != nil || (len(a.Every) > 0 && string(a.Every) != "null" && every < time.Second) {
 		return "", fmt.Errorf("every: %v", orText(err, "must be at least 1s"))
 	}
-	r := fsstore.Reminder{ID: fsstore.NewID(), Reason: a.Reason, Due: t.c.clock.Now().UTC().Add(after),
+	r := fsstore.Reminder{ID: t.c.store.NewID(), Reason: a.Reason, Due: t.c.clock.Now().UTC().Add(after),
 		EverySeconds: int64(every / time.Second)}
 	if err := t.c.commit(t.n, fsstore.EvReminderSet, r); err != nil {
 		return "", err
@@ -471,7 +471,7 @@ func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall) (stri
 	if target == t.n {
 		return "", fmt.Errorf("you cannot subscribe to yourself")
 	}
-	s := fsstore.Subscription{ID: fsstore.NewID(), Target: target.id(), From: from, To: to, Once: a.Once}
+	s := fsstore.Subscription{ID: t.c.store.NewID(), Target: target.id(), From: from, To: to, Once: a.Once}
 	if err := t.c.commit(t.n, fsstore.EvSubscribed, s); err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -385,13 +386,13 @@ func (c *Core) checkInbox(n *node) {
 // checkHandEdit adopts a hand edit of n's session.json, or refuses it,
 // keeping the last good state and leaving the user's file alone.
 func (c *Core) checkHandEdit(n *node) {
-	disk, changed, err := n.agent.DiskSession()
+	disk, changed, sum, err := n.agent.DiskSession()
 	if !changed {
 		c.setDiskInvalid(n, "")
 		return
 	}
 	if err == nil {
-		err = c.adoptEdit(n, disk)
+		err = c.adoptEdit(n, disk, sum)
 	}
 	if err != nil {
 		reason := strings.TrimPrefix(err.Error(), "fsstore: ")
@@ -420,7 +421,7 @@ func (c *Core) setDiskInvalid(n *node, reason string) bool {
 // counters, provider state...) are naturally stale in a copy the user
 // edited, and are left as the daemon has them; identity fields may not
 // change.
-func (c *Core) adoptEdit(n *node, disk *fsstore.Session) error {
+func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) error {
 	c.mu.Lock()
 	cur := n.sess.Clone()
 	c.mu.Unlock()
@@ -473,9 +474,7 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session) error {
 		}
 		c.log.Info("hand edit of session.json adopted", "agent", n.id(), "fields", strings.Join(changed, ","))
 	}
-	if err := n.agent.AcceptDisk(); err != nil {
-		return err
-	}
+	n.agent.AcceptDisk(sum)
 	c.snapshot(n) // the merged state: the user's fields and the daemon's
 	return nil
 }

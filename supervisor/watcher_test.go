@@ -53,6 +53,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// settled reports whether the daemon has written out the adopted state
+// (a person edits again only after that).
+func settled(t *testing.T, c *Core, ref string) bool {
+	_, changed, _, _ := nodeOf(t, c, ref).agent.DiskSession()
+	return !changed
+}
+
 func sessionOf(c *Core, ref string) *fsstore.Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,7 +112,7 @@ func TestHandEditPatterns(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the renamed edit", func() bool { return sessionOf(c, "a").Instructions == "by rename" })
+	eventually(t, "the renamed edit", func() bool { return sessionOf(c, "a").Instructions == "by rename" && settled(t, c, "a") })
 	if !hasEvent(t, c, "a", fsstore.EvEdited) {
 		t.Fatal("no edited event")
 	}
@@ -120,20 +127,28 @@ func TestHandEditPatterns(t *testing.T) {
 	f.Sync()
 	f.Write(data[10:])
 	f.Close()
-	eventually(t, "the in-place edit", func() bool { return sessionOf(c, "a").Model == "in-place" })
+	eventually(t, "the in-place edit", func() bool { return sessionOf(c, "a").Model == "in-place" && settled(t, c, "a") })
 
 	// vim's default: rename the original to a backup, write anew, remove the backup.
 	path, data = edited(t, c, "a", func(m map[string]any) { m["metadata"] = map[string]any{"owner": "vim"} })
 	os.Rename(path, path+"~")
 	os.WriteFile(path, data, 0o600)
 	os.Remove(path + "~")
-	eventually(t, "the vim-style edit", func() bool { return sessionOf(c, "a").Metadata["owner"] == "vim" })
+	eventually(t, "the vim-style edit", func() bool { return sessionOf(c, "a").Metadata["owner"] == "vim" && settled(t, c, "a") })
 
 	// A rename of the agent itself.
 	path, data = edited(t, c, "a", func(m map[string]any) { m["name"] = "renamed" })
 	os.WriteFile(path+".new", data, 0o600)
 	os.Rename(path+".new", path)
-	eventually(t, "the new name", func() bool { return sessionOf(c, "renamed") != nil })
+	eventually(t, "the new name", func() bool {
+		if sessionOf(c, "renamed") != nil {
+			return true
+		}
+		if n := nodeOf(t, c, "a"); n.diskInvalid != "" {
+			t.Logf("disk invalid: %s", n.diskInvalid)
+		}
+		return false
+	})
 
 	// The daemon's own snapshots are not mistaken for edits, and the
 	// merged state is what is on disk now.
