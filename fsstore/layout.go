@@ -17,6 +17,7 @@ const (
 	PidName           = "daemon.pid"
 	LogName           = "daemon.log"
 	RecoveryName      = "recovery.json"
+	ProcsName         = "providers.json"
 
 	SessionName    = "session.json"
 	EventsName     = "events.jsonl"
@@ -60,6 +61,10 @@ func (l Layout) Lock() string          { return filepath.Join(l.Home, LockName) 
 func (l Layout) Pid() string           { return filepath.Join(l.Home, PidName) }
 func (l Layout) Log() string           { return filepath.Join(l.Home, LogName) }
 func (l Layout) Recovery() string      { return filepath.Join(l.Home, RecoveryName) }
+
+// Procs is providers.json: the provider processes the daemon runs, so that
+// a daemon started after a kill -9 can reap them.
+func (l Layout) Procs() string { return filepath.Join(l.Home, ProcsName) }
 
 // AgentDir is agents/<id>.
 func (l Layout) AgentDir(id string) string { return filepath.Join(l.AgentsDir(), id) }

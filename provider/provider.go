@@ -109,6 +109,11 @@ type Config struct {
 	// needs (the sandbox passes nothing else in). It fails if the sandbox
 	// cannot be had, e.g. bwrap is not installed.
 	Sandbox func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error)
+	// Track, if set, is told the pid of every process the session starts
+	// (after Start; the process leads its own process group), and the
+	// returned func when it has been waited for. The daemon records them
+	// so that after a kill -9 of the daemon the next start reaps them.
+	Track func(pid int) (done func())
 }
 
 // Provider creates and restores sessions.

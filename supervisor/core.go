@@ -66,8 +66,9 @@ type Core struct {
 	nodes map[string]*node
 	subs  map[*Subscription]struct{}
 	wake  chan struct{}
-	down  bool  // shutting down: no new turns
-	roots *node // holds the names of roots being created
+	down  bool       // shutting down: no new turns
+	roots *node      // holds the names of roots being created
+	procs *procTable // provider processes, for reaping after a kill -9
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	slotWaiters  int // nodes with waitSlot set
@@ -99,6 +100,7 @@ func New(cfg Config) *Core {
 		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
 		subsByTarget: map[string]map[string]bool{},
+		procs:        newProcTable(cfg.Store.Layout().Procs(), cfg.Log),
 	}
 }
 
@@ -442,7 +444,7 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 		return nil, storeErr(err)
 	}
 	c.mu.Lock()
-	to.mail, to.failed = true, false
+	to.mail = true
 	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.sess.Name, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	answered := m.ReplyTo != "" && slices.Contains(to.sess.WaitingFor, m.ReplyTo)
@@ -525,8 +527,9 @@ func (c *Core) Runnable() []string {
 		return nil
 	}
 	var ids []string
+	now := c.clock.Now()
 	for id, n := range c.nodes {
-		if n.mail && !n.busy && !n.failed && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.sess.Gated || n.sess.Permits > 0) {
+		if n.mail && !n.busy && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.sess.Gated || n.sess.Permits > 0) {
 			ids = append(ids, id)
 		}
 	}
@@ -754,6 +757,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
 		WorkDir: n.agent.Files().Dir,
 		Sandbox: c.sandboxFor(sess),
+		Track:   c.procs.track(sess.ID),
 		SessionID: func(id string) error {
 			c.mu.Lock()
 			known := n.sess.ProviderSessionID

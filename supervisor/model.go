@@ -24,7 +24,8 @@ type node struct {
 	idle     chan struct{}    // closed when busy becomes false
 	heldBy   string           // a parent whose running turn spawned this node
 	mail     bool             // inbox/new may hold messages
-	failed   bool             // the last wake turn failed; wait for new mail
+	retryAt  time.Time        // after a failed turn: not before then
+	failures []time.Time      // recent failed turns, for the restart limit
 	cancel   context.CancelFunc
 	reserved map[string]bool // child names being created
 	turn     *turnTools      // the tools of the running turn, for tool.call

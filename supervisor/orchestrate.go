@@ -160,6 +160,7 @@ func (c *Core) Tick(now time.Time) {
 		}
 	}
 	c.mu.Unlock()
+	c.signal() // failed turns may be due for their retry
 	sort.Slice(dues, func(i, j int) bool { return dues[i].r.ID < dues[j].r.ID })
 	for _, d := range dues {
 		text := fmt.Sprintf("[reminder %s] %s", d.r.ID, d.r.Reason)
@@ -332,6 +333,11 @@ func (c *Core) gateOp(x *node, op, by string) error {
 	}
 	if err := c.commit(x, fsstore.EvGate, ch); err != nil {
 		return err
+	}
+	if op == "ungate" {
+		c.mu.Lock()
+		x.failures, x.retryAt = nil, time.Time{}
+		c.mu.Unlock()
 	}
 	c.snapshot(x)
 	return nil

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -300,5 +301,53 @@ func TestPingPongGuard(t *testing.T) {
 	}
 	if got := pendingTexts(t, nodeOf(t, c, "b")); len(got) != 0 {
 		t.Fatalf("b got %q past the guard", got)
+	}
+}
+
+type failingProvider struct{ provider.Provider }
+
+func (failingProvider) Create(ctx context.Context, cfg provider.Config) (provider.Session, error) {
+	return nil, errors.New("model process exited with status 1")
+}
+
+// A provider that keeps failing: retries back off (1 s, 2 s, 4 s, 8 s),
+// and the fifth failure within a minute gates the agent, with the reason
+// recorded and USER told.
+func TestRestartBackoffAndLimit(t *testing.T) {
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := newCoreWith(t, t.TempDir(), false, Config{Clock: clk,
+		Providers: provider.NewRegistry(failingProvider{script.New()})})
+	mustCreate(t, c, CreateParams{Name: "flaky"})
+	send(t, c, "flaky", "work")
+	id := nodeOf(t, c, "flaky").id()
+	for i, wait := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		if wait > 0 {
+			clk.Add(wait - time.Millisecond)
+			if len(c.Runnable()) != 0 {
+				t.Fatalf("failure %d: retried before its %s backoff", i, wait)
+			}
+			clk.Add(time.Millisecond)
+		}
+		if got := c.Runnable(); len(got) != 1 || got[0] != id {
+			t.Fatalf("failure %d: runnable %v, want the retry", i, got)
+		}
+		if err := c.RunTurn(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := nodeOf(t, c, "flaky")
+	if !n.sess.Gated || !strings.Contains(n.sess.StateReason, "restart limit: 5 failed turns") {
+		t.Fatalf("after 5 failures: gated %v, reason %q", n.sess.Gated, n.sess.StateReason)
+	}
+	if got := pendingTexts(t, n); len(got) != 1 {
+		t.Fatalf("the inbox was not kept: %q", got)
+	}
+	clk.Add(time.Hour)
+	if len(c.Runnable()) != 0 {
+		t.Fatal("a gated agent was retried")
+	}
+	msgs, err := c.UserInbox(false)
+	if err != nil || len(msgs) != 2 || !strings.Contains(msgs[0].Text, "retried with a growing delay") || !strings.Contains(msgs[1].Text, "now gated") {
+		t.Fatalf("USER was told %v (%v), want the first failure and the limit", msgs, err)
 	}
 }

@@ -24,6 +24,8 @@ type Report struct {
 	Suspended   []RecoveredAgent  `json:"suspended"`
 	Redelivered []RecoveredAgent  `json:"redelivered"`
 	Resumed     []RecoveredAgent  `json:"resumed"`
+	// Reaped lists provider processes a killed daemon left running.
+	Reaped []string `json:"reaped"`
 }
 
 // RecoveredAgent names an agent the recovery acted on.
@@ -45,7 +47,10 @@ const RecoveryPrompt = "The Substrat daemon restarted after an unclean stop (cra
 func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 	rep := &Report{Version: 1, StartedAt: c.clock.Now().UTC(), Unclean: unclean,
 		Findings: []fsstore.Finding{}, KeptOut: []fsstore.Finding{},
-		Suspended: []RecoveredAgent{}, Redelivered: []RecoveredAgent{}, Resumed: []RecoveredAgent{}}
+		Suspended: []RecoveredAgent{}, Redelivered: []RecoveredAgent{}, Resumed: []RecoveredAgent{}, Reaped: []string{}}
+	if r := reap(c.store.Layout().Procs(), c.log); r != nil {
+		rep.Reaped = r
+	}
 
 	// Steps 2-4: sweep, repair torn tails, load and replay, orphans.
 	res, err := c.store.Scan(ctx, fsstore.ScanOptions{Repair: true})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -170,19 +171,39 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
 	c.mu.Unlock()
+	c.mu.Lock()
+	n.failures, n.retryAt = nil, time.Time{}
+	c.mu.Unlock()
 	c.checkBudgets(n)
 	return nil
 }
 
 // turnFailed handles a turn that did not finish: the messages stay in the
 // inbox, the provider session is put aside (it resumes on the next turn),
-// the agent goes back to IDLE, and its parent (or USER, for a root) is told.
+// and the agent goes back to IDLE. The turn is retried after a backoff
+// that doubles with each failure (1 s, 2 s, 4 s...); restartLimit failures
+// within restartWindow gate the agent with the reason recorded. Its parent
+// (or USER, for a root) is told at the first failure and at the limit.
 func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error) error {
 	c.log.Warn("turn failed", "agent", n.id(), "name", n.sess.Name, "err", cause)
+	cancelled := ctx.Err() != nil && errors.Is(cause, context.Canceled)
+	now := c.clock.Now()
 	c.mu.Lock()
 	live := n.live
 	n.live = nil
-	n.failed = true
+	var streak int
+	if !cancelled {
+		kept := n.failures[:0]
+		for _, t := range n.failures {
+			if now.Sub(t) < restartWindow {
+				kept = append(kept, t)
+			}
+		}
+		n.failures = append(kept, now)
+		streak = len(n.failures)
+		n.retryAt = now.Add(restartBase << (streak - 1))
+		n.mail = pending > 0 // kept for the retry
+	}
 	c.mu.Unlock()
 	if live != nil {
 		live.Stop()
@@ -201,16 +222,29 @@ func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error
 			return err
 		}
 	}
+	limit := streak >= restartLimit
+	if limit {
+		yes := true
+		reason := fmt.Sprintf("restart limit: %d failed turns within %s, the last: %v", streak, restartWindow, cause)
+		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{Gated: &yes, Reason: reason}); err != nil {
+			return err
+		}
+		c.log.Error("agent gated after repeated failures", "agent", n.id(), "reason", reason)
+	}
 	c.snapshot(n)
-	if ctx.Err() != nil && errors.Is(cause, context.Canceled) {
-		return nil // terminated or shutting down: nobody to tell
+	if cancelled || (streak != 1 && !limit) {
+		return nil // terminated or shutting down; or already told
 	}
 	c.mu.Lock()
 	path := c.pathLocked(n)
 	parent := c.nodes[n.sess.ParentID]
 	c.mu.Unlock()
-	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox. "+
-		"Send it a message to retry (from the CLI: substrat agent send %s '...').", path, cause, pending, path)
+	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox; "+
+		"it is retried with a growing delay, and gated after %d failures within %s.", path, cause, pending, restartLimit, restartWindow)
+	if limit {
+		text = fmt.Sprintf("%s failed %d times within %s (the last: %v) and is now gated; its %d message(s) are kept. "+
+			"Fix the cause, then ungate it (from the CLI: substrat agent ungate %s).", path, streak, restartWindow, cause, pending, path)
+	}
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {
 		_, err := c.deliver(m, parent)

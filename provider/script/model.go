@@ -129,7 +129,9 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 		cmd.Env = append(os.Environ(), cmd.Env...)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, killed as a whole; and killed by the kernel
+	// if the daemon dies (kill -9 included).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return killGroup(cmd.Process) }
 	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
@@ -141,6 +143,9 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 			return fail(ctx.Err())
 		}
 		return fail(err)
+	}
+	if s.cfg.Track != nil {
+		defer s.cfg.Track(cmd.Process.Pid)()
 	}
 
 	r := &modelRun{s: s, turn: turn, ctx: ctx, key: promptKey(turn.Prompt), in: startLineWriter(inW)}

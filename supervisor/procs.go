@@ -1,0 +1,129 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// procTable records the provider processes the daemon runs in
+// providers.json, each by pid and kernel start time (so that a pid reused
+// by an unrelated process is never killed). It is bookkeeping for the
+// next start after a kill -9, written without fsync: a power loss ends the
+// processes anyway.
+type procTable struct {
+	path string
+	log  *slog.Logger
+
+	mu    sync.Mutex // guards procs
+	procs map[int]procEntry
+}
+
+type procEntry struct {
+	Pid   int    `json:"pid"`
+	Start uint64 `json:"start"` // field 22 of /proc/<pid>/stat
+	Agent string `json:"agent"`
+}
+
+func newProcTable(path string, log *slog.Logger) *procTable {
+	return &procTable{path: path, log: log, procs: map[int]procEntry{}}
+}
+
+// track records a started process; the returned func forgets it.
+func (t *procTable) track(agent string) func(pid int) func() {
+	return func(pid int) func() {
+		start, err := procStart(pid)
+		if err != nil {
+			return func() {}
+		}
+		t.mu.Lock()
+		t.procs[pid] = procEntry{Pid: pid, Start: start, Agent: agent}
+		t.saveLocked()
+		t.mu.Unlock()
+		return func() {
+			t.mu.Lock()
+			delete(t.procs, pid)
+			t.saveLocked()
+			t.mu.Unlock()
+		}
+	}
+}
+
+func (t *procTable) saveLocked() {
+	list := make([]procEntry, 0, len(t.procs))
+	for _, p := range t.procs {
+		list = append(list, p)
+	}
+	data, _ := json.Marshal(map[string]any{"version": 1, "processes": list})
+	tmp := t.path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
+		err = os.Rename(tmp, t.path)
+		if err != nil {
+			t.log.Warn("providers.json not written", "err", err)
+		}
+	}
+}
+
+// reap kills, by process group, the provider processes recorded by a
+// daemon that died without stopping them, and returns what it killed.
+func reap(path string, log *slog.Logger) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var f struct {
+		Processes []procEntry `json:"processes"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		log.Warn("providers.json unreadable; nothing reaped", "err", err)
+		return nil
+	}
+	var out []string
+	for _, p := range f.Processes {
+		start, err := procStart(p.Pid)
+		if err != nil || start != p.Start {
+			continue // gone, or the pid now belongs to someone else
+		}
+		syscall.Kill(-p.Pid, syscall.SIGKILL)
+		syscall.Kill(p.Pid, syscall.SIGKILL)
+		log.Warn("reaped a provider process left by the previous daemon", "pid", p.Pid, "agent", p.Agent)
+		out = append(out, fmt.Sprintf("pid %d (agent %s)", p.Pid, p.Agent))
+	}
+	os.Remove(path)
+	return out
+}
+
+// procStart reads a process's start time (in clock ticks since boot).
+func procStart(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after it follow
+	// the last ')'.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64) // field 22 overall
+}
+
+// Restart policy for a provider that keeps failing: turns are retried
+// after 1 s, 2 s, 4 s...; restartLimit failures within restartWindow gate
+// the agent with the reason recorded.
+const (
+	restartLimit  = 5
+	restartWindow = time.Minute
+	restartBase   = time.Second
+)
