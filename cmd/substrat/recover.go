@@ -69,7 +69,7 @@ func printReport(rep *supervisor.Report) {
 }
 
 func repaired(f fsstore.Finding) string {
-	if f.Repaired {
+	if f.Repaired && f.Kind != fsstore.FindReplayed {
 		return " [repaired]"
 	}
 	return ""
