@@ -36,10 +36,10 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		if err == nil {
 			c.mu.Lock()
 			delete(c.nodes, x.id())
-			if p := c.nodes[x.sess.ParentID]; p != nil {
+			if p := c.nodes[x.s().ParentID]; p != nil {
 				p.children = removeString(p.children, x.id())
 			}
-			c.publishLocked(WatchEvent{Agent: x.id(), Name: x.sess.Name, Type: "archived", Time: c.clock.Now().UTC()})
+			c.publishLocked(WatchEvent{Agent: x.id(), Name: x.s().Name, Type: "archived", Time: c.clock.Now().UTC()})
 			c.mu.Unlock()
 		}
 		c.release(x)

@@ -117,7 +117,7 @@ func (c *Core) signal() {
 
 // insertLocked adds a loaded or created agent to the tree.
 func (c *Core) insertLocked(a *fsstore.Agent) *node {
-	n := &node{agent: a, sess: a.Session()}
+	n := newNode(a)
 	c.insertNodeLocked(n)
 	return n
 }
@@ -126,7 +126,7 @@ func (c *Core) insertLocked(a *fsstore.Agent) *node {
 func (c *Core) insertNodeLocked(n *node) {
 	c.nodes[n.id()] = n
 	c.indexSubsLocked(n)
-	if p := c.nodes[n.sess.ParentID]; p != nil {
+	if p := c.nodes[n.s().ParentID]; p != nil {
 		p.children = append(p.children, n.id())
 	}
 }
@@ -143,7 +143,7 @@ func (c *Core) linkChildrenLocked() {
 	sort.Strings(ids) // UUIDv7: creation order
 	for _, id := range ids {
 		n := c.nodes[id]
-		if p := c.nodes[n.sess.ParentID]; p != nil {
+		if p := c.nodes[n.s().ParentID]; p != nil {
 			p.children = append(p.children, id)
 		}
 	}
@@ -154,9 +154,9 @@ func (c *Core) linkChildrenLocked() {
 // changes are told to the agents subscribed to them.
 func (c *Core) commit(n *node, typ string, data any) error {
 	c.mu.Lock()
-	from := n.sess.AgentState
+	from := n.s().AgentState
 	if ch, ok := data.(fsstore.StateChange); ok {
-		if err := checkTransition(n.sess, ch); err != nil {
+		if err := checkTransition(n.s(), ch); err != nil {
 			c.mu.Unlock()
 			return rpc.Errorf(rpc.CodeConflict, "%v", err)
 		}
@@ -168,7 +168,7 @@ func (c *Core) commit(n *node, typ string, data any) error {
 		return storeErr(err)
 	}
 	c.mu.Lock()
-	n.sess = sess
+	n.state.Store(sess)
 	if typ == fsstore.EvSubscribed || typ == fsstore.EvUnsubscribed {
 		c.indexSubsLocked(n)
 	}
@@ -288,7 +288,7 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 		parentID = parent.id()
 		if parent.terminated() {
 			c.mu.Unlock()
-			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s has terminated", parent.sess.Name)
+			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s has terminated", parent.s().Name)
 		}
 		for _, id := range parent.children {
 			if ch := c.nodes[id]; ch != nil {
@@ -299,13 +299,13 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 		siblings = c.rootsLocked()
 	}
 	for _, s := range siblings {
-		if p.SpawnKey != "" && s.sess.SpawnKey == p.SpawnKey {
+		if p.SpawnKey != "" && s.s().SpawnKey == p.SpawnKey {
 			c.mu.Unlock()
 			return s, true, nil
 		}
 	}
 	for _, s := range siblings {
-		if s.sess.Name == p.Name {
+		if s.s().Name == p.Name {
 			c.mu.Unlock()
 			return nil, false, rpc.Errorf(rpc.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
 		}
@@ -353,7 +353,7 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 	}
 	c.mu.Lock()
 	n = c.insertLocked(a)
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: fsstore.EvCreated, Seq: 1, Time: n.sess.CreatedAt})
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: fsstore.EvCreated, Seq: 1, Time: n.s().CreatedAt})
 	c.mu.Unlock()
 	c.log.Info("agent created", "agent", n.id(), "name", p.Name, "parent", parentID)
 	return n, false, nil
@@ -433,7 +433,7 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	c.mu.Lock()
 	if to.terminated() {
 		c.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeConflict, "agent %s has terminated and takes no messages", to.sess.Name)
+		return nil, rpc.Errorf(rpc.CodeConflict, "agent %s has terminated and takes no messages", to.s().Name)
 	}
 	c.mu.Unlock()
 	m.To = to.id()
@@ -445,10 +445,10 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	}
 	c.mu.Lock()
 	to.mail = true
-	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.sess.Name, Type: "message", Time: m.SentAt,
+	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.s().Name, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
-	answered := m.ReplyTo != "" && slices.Contains(to.sess.WaitingFor, m.ReplyTo)
-	rest := slices.DeleteFunc(slices.Clone(to.sess.WaitingFor), func(id string) bool { return id == m.ReplyTo })
+	answered := m.ReplyTo != "" && slices.Contains(to.s().WaitingFor, m.ReplyTo)
+	rest := slices.DeleteFunc(slices.Clone(to.s().WaitingFor), func(id string) bool { return id == m.ReplyTo })
 	c.mu.Unlock()
 	if answered {
 		// The reply is durable in the inbox; the waiting list is history
@@ -529,7 +529,7 @@ func (c *Core) Runnable() []string {
 	var ids []string
 	now := c.clock.Now()
 	for id, n := range c.nodes {
-		if n.mail && !n.busy && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.sess.Gated || n.sess.Permits > 0) {
+		if n.mail && !n.busy && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.s().Gated || n.s().Permits > 0) {
 			ids = append(ids, id)
 		}
 	}
@@ -563,7 +563,7 @@ func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, e
 		for _, id := range n.children {
 			if ch := c.nodes[id]; ch != nil && !ch.terminated() {
 				c.mu.Unlock()
-				e := rpc.Errorf(rpc.CodeConflict, "%s has live children (%s, ...)", n.sess.Name, ch.sess.Name)
+				e := rpc.Errorf(rpc.CodeConflict, "%s has live children (%s, ...)", n.s().Name, ch.s().Name)
 				e.Hint = "use --recursive to terminate the whole subtree"
 				return nil, e
 			}
@@ -626,8 +626,8 @@ func (c *Core) Suspend(ctx context.Context, ref string) (AgentInfo, error) {
 		return AgentInfo{}, err
 	}
 	defer c.release(n)
-	if n.sess.SessionState != fsstore.SessionActive {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "the session of %s is %s, not ACTIVE", n.sess.Name, n.sess.SessionState)
+	if n.s().SessionState != fsstore.SessionActive {
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "the session of %s is %s, not ACTIVE", n.s().Name, n.s().SessionState)
 	}
 	if err := c.suspendHeld(ctx, n, "suspended by the user"); err != nil {
 		return AgentInfo{}, err
@@ -643,10 +643,10 @@ func (c *Core) Resume(ctx context.Context, ref string) (AgentInfo, error) {
 	}
 	defer c.release(n)
 	if n.terminated() {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.sess.Name)
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
 	}
 	if _, err := c.ensureSession(ctx, n); errors.Is(err, errPoolFull) {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.sess))
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.s()))
 	} else if err != nil {
 		return AgentInfo{}, err
 	}
@@ -663,7 +663,7 @@ func (c *Core) ResetSession(ctx context.Context, ref string) (AgentInfo, error) 
 	}
 	defer c.release(n)
 	if n.terminated() {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.sess.Name)
+		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
 	}
 	c.mu.Lock()
 	live := n.live
@@ -675,7 +675,7 @@ func (c *Core) ResetSession(ctx context.Context, ref string) (AgentInfo, error) 
 	if err := c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{Reset: true}); err != nil {
 		return AgentInfo{}, err
 	}
-	if n.sess.SessionState != fsstore.SessionCreated {
+	if n.s().SessionState != fsstore.SessionCreated {
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionCreated, Reason: "session deleted by the user"}); err != nil {
 			return AgentInfo{}, err
 		}
@@ -694,7 +694,7 @@ func (c *Core) hold(ctx context.Context, ref string) (*node, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.acquire(ctx, n); err != nil {
-		return nil, rpc.Errorf(rpc.CodeConflict, "%s is busy with a turn; try again when it is idle", n.sess.Name)
+		return nil, rpc.Errorf(rpc.CodeConflict, "%s is busy with a turn; try again when it is idle", n.s().Name)
 	}
 	return n, nil
 }
@@ -728,7 +728,7 @@ func (c *Core) suspendHeld(ctx context.Context, n *node, reason string) error {
 			return err
 		}
 	}
-	if n.sess.SessionState == fsstore.SessionActive {
+	if n.s().SessionState == fsstore.SessionActive {
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: reason}); err != nil {
 			return err
 		}
@@ -741,7 +741,7 @@ func (c *Core) suspendHeld(ctx context.Context, n *node, reason string) error {
 // session, restored from its blob otherwise. The caller holds n.
 func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, error) {
 	c.mu.Lock()
-	live, sess := n.live, n.sess
+	live, sess := n.live, n.s()
 	c.mu.Unlock()
 	if live != nil {
 		return live, nil
@@ -760,7 +760,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 		Track:   c.procs.track(sess.ID),
 		SessionID: func(id string) error {
 			c.mu.Lock()
-			known := n.sess.ProviderSessionID
+			known := n.s().ProviderSessionID
 			c.mu.Unlock()
 			if id == "" || id == known {
 				return nil
@@ -811,7 +811,7 @@ func (c *Core) Shutdown(ctx context.Context, grace time.Duration) {
 				continue
 			}
 		}
-		if n.sess.SessionState == fsstore.SessionActive || n.live != nil {
+		if n.s().SessionState == fsstore.SessionActive || n.live != nil {
 			if err := c.suspendHeld(ctx, n, "daemon stopped"); err != nil {
 				c.log.Error("suspend at shutdown failed", "agent", n.id(), "err", err)
 			}

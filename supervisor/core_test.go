@@ -153,8 +153,8 @@ func TestRecoverySuspendsAndRequeues(t *testing.T) {
 	}
 	drain(t, c1)
 	root := nodeOf(t, c1, "root")
-	if root.sess.SessionState != fsstore.SessionActive {
-		t.Fatalf("root session %s, want ACTIVE", root.sess.SessionState)
+	if root.s().SessionState != fsstore.SessionActive {
+		t.Fatalf("root session %s, want ACTIVE", root.s().SessionState)
 	}
 	// Leave a BUSY agent and an undelivered message behind, then crash.
 	if err := c1.commit(root, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
@@ -165,8 +165,8 @@ func TestRecoverySuspendsAndRequeues(t *testing.T) {
 	}
 	c2, rep := newCore(t, home, true)
 	r2 := nodeOf(t, c2, "root")
-	if r2.sess.SessionState != fsstore.SessionSuspended || r2.sess.AgentState != fsstore.AgentIdle {
-		t.Fatalf("after recovery: %s/%s, want SUSPENDED/IDLE", r2.sess.AgentState, r2.sess.SessionState)
+	if r2.s().SessionState != fsstore.SessionSuspended || r2.s().AgentState != fsstore.AgentIdle {
+		t.Fatalf("after recovery: %s/%s, want SUSPENDED/IDLE", r2.s().AgentState, r2.s().SessionState)
 	}
 	if len(rep.Suspended) != 1 || len(rep.Resumed) != 1 || len(rep.Redelivered) != 1 {
 		t.Fatalf("report: %+v", rep)
@@ -177,12 +177,12 @@ func TestRecoverySuspendsAndRequeues(t *testing.T) {
 	}
 	drain(t, c2)
 	r2 = nodeOf(t, c2, "root")
-	if r2.sess.Counters.Turns != 2 || r2.sess.SessionState != fsstore.SessionActive {
-		t.Fatalf("after the recovered turn: %+v", r2.sess)
+	if r2.s().Counters.Turns != 2 || r2.s().SessionState != fsstore.SessionActive {
+		t.Fatalf("after the recovered turn: %+v", r2.s())
 	}
 	// The script session resumed under its saved provider id.
-	if r2.sess.ProviderSessionID != "script-"+r2.id() {
-		t.Errorf("provider session id %q", r2.sess.ProviderSessionID)
+	if r2.s().ProviderSessionID != "script-"+r2.id() {
+		t.Errorf("provider session id %q", r2.s().ProviderSessionID)
 	}
 }
 
@@ -257,12 +257,12 @@ func TestCompleteReportsToParentAndEnds(t *testing.T) {
 	}
 	drain(t, c)
 	kid := nodeOf(t, c, "kid")
-	if kid.sess.AgentState != fsstore.AgentTerminated || kid.sess.SessionState != fsstore.SessionTerminated {
-		t.Fatalf("kid after complete: %s/%s", kid.sess.AgentState, kid.sess.SessionState)
+	if kid.s().AgentState != fsstore.AgentTerminated || kid.s().SessionState != fsstore.SessionTerminated {
+		t.Fatalf("kid after complete: %s/%s", kid.s().AgentState, kid.s().SessionState)
 	}
 	root := nodeOf(t, c, "root")
-	if root.sess.Counters.Turns != 2 {
-		t.Fatalf("root turns %d, want 2 (the spawn, then the result)", root.sess.Counters.Turns)
+	if root.s().Counters.Turns != 2 {
+		t.Fatalf("root turns %d, want 2 (the spawn, then the result)", root.s().Counters.Turns)
 	}
 	if _, err := c.Send(SendParams{To: "kid", Text: "more"}); err == nil {
 		t.Error("a terminated agent accepted a message")

@@ -89,7 +89,7 @@ func (d *Daemon) register() {
 			if n.live != nil {
 				st.LiveSessions++
 			}
-			if n.sess.AgentState == fsstore.AgentBusy {
+			if n.s().AgentState == fsstore.AgentBusy {
 				st.Busy++
 			}
 		}
@@ -119,7 +119,7 @@ func (d *Daemon) register() {
 			c.mu.Unlock()
 			return nil, err
 		}
-		res := InspectResult{Agent: c.infoLocked(n), Session: n.sess.Clone()}
+		res := InspectResult{Agent: c.infoLocked(n), Session: n.s().Clone()}
 		c.mu.Unlock()
 		if msgs, _, err := n.agent.Pending(); err == nil {
 			res.Pending = len(msgs)
@@ -197,8 +197,8 @@ func (d *Daemon) register() {
 			c.mu.Lock()
 			n := c.nodes[a.ID]
 			if n != nil {
-				out = append(out, SessionInfo{ID: a.ID, Path: a.Path, Provider: n.sess.Provider, SessionState: n.sess.SessionState,
-					ProviderSessionID: n.sess.ProviderSessionID, HasStateBlob: len(n.sess.StateBlob) > 0, Live: n.live != nil})
+				out = append(out, SessionInfo{ID: a.ID, Path: a.Path, Provider: n.s().Provider, SessionState: n.s().SessionState,
+					ProviderSessionID: n.s().ProviderSessionID, HasStateBlob: len(n.s().StateBlob) > 0, Live: n.live != nil})
 			}
 			c.mu.Unlock()
 		}

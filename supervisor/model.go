@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -16,8 +17,8 @@ import (
 // except agent, which is safe for concurrent use.
 type node struct {
 	agent    *fsstore.Agent
-	sess     *fsstore.Session // the latest committed session
-	children []string         // ids, in creation order
+	state    atomic.Pointer[fsstore.Session] // the latest committed session; never modified in place
+	children []string                        // ids, in creation order
 
 	live     provider.Session // nil unless the session is ACTIVE in this process
 	busy     bool             // a turn or a session operation holds the node
@@ -36,17 +37,34 @@ type node struct {
 	diskInvalid string
 }
 
-func (n *node) id() string { return n.sess.ID }
+func newNode(a *fsstore.Agent) *node {
+	n := &node{agent: a}
+	n.state.Store(a.Session())
+	return n
+}
 
-func (n *node) terminated() bool { return n.sess.AgentState == fsstore.AgentTerminated }
+// stubNode is a node that only has an id, for index updates.
+func stubNode(id string) *node {
+	n := &node{}
+	n.state.Store(&fsstore.Session{ID: id})
+	return n
+}
+
+// s returns the node's latest committed session. It is safe to call
+// without Core.mu; the session must not be modified.
+func (n *node) s() *fsstore.Session { return n.state.Load() }
+
+func (n *node) id() string { return n.s().ID }
+
+func (n *node) terminated() bool { return n.s().AgentState == fsstore.AgentTerminated }
 
 // pathLocked returns root/child/... for n.
 func (c *Core) pathLocked(n *node) string {
-	parts := []string{n.sess.Name}
+	parts := []string{n.s().Name}
 	seen := map[string]bool{n.id(): true}
-	for p := c.nodes[n.sess.ParentID]; p != nil && !seen[p.id()]; p = c.nodes[p.sess.ParentID] {
+	for p := c.nodes[n.s().ParentID]; p != nil && !seen[p.id()]; p = c.nodes[p.s().ParentID] {
 		seen[p.id()] = true
-		parts = append(parts, p.sess.Name)
+		parts = append(parts, p.s().Name)
 	}
 	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
 		parts[i], parts[j] = parts[j], parts[i]
@@ -58,7 +76,7 @@ func (c *Core) pathLocked(n *node) string {
 func (c *Core) rootsLocked() []*node {
 	var roots []*node
 	for _, n := range c.nodes {
-		if c.nodes[n.sess.ParentID] == nil {
+		if c.nodes[n.s().ParentID] == nil {
 			roots = append(roots, n)
 		}
 	}
@@ -83,7 +101,7 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 		parts := strings.Split(strings.Trim(ref, "/"), "/")
 		var cur *node
 		for _, r := range c.rootsLocked() {
-			if r.sess.Name == parts[0] {
+			if r.s().Name == parts[0] {
 				cur = r
 				break
 			}
@@ -104,7 +122,7 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 	}
 	var matches []*node
 	for _, n := range c.nodes {
-		if n.sess.Name == ref {
+		if n.s().Name == ref {
 			matches = append(matches, n)
 		}
 	}
@@ -126,7 +144,7 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 
 func (c *Core) childNamedLocked(parent *node, name string) *node {
 	for _, id := range parent.children {
-		if ch := c.nodes[id]; ch != nil && ch.sess.Name == name {
+		if ch := c.nodes[id]; ch != nil && ch.s().Name == name {
 			return ch
 		}
 	}
@@ -136,8 +154,8 @@ func (c *Core) childNamedLocked(parent *node, name string) *node {
 // neighbourLocked resolves a name as seen from n under one-hop routing:
 // its parent, a child, or a sibling.
 func (c *Core) neighbourLocked(n *node, name string) (*node, error) {
-	if p := c.nodes[n.sess.ParentID]; p != nil {
-		if p.sess.Name == name || name == "parent" {
+	if p := c.nodes[n.s().ParentID]; p != nil {
+		if p.s().Name == name || name == "parent" {
 			return p, nil
 		}
 		if s := c.childNamedLocked(p, name); s != nil && s != n {
@@ -145,7 +163,7 @@ func (c *Core) neighbourLocked(n *node, name string) (*node, error) {
 		}
 	} else {
 		for _, r := range c.rootsLocked() {
-			if r != n && r.sess.Name == name {
+			if r != n && r.s().Name == name {
 				return r, nil
 			}
 		}
@@ -154,12 +172,12 @@ func (c *Core) neighbourLocked(n *node, name string) (*node, error) {
 		return ch, nil
 	}
 	if fsstore.IsID(name) {
-		if t := c.nodes[name]; t != nil && (t.sess.ParentID == n.id() || t.id() == n.sess.ParentID ||
-			(t.sess.ParentID == n.sess.ParentID && t != n)) {
+		if t := c.nodes[name]; t != nil && (t.s().ParentID == n.id() || t.id() == n.s().ParentID ||
+			(t.s().ParentID == n.s().ParentID && t != n)) {
 			return t, nil
 		}
 	}
-	return nil, fmt.Errorf("no agent %q one hop from %s: you can reach your parent, your children and your siblings", name, n.sess.Name)
+	return nil, fmt.Errorf("no agent %q one hop from %s: you can reach your parent, your children and your siblings", name, n.s().Name)
 }
 
 // subtreeLocked returns n and its descendants, leaves first.
@@ -206,15 +224,15 @@ type AgentInfo struct {
 
 func (c *Core) infoLocked(n *node) AgentInfo {
 	info := AgentInfo{
-		ID: n.id(), Name: n.sess.Name, Path: c.pathLocked(n), ParentID: n.sess.ParentID,
-		Provider: n.sess.Provider, Model: n.sess.Model, AgentState: n.sess.AgentState,
-		SessionState: n.sess.SessionState, StateReason: n.sess.StateReason,
-		Counters: n.sess.Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
+		ID: n.id(), Name: n.s().Name, Path: c.pathLocked(n), ParentID: n.s().ParentID,
+		Provider: n.s().Provider, Model: n.s().Model, AgentState: n.s().AgentState,
+		SessionState: n.s().SessionState, StateReason: n.s().StateReason,
+		Counters: n.s().Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
 		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
 	}
 	for _, id := range n.children {
 		if ch := c.nodes[id]; ch != nil {
-			info.Children = append(info.Children, ch.sess.Name)
+			info.Children = append(info.Children, ch.s().Name)
 		}
 	}
 	return info
@@ -222,7 +240,7 @@ func (c *Core) infoLocked(n *node) AgentInfo {
 
 func (c *Core) subtreeCountersLocked(n *node, seen map[string]bool) fsstore.Counters {
 	seen[n.id()] = true
-	sum := n.sess.Counters
+	sum := n.s().Counters
 	for _, id := range n.children {
 		if ch := c.nodes[id]; ch != nil && !seen[id] {
 			sum = sum.Add(c.subtreeCountersLocked(ch, seen))

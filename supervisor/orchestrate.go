@@ -45,11 +45,11 @@ func poolOf(s *fsstore.Session) string {
 // pool is full. It returns errPoolFull if every live session there is busy.
 func (c *Core) makeRoom(ctx context.Context, n *node) error {
 	c.mu.Lock()
-	pool := poolOf(n.sess)
+	pool := poolOf(n.s())
 	limit := c.poolLimit(pool)
 	var live []*node
 	for _, x := range c.nodes {
-		if x.live != nil && x != n && poolOf(x.sess) == pool {
+		if x.live != nil && x != n && poolOf(x.s()) == pool {
 			live = append(live, x)
 		}
 	}
@@ -88,13 +88,13 @@ func (c *Core) notifyTransition(n *node, from, to fsstore.AgentState, hops int) 
 		if sub == nil || sub.terminated() {
 			continue
 		}
-		for _, s := range sub.sess.Subscriptions {
+		for _, s := range sub.s().Subscriptions {
 			if s.Target == n.id() && matchState(s.From, string(from)) && matchState(s.To, string(to)) {
 				hits = append(hits, hit{sub, s})
 			}
 		}
 	}
-	name := n.sess.Name
+	name := n.s().Name
 	c.mu.Unlock()
 	for _, h := range hits {
 		if hops > c.maxHops {
@@ -127,7 +127,7 @@ func (c *Core) indexSubsLocked(n *node) {
 			delete(c.subsByTarget, target)
 		}
 	}
-	for _, s := range n.sess.Subscriptions {
+	for _, s := range n.s().Subscriptions {
 		if c.subsByTarget[s.Target] == nil {
 			c.subsByTarget[s.Target] = map[string]bool{}
 		}
@@ -153,7 +153,7 @@ func (c *Core) Tick(now time.Time) {
 		if n.terminated() {
 			continue
 		}
-		for _, r := range n.sess.Reminders {
+		for _, r := range n.s().Reminders {
 			if !r.Due.After(now) {
 				dues = append(dues, due{n, r})
 			}
@@ -194,9 +194,9 @@ func (c *Core) checkBudgets(n *node) {
 	c.mu.Lock()
 	var over []*node
 	seen := map[string]bool{}
-	for a := n; a != nil && !seen[a.id()]; a = c.nodes[a.sess.ParentID] {
+	for a := n; a != nil && !seen[a.id()]; a = c.nodes[a.s().ParentID] {
 		seen[a.id()] = true
-		if a.sess.Budget.Exceeded(c.subtreeCountersLocked(a, map[string]bool{})) {
+		if a.s().Budget.Exceeded(c.subtreeCountersLocked(a, map[string]bool{})) {
 			over = append(over, a)
 		}
 	}
@@ -210,15 +210,15 @@ func (c *Core) enforceBudget(a *node) {
 	c.mu.Lock()
 	sub := c.subtreeLocked(a)
 	used := c.subtreeCountersLocked(a, map[string]bool{})
-	b := *a.sess.Budget
+	b := *a.s().Budget
 	path := c.pathLocked(a)
-	parent := c.nodes[a.sess.ParentID]
+	parent := c.nodes[a.s().ParentID]
 	c.mu.Unlock()
 	reason := fmt.Sprintf("budget of %s exceeded: %d tokens, $%.4f used (budget: %s)", path, used.InputTokens+used.OutputTokens, used.CostUSD, budgetString(b))
 	gatedAny := false
 	yes := true
 	for _, x := range sub {
-		if x.terminated() || x.sess.Gated {
+		if x.terminated() || x.s().Gated {
 			continue
 		}
 		if err := c.commit(x, fsstore.EvGate, fsstore.GateChange{Gated: &yes, Reason: reason}); err != nil {
@@ -324,8 +324,8 @@ func (c *Core) gateOp(x *node, op, by string) error {
 	case "ungate":
 		ch = fsstore.GateChange{Gated: &no, Reason: "ungated " + by}
 	case "permit":
-		if !x.sess.Gated {
-			return invalidParams("%s is not gated; it needs no permit", x.sess.Name)
+		if !x.s().Gated {
+			return invalidParams("%s is not gated; it needs no permit", x.s().Name)
 		}
 		ch = fsstore.GateChange{AddPermits: 1, Reason: "one turn permitted " + by}
 	default:

@@ -80,10 +80,10 @@ func TestWaitingUntilReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := nodeOf(t, c, "root")
-	if root.sess.AgentState != fsstore.AgentWaiting || len(root.sess.WaitingFor) != 1 {
-		t.Fatalf("root after asking: %s waiting for %v", root.sess.AgentState, root.sess.WaitingFor)
+	if root.s().AgentState != fsstore.AgentWaiting || len(root.s().WaitingFor) != 1 {
+		t.Fatalf("root after asking: %s waiting for %v", root.s().AgentState, root.s().WaitingFor)
 	}
-	request := root.sess.WaitingFor[0]
+	request := root.s().WaitingFor[0]
 	if err := c.RunTurn(context.Background(), nodeOf(t, c, "b").id()); err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +91,12 @@ func TestWaitingUntilReply(t *testing.T) {
 	if len(msgs) != 1 || msgs[0].ReplyTo != request || msgs[0].Kind != fsstore.KindReply {
 		t.Fatalf("root's inbox: %+v, want a reply to %s", msgs, request)
 	}
-	if root = nodeOf(t, c, "root"); len(root.sess.WaitingFor) != 0 {
-		t.Fatalf("still waiting for %v after the reply", root.sess.WaitingFor)
+	if root = nodeOf(t, c, "root"); len(root.s().WaitingFor) != 0 {
+		t.Fatalf("still waiting for %v after the reply", root.s().WaitingFor)
 	}
 	drain(t, c)
-	if root = nodeOf(t, c, "root"); root.sess.AgentState != fsstore.AgentIdle {
-		t.Fatalf("root after the reply: %s", root.sess.AgentState)
+	if root = nodeOf(t, c, "root"); root.s().AgentState != fsstore.AgentIdle {
+		t.Fatalf("root after the reply: %s", root.s().AgentState)
 	}
 }
 
@@ -109,7 +109,7 @@ func TestSubscriptionsFireOnEveryTransition(t *testing.T) {
 	if err := c.RunTurn(context.Background(), nodeOf(t, c, "root").id()); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(nodeOf(t, c, "root").sess.Subscriptions); n != 2 {
+	if n := len(nodeOf(t, c, "root").s().Subscriptions); n != 2 {
 		t.Fatalf("%d subscriptions, want 2", n)
 	}
 	if err := c.RunTurn(context.Background(), nodeOf(t, c, "kid").id()); err != nil {
@@ -126,7 +126,7 @@ func TestSubscriptionsFireOnEveryTransition(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[1], "kid went IDLE -> TERMINATED") {
 		t.Fatalf("root's inbox after kid ended: %q", got)
 	}
-	subs := nodeOf(t, c, "root").sess.Subscriptions
+	subs := nodeOf(t, c, "root").s().Subscriptions
 	if len(subs) != 1 || subs[0].To != "BUSY" {
 		t.Fatalf("the once-subscription was not removed: %+v", subs)
 	}
@@ -140,7 +140,7 @@ func TestRemindersSurviveRestart(t *testing.T) {
 	send(t, c, "root", `!remind_me {"reason":"check the build","timeout":"60s"}
 !remind_me {"reason":"heartbeat","timeout":30,"every":"30s"}`)
 	drain(t, c)
-	if n := len(nodeOf(t, c, "root").sess.Reminders); n != 2 {
+	if n := len(nodeOf(t, c, "root").s().Reminders); n != 2 {
 		t.Fatalf("%d reminders, want 2", n)
 	}
 	c.Tick(clk.Add(10 * time.Second))
@@ -156,13 +156,13 @@ func TestRemindersSurviveRestart(t *testing.T) {
 	if !strings.Contains(joined, "check the build") || !strings.Contains(joined, "heartbeat") {
 		t.Fatalf("after restart: %q", got)
 	}
-	rs := nodeOf(t, c2, "root").sess.Reminders
+	rs := nodeOf(t, c2, "root").s().Reminders
 	if len(rs) != 1 || rs[0].Reason != "heartbeat" || !rs[0].Due.After(clk.Now()) {
 		t.Fatalf("reminders after firing: %+v", rs)
 	}
 	send(t, c2, "root", `!cancel_reminder {"id":"`+rs[0].ID+`"}`)
 	drain(t, c2)
-	if rs := nodeOf(t, c2, "root").sess.Reminders; len(rs) != 0 {
+	if rs := nodeOf(t, c2, "root").s().Reminders; len(rs) != 0 {
 		t.Fatalf("cancelled reminder still there: %+v", rs)
 	}
 }
@@ -174,25 +174,25 @@ func TestGatesAndPermits(t *testing.T) {
 !gate {"agent_name":"kid"}`)
 	drain(t, c)
 	kid := nodeOf(t, c, "kid")
-	if !kid.sess.Gated || kid.sess.Counters.Turns != 0 {
-		t.Fatalf("kid: gated %v, turns %d", kid.sess.Gated, kid.sess.Counters.Turns)
+	if !kid.s().Gated || kid.s().Counters.Turns != 0 {
+		t.Fatalf("kid: gated %v, turns %d", kid.s().Gated, kid.s().Counters.Turns)
 	}
 	send(t, c, "root", `!permit_turn {"agent_name":"kid"}`)
 	drain(t, c)
-	if kid = nodeOf(t, c, "kid"); kid.sess.Counters.Turns != 1 || kid.sess.Permits != 0 {
-		t.Fatalf("after one permit: %d turns, %d permits", kid.sess.Counters.Turns, kid.sess.Permits)
+	if kid = nodeOf(t, c, "kid"); kid.s().Counters.Turns != 1 || kid.s().Permits != 0 {
+		t.Fatalf("after one permit: %d turns, %d permits", kid.s().Counters.Turns, kid.s().Permits)
 	}
 	send(t, c, "kid", "more")
 	drain(t, c)
-	if kid = nodeOf(t, c, "kid"); kid.sess.Counters.Turns != 1 {
+	if kid = nodeOf(t, c, "kid"); kid.s().Counters.Turns != 1 {
 		t.Fatalf("a gated agent ran without a permit")
 	}
 	if _, err := c.Gate(GateParams{Ref: "kid", Op: "ungate"}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, c)
-	if kid = nodeOf(t, c, "kid"); kid.sess.Counters.Turns != 2 {
-		t.Fatalf("ungated kid did not run: %d turns", kid.sess.Counters.Turns)
+	if kid = nodeOf(t, c, "kid"); kid.s().Counters.Turns != 2 {
+		t.Fatalf("ungated kid did not run: %d turns", kid.s().Counters.Turns)
 	}
 }
 
@@ -214,15 +214,15 @@ func TestPoolEvictsLeastRecentlyUsed(t *testing.T) {
 	turn("b")
 	turn("c")
 	a := nodeOf(t, c, "a")
-	if a.live != nil || a.sess.SessionState != fsstore.SessionSuspended || len(a.sess.StateBlob) == 0 {
-		t.Fatalf("a was not evicted: live %v, %s, blob %d bytes", a.live != nil, a.sess.SessionState, len(a.sess.StateBlob))
+	if a.live != nil || a.s().SessionState != fsstore.SessionSuspended || len(a.s().StateBlob) == 0 {
+		t.Fatalf("a was not evicted: live %v, %s, blob %d bytes", a.live != nil, a.s().SessionState, len(a.s().StateBlob))
 	}
-	if !strings.Contains(a.sess.StateReason, "evicted") {
-		t.Errorf("reason %q", a.sess.StateReason)
+	if !strings.Contains(a.s().StateReason, "evicted") {
+		t.Errorf("reason %q", a.s().StateReason)
 	}
 	turn("a") // restored from its blob; b is now the oldest
-	if a = nodeOf(t, c, "a"); a.sess.Counters.Turns != 2 || a.live == nil {
-		t.Fatalf("a after restore: %d turns, live %v", a.sess.Counters.Turns, a.live != nil)
+	if a = nodeOf(t, c, "a"); a.s().Counters.Turns != 2 || a.live == nil {
+		t.Fatalf("a after restore: %d turns, live %v", a.s().Counters.Turns, a.live != nil)
 	}
 	if b := nodeOf(t, c, "b"); b.live != nil {
 		t.Fatal("b should have been evicted for a")
@@ -245,8 +245,8 @@ func TestBudgetGatesSubtreeAndTellsUser(t *testing.T) {
 	drain(t, c)
 	for _, name := range []string{"root", "kid"} {
 		n := nodeOf(t, c, name)
-		if !n.sess.Gated || !strings.Contains(n.sess.StateReason, "budget of root exceeded") {
-			t.Errorf("%s: gated %v, reason %q", name, n.sess.Gated, n.sess.StateReason)
+		if !n.s().Gated || !strings.Contains(n.s().StateReason, "budget of root exceeded") {
+			t.Errorf("%s: gated %v, reason %q", name, n.s().Gated, n.s().StateReason)
 		}
 	}
 	msgs, err := c.UserInbox(false)
@@ -255,7 +255,7 @@ func TestBudgetGatesSubtreeAndTellsUser(t *testing.T) {
 	}
 	send(t, c, "kid", "more work")
 	drain(t, c)
-	if n := nodeOf(t, c, "kid").sess.Counters.Turns; n != 0 {
+	if n := nodeOf(t, c, "kid").s().Counters.Turns; n != 0 {
 		t.Fatalf("kid ran over budget: %d turns", n)
 	}
 	// Raising the budget and ungating lets the subtree go on.
@@ -266,7 +266,7 @@ func TestBudgetGatesSubtreeAndTellsUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	drain(t, c)
-	if n := nodeOf(t, c, "kid").sess.Counters.Turns; n != 1 {
+	if n := nodeOf(t, c, "kid").s().Counters.Turns; n != 1 {
 		t.Fatalf("kid after raising the budget: %d turns", n)
 	}
 	if got := pendingTexts(t, nodeOf(t, c, "kid")); len(got) != 0 {
@@ -336,8 +336,8 @@ func TestRestartBackoffAndLimit(t *testing.T) {
 		}
 	}
 	n := nodeOf(t, c, "flaky")
-	if !n.sess.Gated || !strings.Contains(n.sess.StateReason, "restart limit: 5 failed turns") {
-		t.Fatalf("after 5 failures: gated %v, reason %q", n.sess.Gated, n.sess.StateReason)
+	if !n.s().Gated || !strings.Contains(n.s().StateReason, "restart limit: 5 failed turns") {
+		t.Fatalf("after 5 failures: gated %v, reason %q", n.s().Gated, n.s().StateReason)
 	}
 	if got := pendingTexts(t, n); len(got) != 1 {
 		t.Fatalf("the inbox was not kept: %q", got)

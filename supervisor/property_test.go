@@ -134,7 +134,7 @@ func (m *propModel) pick(t *rapid.T, label string) *node {
 func (m *propModel) scriptLine(t *rapid.T) string {
 	names := []string{"USER", "parent", "self"}
 	for _, n := range m.agents() {
-		names = append(names, n.sess.Name)
+		names = append(names, n.s().Name)
 	}
 	name := rapid.SampledFrom(names).Draw(t, "name")
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
@@ -180,32 +180,32 @@ func (m *propModel) check(t *rapid.T) {
 			t.Fatalf("node %s filed under %s", n.id(), id)
 		}
 		// No agent is stuck BUSY and no deferred work is left between steps.
-		if n.busy || n.turn != nil || n.heldBy != "" || n.sess.AgentState == fsstore.AgentBusy {
-			t.Fatalf("%s left busy=%v turn=%v heldBy=%q state=%s", n.sess.Name, n.busy, n.turn != nil, n.heldBy, n.sess.AgentState)
+		if n.busy || n.turn != nil || n.heldBy != "" || n.s().AgentState == fsstore.AgentBusy {
+			t.Fatalf("%s left busy=%v turn=%v heldBy=%q state=%s", n.s().Name, n.busy, n.turn != nil, n.heldBy, n.s().AgentState)
 		}
-		if n.sess.ParentID != "" {
-			if c.nodes[n.sess.ParentID] == nil {
-				t.Fatalf("%s has a missing parent", n.sess.Name)
+		if n.s().ParentID != "" {
+			if c.nodes[n.s().ParentID] == nil {
+				t.Fatalf("%s has a missing parent", n.s().Name)
 			}
-			byParent[n.sess.ParentID] = append(byParent[n.sess.ParentID], id)
+			byParent[n.s().ParentID] = append(byParent[n.s().ParentID], id)
 		}
 		// Counters never go backwards.
 		prev := m.counters[id]
-		if cur := n.sess.Counters; cur.Turns < prev.Turns || cur.InputTokens < prev.InputTokens || cur.OutputTokens < prev.OutputTokens {
-			t.Fatalf("%s counters went backwards: %+v -> %+v", n.sess.Name, prev, cur)
+		if cur := n.s().Counters; cur.Turns < prev.Turns || cur.InputTokens < prev.InputTokens || cur.OutputTokens < prev.OutputTokens {
+			t.Fatalf("%s counters went backwards: %+v -> %+v", n.s().Name, prev, cur)
 		}
-		m.counters[id] = n.sess.Counters
-		if n.live != nil && n.sess.SessionState != fsstore.SessionActive {
-			t.Fatalf("%s has a live session but is %s", n.sess.Name, n.sess.SessionState)
+		m.counters[id] = n.s().Counters
+		if n.live != nil && n.s().SessionState != fsstore.SessionActive {
+			t.Fatalf("%s has a live session but is %s", n.s().Name, n.s().SessionState)
 		}
 	}
 	for id, n := range c.nodes {
 		if !slices.Equal(slices.Sorted(slices.Values(n.children)), slices.Sorted(slices.Values(byParent[id]))) {
-			t.Fatalf("%s children %v, parent_ids say %v", n.sess.Name, n.children, byParent[id])
+			t.Fatalf("%s children %v, parent_ids say %v", n.s().Name, n.children, byParent[id])
 		}
-		for seen, p := (map[string]bool{}), n; p != nil; p = c.nodes[p.sess.ParentID] {
+		for seen, p := (map[string]bool{}), n; p != nil; p = c.nodes[p.s().ParentID] {
 			if seen[p.id()] {
-				t.Fatalf("cycle through %s", n.sess.Name)
+				t.Fatalf("cycle through %s", n.s().Name)
 			}
 			seen[p.id()] = true
 		}
@@ -213,7 +213,7 @@ func (m *propModel) check(t *rapid.T) {
 	// The subscription index agrees with the sessions.
 	want := map[string]map[string]bool{}
 	for id, n := range c.nodes {
-		for _, s := range n.sess.Subscriptions {
+		for _, s := range n.s().Subscriptions {
 			if want[s.Target] == nil {
 				want[s.Target] = map[string]bool{}
 			}
@@ -249,10 +249,10 @@ func (m *propModel) check(t *rapid.T) {
 		if n == nil {
 			t.Fatalf("agent %s on disk only", a.ID())
 		}
-		mem, _ := fsstore.EncodeSession(n.sess)
+		mem, _ := fsstore.EncodeSession(n.s())
 		disk, _ := fsstore.EncodeSession(a.Session())
 		if string(mem) != string(disk) {
-			t.Fatalf("%s differs from disk:\nmemory %s\ndisk   %s", n.sess.Name, mem, disk)
+			t.Fatalf("%s differs from disk:\nmemory %s\ndisk   %s", n.s().Name, mem, disk)
 		}
 		delivered := map[string]bool{}
 		err := fsstore.ReadEvents(st.FS(), a.Files().Events(), func(e fsstore.Event) error {
@@ -277,13 +277,13 @@ func (m *propModel) check(t *rapid.T) {
 		pending, _, _ := a.Pending()
 		for _, msg := range cur {
 			if !delivered[msg.ID] {
-				t.Fatalf("%s: message %s in cur/ without a delivered event", n.sess.Name, msg.ID)
+				t.Fatalf("%s: message %s in cur/ without a delivered event", n.s().Name, msg.ID)
 			}
 			delete(delivered, msg.ID)
 		}
 		for _, msg := range pending {
 			if delivered[msg.ID] {
-				t.Fatalf("%s: message %s delivered but still in new/", n.sess.Name, msg.ID)
+				t.Fatalf("%s: message %s delivered but still in new/", n.s().Name, msg.ID)
 			}
 		}
 		a.Close()
@@ -315,7 +315,7 @@ func TestOrchestratorProperties(t *testing.T) {
 				lines := rapid.SliceOfN(rapid.Custom(m.scriptLine), 1, 4).Draw(t, "lines")
 				_, err := m.core.Send(SendParams{To: n.id(), Text: strings.Join(lines, "\n")})
 				if err != nil && !n.terminated() {
-					t.Fatalf("send to %s: %v", n.sess.Name, err)
+					t.Fatalf("send to %s: %v", n.s().Name, err)
 				}
 			},
 			"turn": func(t *rapid.T) {

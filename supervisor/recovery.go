@@ -88,14 +88,14 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 	for _, n := range sortedNodes(nodes) {
 		path := c.pathOf(n)
 		// Step 5: no provider process survived, so ACTIVE is stale.
-		if n.sess.SessionState == fsstore.SessionActive {
+		if n.s().SessionState == fsstore.SessionActive {
 			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
 				Reason: "recovered: the daemon stopped while the session was active"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", path, err)
 			}
 			rep.Suspended = append(rep.Suspended, RecoveredAgent{ID: n.id(), Path: path, Detail: "ACTIVE -> SUSPENDED"})
 		}
-		if n.sess.AgentState == fsstore.AgentBusy {
+		if n.s().AgentState == fsstore.AgentBusy {
 			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle,
 				Reason: "recovered: a turn was cut short; its messages are delivered again"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", path, err)
@@ -113,7 +113,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 			c.mu.Unlock()
 			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: path, Messages: len(msgs)})
 		}
-		if n.agent.SnapshotSeq() != n.sess.LastSeq {
+		if n.agent.SnapshotSeq() != n.s().LastSeq {
 			c.snapshot(n)
 		}
 	}
@@ -124,12 +124,12 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 		roots := c.rootsLocked()
 		c.mu.Unlock()
 		for _, r := range roots {
-			if r.terminated() || r.sess.ParentID != "" {
+			if r.terminated() || r.s().ParentID != "" {
 				continue
 			}
 			m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: RecoveryPrompt}
 			if _, err := c.deliver(m, r); err != nil {
-				return nil, fmt.Errorf("recover %s: %w", r.sess.Name, err)
+				return nil, fmt.Errorf("recover %s: %w", r.s().Name, err)
 			}
 			rep.Resumed = append(rep.Resumed, RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})
 		}

@@ -129,7 +129,7 @@ func (t *turnTools) message(kind, text string) (*fsstore.Message, error) {
 	}
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	return &fsstore.Message{From: t.n.id(), FromName: t.n.sess.Name, Kind: kind, Text: text, Hops: t.hops + 1}, nil
+	return &fsstore.Message{From: t.n.id(), FromName: t.n.s().Name, Kind: kind, Text: text, Hops: t.hops + 1}, nil
 }
 
 // CallTool runs one tool call. Every failure is a result with IsError set.
@@ -140,7 +140,7 @@ func (t *turnTools) CallTool(ctx context.Context, call provider.ToolCall) provid
 	}
 	text, err := tl.run(t, ctx, call)
 	t.c.mu.Lock()
-	t.c.publishLocked(WatchEvent{Agent: t.n.id(), Name: t.n.sess.Name, Type: "tool", Time: t.c.clock.Now().UTC(),
+	t.c.publishLocked(WatchEvent{Agent: t.n.id(), Name: t.n.s().Name, Type: "tool", Time: t.c.clock.Now().UTC(),
 		Data: map[string]any{"tool": call.Name, "ok": err == nil}})
 	t.c.mu.Unlock()
 	if err != nil {
@@ -199,7 +199,7 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 		return "", fmt.Errorf("instructions are empty")
 	}
 	t.c.mu.Lock()
-	parent := t.n.sess
+	parent := t.n.s()
 	t.c.mu.Unlock()
 	// A child without a workspace inherits its parent's, and with it the
 	// sandbox; one it names must be the parent's own or of its scope.
@@ -263,7 +263,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (st
 	}
 	if a.Recipient == fsstore.User {
 		t.c.mu.Lock()
-		isRoot := t.c.nodes[t.n.sess.ParentID] == nil
+		isRoot := t.c.nodes[t.n.s().ParentID] == nil
 		t.c.mu.Unlock()
 		if !isRoot {
 			return "", fmt.Errorf("only root agents may message USER; send to your parent instead")
@@ -287,12 +287,12 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (st
 		return "", err
 	}
 	if m.ReplyTo != "" {
-		return fmt.Sprintf("replied to %s (message %s, in reply to %s)", to.sess.Name, m.ID, m.ReplyTo), nil
+		return fmt.Sprintf("replied to %s (message %s, in reply to %s)", to.s().Name, m.ID, m.ReplyTo), nil
 	}
 	t.mu.Lock()
 	t.requests = append(t.requests, m.ID)
 	t.mu.Unlock()
-	return fmt.Sprintf("sent to %s (message %s); you will be woken by the reply", to.sess.Name, m.ID), nil
+	return fmt.Sprintf("sent to %s (message %s); you will be woken by the reply", to.s().Name, m.ID), nil
 }
 
 func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (string, error) {
@@ -307,7 +307,7 @@ func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (stri
 	}
 	t.c.mu.Lock()
 	var sibs []*node
-	if p := t.c.nodes[t.n.sess.ParentID]; p != nil {
+	if p := t.c.nodes[t.n.s().ParentID]; p != nil {
 		for _, id := range p.children {
 			if s := t.c.nodes[id]; s != nil && s != t.n && !s.terminated() {
 				sibs = append(sibs, s)
@@ -333,7 +333,7 @@ func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (stri
 		if _, err := t.c.deliver(m, s); err != nil {
 			return "", fmt.Errorf("after sending to %s: %w", strings.Join(names, ", "), err)
 		}
-		names = append(names, s.sess.Name)
+		names = append(names, s.s().Name)
 	}
 	return fmt.Sprintf("sent to %d siblings: %s", len(names), strings.Join(names, ", ")), nil
 }
@@ -342,7 +342,7 @@ func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (stri
 func (t *turnTools) neighbour(name string) (*node, error) {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	if name == t.n.sess.Name || name == "self" {
+	if name == t.n.s().Name || name == "self" {
 		return t.n, nil
 	}
 	return t.c.neighbourLocked(t.n, name)
@@ -362,14 +362,14 @@ func (t *turnTools) poke(ctx context.Context, call provider.ToolCall) (string, e
 	if to == t.n {
 		return "", fmt.Errorf("you cannot poke yourself; use remind_me")
 	}
-	m, err := t.message(fsstore.KindSystem, fmt.Sprintf("%s poked you: check your inbox and carry on.", t.n.sess.Name))
+	m, err := t.message(fsstore.KindSystem, fmt.Sprintf("%s poked you: check your inbox and carry on.", t.n.s().Name))
 	if err != nil {
 		return "", err
 	}
 	if _, err := t.c.deliver(m, to); err != nil {
 		return "", err
 	}
-	return "poked " + to.sess.Name, nil
+	return "poked " + to.s().Name, nil
 }
 
 func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall) (string, error) {
@@ -412,7 +412,7 @@ func (t *turnTools) cancelReminder(ctx context.Context, call provider.ToolCall) 
 		return "", err
 	}
 	t.c.mu.Lock()
-	found := slices.ContainsFunc(t.n.sess.Reminders, func(r fsstore.Reminder) bool { return r.ID == a.ID })
+	found := slices.ContainsFunc(t.n.s().Reminders, func(r fsstore.Reminder) bool { return r.ID == a.ID })
 	t.c.mu.Unlock()
 	if !found {
 		return "", fmt.Errorf("no reminder %q", a.ID)
@@ -443,9 +443,9 @@ func (t *turnTools) setMetadata(ctx context.Context, call provider.ToolCall) (st
 		return "", err
 	}
 	if a.Value == nil {
-		return fmt.Sprintf("removed %s from %s's metadata", a.Key, to.sess.Name), nil
+		return fmt.Sprintf("removed %s from %s's metadata", a.Key, to.s().Name), nil
 	}
-	return fmt.Sprintf("set %s=%q on %s", a.Key, *a.Value, to.sess.Name), nil
+	return fmt.Sprintf("set %s=%q on %s", a.Key, *a.Value, to.s().Name), nil
 }
 
 var agentStates = []string{"*", "IDLE", "BUSY", "WAITING", "TERMINATED"}
@@ -475,7 +475,7 @@ func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall) (stri
 	if err := t.c.commit(t.n, fsstore.EvSubscribed, s); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("subscription %s: you will be told when %s goes %s -> %s", s.ID, target.sess.Name, from, to), nil
+	return fmt.Sprintf("subscription %s: you will be told when %s goes %s -> %s", s.ID, target.s().Name, from, to), nil
 }
 
 func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall) (string, error) {
@@ -486,7 +486,7 @@ func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall) (st
 		return "", err
 	}
 	t.c.mu.Lock()
-	found := slices.ContainsFunc(t.n.sess.Subscriptions, func(s fsstore.Subscription) bool { return s.ID == a.ID })
+	found := slices.ContainsFunc(t.n.s().Subscriptions, func(s fsstore.Subscription) bool { return s.ID == a.ID })
 	t.c.mu.Unlock()
 	if !found {
 		return "", fmt.Errorf("no subscription %q", a.ID)
@@ -512,11 +512,11 @@ func gateTool(op string) toolFunc {
 		if to == t.n {
 			return "", fmt.Errorf("you cannot %s yourself", op)
 		}
-		if err := t.c.gateOp(to, op, "by "+t.n.sess.Name); err != nil {
+		if err := t.c.gateOp(to, op, "by "+t.n.s().Name); err != nil {
 			return "", err
 		}
 		t.c.signal()
-		return fmt.Sprintf("%s: done for %s", op, to.sess.Name), nil
+		return fmt.Sprintf("%s: done for %s", op, to.s().Name), nil
 	}
 }
 
@@ -561,7 +561,7 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall) (strin
 		return "", err
 	}
 	t.c.mu.Lock()
-	me := t.n.sess
+	me := t.n.s()
 	parent := t.c.nodes[me.ParentID]
 	t.c.mu.Unlock()
 	if me.AgentState == fsstore.AgentTerminated {
@@ -611,7 +611,7 @@ func (t *turnTools) inspectAgent(ctx context.Context, call provider.ToolCall) (s
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	target := t.n
-	if a.Name != t.n.sess.Name && a.Name != "self" {
+	if a.Name != t.n.s().Name && a.Name != "self" {
 		var err error
 		if target, err = t.c.neighbourLocked(t.n, a.Name); err != nil {
 			return "", err

@@ -44,7 +44,7 @@ func (c *Core) CallTool(ctx context.Context, agentID string, call provider.ToolC
 	case n == nil:
 		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("no live agent %s", agentID)}
 	case t == nil:
-		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("agent %s is not in a turn; tools can only be called during a turn", n.sess.Name)}
+		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("agent %s is not in a turn; tools can only be called during a turn", n.s().Name)}
 	}
 	return t.CallTool(ctx, call)
 }
@@ -96,7 +96,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	if err != nil {
 		return c.turnFailed(ctx, n, len(msgs), err)
 	}
-	if n.sess.Gated {
+	if n.s().Gated {
 		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{AddPermits: -1}); err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	prompt := RenderPrompt(msgs)
 	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(ch provider.Chunk) {
 		c.mu.Lock()
-		c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
+		c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
 	}})
 	if err != nil {
@@ -142,7 +142,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	}
 	c.mu.Lock()
 	done := n.terminated()
-	waiting := n.sess.WaitingFor
+	waiting := n.s().WaitingFor
 	c.mu.Unlock()
 	if requests := tools.requestsSent(); len(requests) > 0 && !done {
 		waiting = addWaiting(waiting, requests)
@@ -152,7 +152,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	}
 	switch {
 	case done:
-		if err := c.terminateHeld(n, n.sess.StateReason); err != nil {
+		if err := c.terminateHeld(n, n.s().StateReason); err != nil {
 			return err
 		}
 	case len(waiting) > 0:
@@ -168,7 +168,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	c.snapshot(n)
 	c.transcript(n, prompt, res.Text)
 	c.mu.Lock()
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "turn_done", Time: c.clock.Now().UTC(),
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
 	c.mu.Unlock()
 	c.mu.Lock()
@@ -185,7 +185,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 // within restartWindow gate the agent with the reason recorded. Its parent
 // (or USER, for a root) is told at the first failure and at the limit.
 func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error) error {
-	c.log.Warn("turn failed", "agent", n.id(), "name", n.sess.Name, "err", cause)
+	c.log.Warn("turn failed", "agent", n.id(), "name", n.s().Name, "err", cause)
 	cancelled := ctx.Err() != nil && errors.Is(cause, context.Canceled)
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -208,7 +208,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error
 	if live != nil {
 		live.Stop()
 	}
-	if n.sess.SessionState == fsstore.SessionActive {
+	if n.s().SessionState == fsstore.SessionActive {
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "turn failed"}); err != nil {
 			return err
 		}
@@ -237,7 +237,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error
 	}
 	c.mu.Lock()
 	path := c.pathLocked(n)
-	parent := c.nodes[n.sess.ParentID]
+	parent := c.nodes[n.s().ParentID]
 	c.mu.Unlock()
 	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox; "+
 		"it is retried with a growing delay, and gated after %d failures within %s.", path, cause, pending, restartLimit, restartWindow)
@@ -258,7 +258,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error
 func (c *Core) transcript(n *node, prompt, out string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "=== %s turn %d\n%s--- %s\n%s\n\n", c.clock.Now().UTC().Format("2006-01-02T15:04:05Z"),
-		n.sess.Counters.Turns, prompt, n.sess.Name, strings.TrimRight(out, "\n"))
+		n.s().Counters.Turns, prompt, n.s().Name, strings.TrimRight(out, "\n"))
 	path := n.agent.Files().Transcript()
 	fsys := c.store.FS()
 	f, err := fsys.OpenAppend(path)

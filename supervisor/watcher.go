@@ -309,11 +309,11 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	live := n.live
 	n.live = nil
 	delete(c.nodes, n.id())
-	if p := c.nodes[n.sess.ParentID]; p != nil {
+	if p := c.nodes[n.s().ParentID]; p != nil {
 		p.children = removeString(p.children, n.id())
 	}
-	c.indexSubsLocked(&node{sess: &fsstore.Session{ID: n.id()}})
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.sess.Name, Type: "detached", Time: c.clock.Now().UTC(),
+	c.indexSubsLocked(stubNode(n.id()))
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "detached", Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": "its directory left agents/"}})
 	c.mu.Unlock()
 	if live != nil {
@@ -321,7 +321,7 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	}
 	n.agent.Close()
 	c.release(n)
-	c.log.Warn("agent directory moved away; agent detached and its provider stopped", "agent", n.id(), "name", n.sess.Name)
+	c.log.Warn("agent directory moved away; agent detached and its provider stopped", "agent", n.id(), "name", n.s().Name)
 }
 
 // adopt loads a directory that appeared in agents/ (moved back, copied or
@@ -339,11 +339,11 @@ func (c *Core) adopt(id string) {
 	}
 	// Put right what no longer holds, before anyone sees the agent: no
 	// provider process or turn of ours runs for it.
-	n := &node{agent: a, sess: a.Session()}
-	if n.sess.SessionState == fsstore.SessionActive {
+	n := newNode(a)
+	if n.s().SessionState == fsstore.SessionActive {
 		c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "adopted: no live session"})
 	}
-	if n.sess.AgentState == fsstore.AgentBusy {
+	if n.s().AgentState == fsstore.AgentBusy {
 		c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "adopted: no turn running"})
 	}
 	c.snapshot(n)
@@ -356,15 +356,15 @@ func (c *Core) adopt(id string) {
 	c.insertNodeLocked(n)
 	// Children that lost this parent get it back.
 	for _, x := range c.nodes {
-		if x.sess.ParentID == id && !slices.Contains(n.children, x.id()) {
+		if x.s().ParentID == id && !slices.Contains(n.children, x.id()) {
 			n.children = append(n.children, x.id())
 		}
 	}
 	slices.Sort(n.children)
-	c.publishLocked(WatchEvent{Agent: id, Name: n.sess.Name, Type: "adopted", Time: c.clock.Now().UTC()})
+	c.publishLocked(WatchEvent{Agent: id, Name: n.s().Name, Type: "adopted", Time: c.clock.Now().UTC()})
 	c.mu.Unlock()
 	c.checkInbox(n)
-	c.log.Info("agent directory adopted", "agent", id, "name", n.sess.Name)
+	c.log.Info("agent directory adopted", "agent", id, "name", n.s().Name)
 }
 
 // checkInbox marks n runnable if its inbox/new holds messages (copied or
@@ -423,7 +423,7 @@ func (c *Core) setDiskInvalid(n *node, reason string) bool {
 // change.
 func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) error {
 	c.mu.Lock()
-	cur := n.sess.Clone()
+	cur := n.s().Clone()
 	c.mu.Unlock()
 	switch {
 	case disk.ParentID != cur.ParentID:
@@ -447,7 +447,7 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 		}
 		taken := false
 		for _, s := range sibs {
-			taken = taken || (s != nil && s != n && s.sess.Name == disk.Name)
+			taken = taken || (s != nil && s != n && s.s().Name == disk.Name)
 		}
 		c.mu.Unlock()
 		if taken {

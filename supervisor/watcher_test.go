@@ -67,7 +67,7 @@ func sessionOf(c *Core, ref string) *fsstore.Session {
 	if err != nil {
 		return nil
 	}
-	return n.sess.Clone()
+	return n.s().Clone()
 }
 
 // edited returns session.json of agent ref with f applied, as a user with
@@ -144,8 +144,8 @@ func TestHandEditPatterns(t *testing.T) {
 		if sessionOf(c, "renamed") != nil {
 			return true
 		}
-		if n := nodeOf(t, c, "a"); n.diskInvalid != "" {
-			t.Logf("disk invalid: %s", n.diskInvalid)
+		if why := invalidOf(t, c, "a"); why != "" {
+			t.Logf("disk invalid: %s", why)
 		}
 		return false
 	})
@@ -175,7 +175,7 @@ func TestInvalidHandEditRefused(t *testing.T) {
 	if err := os.WriteFile(path, garbage, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the refusal", func() bool { return nodeOf(t, c, "a").diskInvalid != "" })
+	eventually(t, "the refusal", func() bool { return invalidOf(t, c, "a") != "" })
 	info, _ := c.Inspect("a")
 	if !strings.Contains(info.DiskInvalid, "invalid JSON") {
 		t.Errorf("inspect says %q", info.DiskInvalid)
@@ -200,13 +200,13 @@ func TestInvalidHandEditRefused(t *testing.T) {
 	m["provider"] = "claude"
 	bad, _ := json.MarshalIndent(m, "", "  ")
 	os.WriteFile(path, bad, 0o600)
-	eventually(t, "the provider refusal", func() bool { return strings.Contains(nodeOf(t, c, "a").diskInvalid, "provider cannot be changed") })
+	eventually(t, "the provider refusal", func() bool { return strings.Contains(invalidOf(t, c, "a"), "provider cannot be changed") })
 	// Fixing the file: adopted, and the daemon writes it again.
 	m["provider"] = "script"
 	m["instructions"] = "fixed"
 	fixed, _ := json.MarshalIndent(m, "", "  ")
 	os.WriteFile(path, fixed, 0o600)
-	eventually(t, "the fix", func() bool { return sessionOf(c, "a").Instructions == "fixed" && nodeOf(t, c, "a").diskInvalid == "" })
+	eventually(t, "the fix", func() bool { return sessionOf(c, "a").Instructions == "fixed" && invalidOf(t, c, "a") == "" })
 	send(t, c, "a", "again")
 	drain(t, c)
 	disk, err := fsstore.DecodeSession(must(os.ReadFile(path)))
@@ -245,8 +245,8 @@ func TestMoveOutAndBack(t *testing.T) {
 	}
 	eventually(t, "the adoption", func() bool { return sessionOf(c, "p") != nil })
 	back := nodeOf(t, c, "p")
-	if back.sess.Counters.Turns != 1 || back.sess.SessionState != fsstore.SessionSuspended {
-		t.Fatalf("adopted p: %+v", back.sess)
+	if back.s().Counters.Turns != 1 || back.s().SessionState != fsstore.SessionSuspended {
+		t.Fatalf("adopted p: %+v", back.s())
 	}
 	if info, _ := c.Inspect("p"); len(info.Children) != 1 || info.Children[0] != "kid" {
 		t.Fatalf("p's children after adoption: %v", info.Children)
@@ -328,3 +328,10 @@ func TestWatchLimitFallsBackToPolling(t *testing.T) {
 func testProviders() Providers { return provider.NewRegistry(script.New()) }
 
 func providerTurn(prompt string) provider.Turn { return provider.Turn{Prompt: prompt} }
+
+func invalidOf(t *testing.T, c *Core, ref string) string {
+	n := nodeOf(t, c, ref)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return n.diskInvalid
+}

@@ -131,7 +131,7 @@ func (c *Core) workspaceUsers(scope, name string) []string {
 	defer c.mu.Unlock()
 	var users []string
 	for _, n := range c.nodes {
-		if n.sess.Workspace == ref && !n.terminated() {
+		if n.s().Workspace == ref && !n.terminated() {
 			users = append(users, c.pathLocked(n))
 		}
 	}
@@ -266,7 +266,7 @@ func (c *Core) resolveAgentWorkspace(n *node, ref string) (string, error) {
 	if ref == "" {
 		return "", nil
 	}
-	own := n.sess.Workspace
+	own := n.s().Workspace
 	var scope, name string
 	if strings.Contains(ref, "/") {
 		var err error
@@ -295,7 +295,7 @@ func (c *Core) resolveAgentWorkspace(n *node, ref string) (string, error) {
 // grants lists the host paths an agent's own workspace makes visible, and
 // maps a path as the agent sees it (inside its sandbox) to the host.
 func (c *Core) grants(n *node) ([]bwrap.Mount, error) {
-	spec, _, ok, err := c.agentSpec(n.sess)
+	spec, _, ok, err := c.agentSpec(n.s())
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall) 
 	all, _ := t.c.ws.List()
 	var out []WorkspaceInfo
 	for _, w := range all {
-		if w.Scope == t.n.id() || w.Ref() == t.n.sess.Workspace || (w.Scope == workspace.UserScope && t.n.sess.Workspace == "") {
+		if w.Scope == t.n.id() || w.Ref() == t.n.s().Workspace || (w.Scope == workspace.UserScope && t.n.s().Workspace == "") {
 			out = append(out, t.c.workspaceInfo(w))
 		}
 	}
@@ -365,7 +365,7 @@ func (t *turnTools) createWorkspace(ctx context.Context, call provider.ToolCall)
 		return "", err
 	}
 	if a.NetworkAccess {
-		if _, own, ok, err := t.c.agentSpec(t.n.sess); err != nil || (ok && !own.NetworkAccess) {
+		if _, own, ok, err := t.c.agentSpec(t.n.s()); err != nil || (ok && !own.NetworkAccess) {
 			return "", fmt.Errorf("your workspace has no network access, so you cannot grant it")
 		}
 	}
