@@ -23,3 +23,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update
   $SUDO apt-get install -y "${missing[@]}"
 fi
+
+# The Claude Code CLI, at a pinned version, for the end-to-end test of the
+# claude provider (cmd/substrat/claude_e2e_test.go), which runs it offline
+# against a loopback fake of the Anthropic API. npm only; the package ships
+# its native binary.
+CLAUDE_CODE_VERSION=2.1.328
+if [ ! -x "$TOOLS/npm/node_modules/.bin/claude" ] || ! "$TOOLS/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
+  echo "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into .tools/npm"
+  mkdir -p "$TOOLS/npm"
+  npm install --prefix "$TOOLS/npm" --no-audit --no-fund --save-exact "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
+fi

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/claude"
+	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/providertest"
+	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// claudeCLI returns the Claude Code CLI that `make tools` installs. Its
+// absence fails the test: the claude provider must be tested for real.
+func claudeCLI(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+	bin := filepath.Join(dir, ".tools", "npm", "node_modules", ".bin", "claude")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the Claude Code CLI is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
+	}
+	return bin
+}
+
+// The scripted model of the end-to-end test.
+const (
+	e2eSpawnID  = "toolu_e2e_spawn_1"
+	e2eSecret   = "PAPAYA"
+	e2eRemember = "remember the word " + e2eSecret
+	e2eAsk      = "what was the word?"
+)
+
+func e2eReply(req fakeapi.Request) fakeapi.Out {
+	last := req.Last()
+	for _, b := range last.Blocks() {
+		if b.Type == "tool_result" {
+			return fakeapi.Out{Text: "spawn result: " + fakeapi.ResultText(b)}
+		}
+	}
+	text := last.Text()
+	switch {
+	case strings.Contains(text, "SPAWN"):
+		return fakeapi.Out{Text: "Spawning a helper.", ToolUse: &fakeapi.ToolUse{ID: e2eSpawnID, Name: "mcp__substrat__spawn_agent",
+			Input: `{"name":"helper","instructions":"Help the boss."}`}}
+	case strings.Contains(text, e2eAsk):
+		if strings.Contains(req.Conversation(), e2eRemember) {
+			return fakeapi.Out{Text: "The word was " + e2eSecret + "."}
+		}
+		return fakeapi.Out{Text: "I was never told a word."}
+	}
+	return fakeapi.Out{Text: "Noted."}
+}
+
+// e2eDaemon runs `substrat daemon run` as a child, so that it can be
+// SIGKILLed.
+type e2eDaemon struct {
+	t    *testing.T
+	home string
+	env  []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (d *e2eDaemon) start() {
+	d.t.Helper()
+	bin, err := exec.LookPath("substrat")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	log, err := os.OpenFile(filepath.Join(d.home, "e2e-daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer log.Close()
+	d.cmd = exec.Command(bin, "daemon", "run", "--home", d.home)
+	d.cmd.Env = d.env
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.done = make(chan struct{})
+	go func() { d.cmd.Wait(); close(d.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st supervisor.StatusResult
+		if err := d.call("daemon.status", nil, &st); err == nil {
+			return
+		}
+		select {
+		case <-d.done:
+			d.t.Fatalf("the daemon exited at start; see %s", filepath.Join(d.home, "e2e-daemon.out"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatal("the daemon did not answer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (d *e2eDaemon) kill() {
+	d.t.Helper()
+	if d.cmd == nil {
+		return
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	d.cmd = nil
+}
+
+func (d *e2eDaemon) call(method string, params, result any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := rpc.Dial(ctx, fsstore.Layout{Home: d.home}.Socket())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Call(ctx, method, params, result)
+}
+
+func (d *e2eDaemon) mustCall(method string, params, result any) {
+	d.t.Helper()
+	if err := d.call(method, params, result); err != nil {
+		d.t.Fatalf("%s: %v (daemon output in %s)", method, err, filepath.Join(d.home, "e2e-daemon.out"))
+	}
+}
+
+// send sends USER's message and waits for the turn that takes it.
+func (d *e2eDaemon) send(ref, text string) supervisor.SendResult {
+	d.t.Helper()
+	var res supervisor.SendResult
+	d.mustCall("agent.send", map[string]any{"ref": ref, "text": text, "wait": true}, &res)
+	if res.Failed != "" {
+		d.t.Fatalf("the turn of %s failed: %s", ref, res.Failed)
+	}
+	return res
+}
+
+func (d *e2eDaemon) agents() map[string]supervisor.AgentInfo {
+	d.t.Helper()
+	var list []supervisor.AgentInfo
+	d.mustCall("agent.list", nil, &list)
+	out := map[string]supervisor.AgentInfo{}
+	for _, a := range list {
+		out[a.Path] = a
+	}
+	return out
+}
+
+func (d *e2eDaemon) sessionID(id string) string {
+	d.t.Helper()
+	var list []supervisor.SessionInfo
+	d.mustCall("session.list", nil, &list)
+	for _, s := range list {
+		if s.ID == id {
+			return s.ProviderSessionID
+		}
+	}
+	return ""
+}
+
+// TestClaudeE2E runs the real Claude Code CLI under a real daemon, against
+// a loopback fake of the Anthropic API: (a) a plain reply, (b) a reply that
+// spawns a child through substrat's MCP server, (c) after a SIGKILL of the
+// daemon and a restart, a turn that resumes the same Claude session.
+func TestClaudeE2E(t *testing.T) {
+	cli := claudeCLI(t)
+	api := fakeapi.New(e2eReply)
+	defer api.Close()
+	home := shortHome(t)
+	d := &e2eDaemon{t: t, home: home, env: append(os.Environ(),
+		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"SUBSTRAT_HOME=",
+		"ANTHROPIC_BASE_URL="+api.URL,
+		"ANTHROPIC_API_KEY=sk-ant-e2e-fake",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	)}
+	d.start()
+	defer d.kill()
+
+	var boss supervisor.AgentInfo
+	d.mustCall("agent.create", supervisor.CreateParams{Name: "boss", Provider: "claude", Instructions: "You are the boss of a test team."}, &boss)
+
+	// (a) A plain reply.
+	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
+		t.Fatalf("(a) reply %q, want Noted.", res.Text)
+	}
+	reqs := api.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("(a) the fake API got no request")
+	}
+	first := reqs[len(reqs)-1]
+	if !strings.Contains(string(first.System), "You are the boss of a test team.") {
+		t.Errorf("(a) the instructions are not in the system prompt: %.300s", first.System)
+	}
+	var tools []string
+	for _, n := range first.ToolNames() {
+		if strings.HasPrefix(n, "mcp__substrat__") {
+			tools = append(tools, n)
+		}
+	}
+	if len(tools) != len(supervisor.Tools()) {
+		t.Errorf("(a) the model was offered substrat tools %q, want all %d of them", tools, len(supervisor.Tools()))
+	}
+	claudeSession := d.sessionID(boss.ID)
+	if claudeSession == "" {
+		t.Fatal("(a) the Claude session id was not saved")
+	}
+	info := d.agents()["boss"]
+	if c := info.Counters; c.Turns != 1 || c.InputTokens <= 0 || c.OutputTokens <= 0 || c.CostUSD <= 0 {
+		t.Errorf("(a) counters %+v, want a turn with tokens and cost", c)
+	}
+
+	// (b) A reply that spawns a child through the MCP server.
+	if res := d.send("boss", "please SPAWN a helper"); !strings.Contains(res.Text, "spawn result:") {
+		t.Fatalf("(b) reply %q, want the spawn result", res.Text)
+	}
+	var spawnResult *fakeapi.Block
+	for _, r := range api.Requests() {
+		for _, b := range r.Last().Blocks() {
+			if b.Type == "tool_result" && b.ToolUseID == e2eSpawnID {
+				spawnResult = &b
+			}
+		}
+	}
+	if spawnResult == nil || spawnResult.IsError {
+		t.Fatalf("(b) the spawn_agent result reached the model as %+v", spawnResult)
+	}
+	helper, ok := d.agents()["boss/helper"]
+	if !ok || helper.ParentID != boss.ID || helper.Provider != "claude" {
+		t.Fatalf("(b) the child is not in the tree: %+v", d.agents())
+	}
+	events, err := os.ReadFile(fsstore.Layout{Home: home}.Agent(boss.ID).Events())
+	if err != nil || !strings.Contains(string(events), e2eSpawnID) {
+		t.Errorf("(b) the spawn's idempotency key is not the tool-use id %s (%v)", e2eSpawnID, err)
+	}
+	// The child runs its first turn (its instructions) on its own claude
+	// session; wait for it, so that the kill below hits an idle tree.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		h := d.agents()["boss/helper"]
+		if h.Counters.Turns >= 1 && h.AgentState == fsstore.AgentIdle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("(b) the child never finished its first turn: %+v", h)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// (c) SIGKILL, restart, and resume the same Claude session.
+	d.kill()
+	before := len(api.Requests())
+	d.start()
+	if res := d.send("boss", e2eAsk); !strings.Contains(res.Text, e2eSecret) {
+		t.Errorf("(c) reply %q: the resumed session did not remember", res.Text)
+	}
+	var asked *fakeapi.Request
+	for _, r := range api.Requests()[before:] {
+		if strings.Contains(r.Last().Text(), e2eAsk) {
+			asked = &r
+		}
+	}
+	if asked == nil {
+		t.Fatal("(c) the question never reached the API")
+	}
+	conv := asked.Conversation()
+	for _, want := range []string{e2eRemember, "please SPAWN a helper", "spawn result:"} {
+		if !strings.Contains(conv, want) {
+			t.Errorf("(c) the resumed request lacks %q; it has:\n%.3000s", want, conv)
+		}
+	}
+	if got := d.sessionID(boss.ID); got != claudeSession {
+		t.Errorf("(c) the Claude session id changed from %s to %s", claudeSession, got)
+	}
+}
+
+// routed is a provider whose sessions route the fake daemon's tool calls
+// for their agent to each turn's tools, as the daemon does.
+type routed struct {
+	provider.Provider
+	d *fakeDaemon
+}
+
+func (r *routed) Create(ctx context.Context, cfg provider.Config) (provider.Session, error) {
+	s, err := r.Provider.Create(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &routedSession{Session: s, d: r.d, agent: cfg.AgentID}, nil
+}
+
+func (r *routed) Restore(ctx context.Context, cfg provider.Config, state []byte) (provider.Session, error) {
+	s, err := r.Provider.Restore(ctx, cfg, state)
+	if err != nil {
+		return nil, err
+	}
+	return &routedSession{Session: s, d: r.d, agent: cfg.AgentID}, nil
+}
+
+type routedSession struct {
+	provider.Session
+	d     *fakeDaemon
+	agent string
+}
+
+func (s *routedSession) Send(ctx context.Context, turn provider.Turn) (provider.TurnResult, error) {
+	s.d.mu.Lock()
+	s.d.handlers[s.agent] = turn.Tools
+	s.d.mu.Unlock()
+	defer func() {
+		s.d.mu.Lock()
+		delete(s.d.handlers, s.agent)
+		s.d.mu.Unlock()
+	}()
+	return s.Session.Send(ctx, turn)
+}
+
+// conformanceReply plays the model of the conformance suite: "CALL name
+// args" calls mcp__substrat__name, a tool result is answered "tool said:
+// <result>", anything else "echo: <text>".
+func conformanceReply(req fakeapi.Request) fakeapi.Out {
+	last := req.Last()
+	for _, b := range last.Blocks() {
+		if b.Type == "tool_result" {
+			return fakeapi.Out{Text: "tool said: " + fakeapi.ResultText(b)}
+		}
+	}
+	text := last.Text()
+	if i := strings.Index(text, "CALL "); i >= 0 {
+		name, args, _ := strings.Cut(strings.TrimSpace(text[i+len("CALL "):]), " ")
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: fmt.Sprintf("toolu_conf_%d", len(req.Messages)), Name: "mcp__substrat__" + name, Input: strings.TrimSpace(args)}}
+	}
+	return fakeapi.Out{Text: "echo: " + text}
+}
+
+// TestClaudeConformance runs the provider conformance suite against the
+// claude provider driving the real CLI, the fake API and `substrat mcp`.
+func TestClaudeConformance(t *testing.T) {
+	cli := claudeCLI(t)
+	// Cleanups, not defers: the parallel cases run after this returns.
+	api := fakeapi.New(conformanceReply)
+	t.Cleanup(api.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range api.Requests() {
+				for _, m := range r.Messages {
+					t.Logf("API request message %s: %.200s", m.Role, m.Content)
+				}
+			}
+		}
+	})
+	home := shortHome(t)
+	if err := os.MkdirAll(fsstore.Layout{Home: home}.AgentsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := startFakeDaemon(t, home)
+	d.extra = []supervisor.ToolSpec{{Name: "providertest_probe", Description: "The conformance suite's probe.",
+		InputSchema: json.RawMessage(`{"type":"object"}`)}}
+	substrat, err := exec.LookPath("substrat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-conformance-fake"}
+	var seq atomic.Int64
+	providertest.Run(t, providertest.Harness{
+		New: func(t *testing.T) provider.Provider {
+			return &routed{Provider: claude.New(claude.Options{Command: cli, Home: home, Substrat: substrat, Env: env}), d: d}
+		},
+		Config: func(t *testing.T) provider.Config {
+			id := fmt.Sprintf("0199aaaa-0000-7000-8000-%012d", seq.Add(1))
+			dir := fsstore.Layout{Home: home}.AgentDir(id)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return provider.Config{AgentID: id, Name: "conf" + id[len(id)-3:], WorkDir: dir}
+		},
+		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
+		Timeout:    60 * time.Second,
+	})
+}

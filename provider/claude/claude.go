@@ -1,0 +1,345 @@
+// Package claude is the provider that drives the Claude Code CLI,
+// registered as "claude".
+//
+// Each turn runs the CLI once in print mode, with the prompt on stdin:
+//
+//	claude -p --output-format stream-json --verbose
+//	       --mcp-config <home>/agents/<id>/mcp.json --strict-mcp-config
+//	       --allowedTools mcp__substrat__* [--append-system-prompt <instructions>]
+//	       [--model <model>] (--session-id <uuid> | --resume <uuid>)
+//
+// in Config.WorkDir, in its own process group (killed on timeout or
+// cancel), with the daemon's environment plus HOME set to a private
+// directory (the CLI keeps its sessions under $HOME/.claude, per working
+// directory, so resume needs the same HOME and directory every time),
+// ENABLE_TOOL_SEARCH=false (otherwise MCP tools hide behind a ToolSearch
+// tool), and unless set CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1,
+// DISABLE_AUTOUPDATER=1 and CLAUDE_CODE_MAX_RETRIES=2 (the CLI retries API
+// requests itself; more than a few retries would outlast the turn, which
+// this provider retries as a whole too). The API key (ANTHROPIC_API_KEY) and
+// ANTHROPIC_BASE_URL come from the daemon's environment.
+//
+// The agent tools reach the model over MCP: mcp.json starts
+// `substrat mcp --agent <id> --home <home>` (the running substrat binary),
+// which forwards each call to the daemon; the CLI passes its tool-use id,
+// which becomes the idempotency key. Only the substrat tools are allowed
+// (Options.AllowedTools adds others).
+//
+// # Sessions
+//
+// Substrat picks the session id (a random UUID) when the session is
+// created and reports it through Config.SessionID before any turn; the
+// first turn passes it with --session-id and the later ones with --resume
+// (whichever the CLI's transcript file says is right). The id is also kept
+// in <home>/providers/claude/sessions/<agent-id>.json so that Restore(nil)
+// (after a crash) resumes the same conversation. See package
+// provider/internal/cli for the blob.
+//
+// # Output
+//
+// The stream-json lines are read as: system/init (the session id, and the
+// MCP servers: a substrat server that failed fails the turn), assistant
+// (text and tool_use blocks, streamed as chunks), user (tool results) and
+// result (the final text, usage with cache tokens counted as input, and
+// total_cost_usd). Other types are skipped. A line that is not a JSON
+// object with a type is a provider.ErrProtocol. A failed result whose text
+// reads like an overloaded or 429/5xx API is retried with --resume.
+package claude
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/cli"
+	"github.com/substrat/substrat/provider/internal/proc"
+	"github.com/substrat/substrat/provider/internal/retry"
+)
+
+// Options configure the provider. The zero value suits the daemon.
+type Options struct {
+	// Name is the registry name; default "claude".
+	Name string
+	// Command is the CLI, a path or a name looked up in PATH at each turn;
+	// default "claude".
+	Command string
+	// Home is the Substrat home. Default: derived from Config.WorkDir,
+	// which the daemon sets to <home>/agents/<agent-id>.
+	Home string
+	// StateDir holds the provider's files; default <Home>/providers/claude.
+	StateDir string
+	// ClaudeHome is the CLI's HOME; default <StateDir>/home.
+	ClaudeHome string
+	// Substrat is the substrat binary that mcp.json starts; default the
+	// running executable.
+	Substrat string
+	// AllowedTools are allowed besides mcp__substrat__*.
+	AllowedTools []string
+	// ExtraArgs are added to every command line.
+	ExtraArgs []string
+	// Env is added to the environment of every turn.
+	Env []string
+	// Retry is the retry policy of failed turns; zero is retry.Default.
+	Retry retry.Policy
+	// ExitGrace is how long the CLI may take to exit after its result.
+	ExitGrace time.Duration
+}
+
+// New returns the provider.
+func New(opts Options) provider.Provider {
+	if opts.Name == "" {
+		opts.Name = "claude"
+	}
+	if opts.Command == "" {
+		opts.Command = "claude"
+	}
+	a := &adapter{opts: opts}
+	return cli.New(cli.Spec{
+		Name:      opts.Name,
+		StateDir:  a.stateDir,
+		NewID:     uuid.NewString,
+		Prepare:   a.writeMCPConfig,
+		Command:   a.command,
+		Parse:     parse,
+		Retry:     opts.Retry,
+		ExitGrace: opts.ExitGrace,
+	})
+}
+
+type adapter struct {
+	opts Options
+}
+
+// home returns the Substrat home of cfg's agent.
+func (a *adapter) home(cfg provider.Config) (string, error) {
+	return cli.Home(a.opts.Name, a.opts.Home, cfg)
+}
+
+func (a *adapter) stateDir(cfg provider.Config) (string, error) {
+	if a.opts.StateDir != "" {
+		return a.opts.StateDir, nil
+	}
+	home, err := a.home(cfg)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, "providers", a.opts.Name), nil
+}
+
+func (a *adapter) claudeHome(cfg provider.Config) (string, error) {
+	if a.opts.ClaudeHome != "" {
+		return a.opts.ClaudeHome, nil
+	}
+	dir, err := a.stateDir(cfg)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "home"), nil
+}
+
+func (a *adapter) mcpConfigPath(cfg provider.Config) (string, string, error) {
+	home, err := a.home(cfg)
+	if err != nil {
+		return "", "", err
+	}
+	return fsstore.Layout{Home: home}.Agent(cfg.AgentID).MCPConfig(), home, nil
+}
+
+// writeMCPConfig writes the agent's mcp.json (atomically, and only if it
+// changed). The agent directory must exist: it is the daemon's.
+func (a *adapter) writeMCPConfig(cfg provider.Config) error {
+	path, home, err := a.mcpConfigPath(cfg)
+	if err != nil {
+		return err
+	}
+	substrat, err := cli.Substrat(a.opts.Substrat)
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	if err := cli.WriteFile(path, cli.MCPConfig(substrat, home, cfg.AgentID, "stdio")); err != nil {
+		return fmt.Errorf("%s: writing mcp.json: %w", a.opts.Name, err)
+	}
+	return nil
+}
+
+// transcriptExists reports whether the CLI has a transcript of session id
+// under its HOME.
+func transcriptExists(claudeHome, id string) bool {
+	matches, _ := filepath.Glob(filepath.Join(claudeHome, ".claude", "projects", "*", id+".jsonl"))
+	return len(matches) > 0
+}
+
+func (a *adapter) command(cfg provider.Config, id, prompt string) (proc.Command, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return proc.Command{}, fmt.Errorf("session id %q is not a UUID (%v)", id, err)
+	}
+	path, err := exec.LookPath(a.opts.Command)
+	if err != nil {
+		return proc.Command{}, fmt.Errorf("the Claude Code CLI is not installed (%v); install it with npm install -g @anthropic-ai/claude-code", err)
+	}
+	mcp, _, err := a.mcpConfigPath(cfg)
+	if err != nil {
+		return proc.Command{}, err
+	}
+	chome, err := a.claudeHome(cfg)
+	if err != nil {
+		return proc.Command{}, err
+	}
+	if err := os.MkdirAll(chome, 0o700); err != nil {
+		return proc.Command{}, err
+	}
+	args := []string{"-p", "--output-format", "stream-json", "--verbose",
+		"--mcp-config", mcp, "--strict-mcp-config",
+		"--allowedTools", strings.Join(append([]string{"mcp__substrat__*"}, a.opts.AllowedTools...), ",")}
+	if cfg.Instructions != "" {
+		args = append(args, "--append-system-prompt", cfg.Instructions)
+	}
+	if cfg.Model != "" {
+		args = append(args, "--model", cfg.Model)
+	}
+	if transcriptExists(chome, id) {
+		args = append(args, "--resume", id)
+	} else {
+		args = append(args, "--session-id", id)
+	}
+	args = append(args, a.opts.ExtraArgs...)
+	env := cli.Environ(map[string]string{
+		"HOME":               chome,
+		"ENABLE_TOOL_SEARCH": "false",
+		"SUBSTRAT_AGENT_ID":  cfg.AgentID,
+	}, map[string]string{
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+		"DISABLE_AUTOUPDATER":                      "1",
+		"CLAUDE_CODE_MAX_RETRIES":                  "2",
+	}, []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"}, a.opts.Env)
+	return proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, nil
+}
+
+// The stream-json lines.
+type streamLine struct {
+	Type       string `json:"type"`
+	Subtype    string `json:"subtype"`
+	SessionID  string `json:"session_id"`
+	MCPServers []struct {
+		Name   string `json:"name"`
+		Status string `json:"status"`
+	} `json:"mcp_servers"`
+	Message *struct {
+		Content []contentBlock `json:"content"`
+	} `json:"message"`
+	Result       *string  `json:"result"`
+	IsError      bool     `json:"is_error"`
+	Errors       []string `json:"errors"`
+	Usage        *usage   `json:"usage"`
+	TotalCostUSD float64  `json:"total_cost_usd"`
+}
+
+type contentBlock struct {
+	Type    string          `json:"type"`
+	Text    string          `json:"text"`
+	Name    string          `json:"name"`
+	Input   json.RawMessage `json:"input"`
+	Content json.RawMessage `json:"content"`
+	IsError bool            `json:"is_error"`
+}
+
+type usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+const toolPrefix = "mcp__substrat__"
+
+func parse(b []byte) (cli.Line, error) {
+	if b[0] != '{' {
+		return cli.Line{}, errors.New("not a JSON object")
+	}
+	var l streamLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return cli.Line{}, fmt.Errorf("not a valid message (%v)", err)
+	}
+	if l.Type == "" {
+		return cli.Line{}, errors.New("no type")
+	}
+	var out cli.Line
+	switch l.Type {
+	case "system":
+		if l.Subtype != "init" {
+			return out, nil
+		}
+		out.SessionID = l.SessionID
+		for _, s := range l.MCPServers {
+			if s.Name == "substrat" && (s.Status == "failed" || s.Status == "needs-auth") {
+				out.Final = &cli.Final{Err: fmt.Errorf("the substrat MCP server did not start (status %q): the agent tools are unreachable; see the CLI's MCP log under its HOME", s.Status)}
+			}
+		}
+	case "assistant", "user":
+		if l.Message == nil {
+			return out, nil
+		}
+		for _, c := range l.Message.Content {
+			switch c.Type {
+			case "text":
+				if l.Type == "assistant" {
+					out.Chunks = append(out.Chunks, provider.Chunk{Kind: "text", Text: c.Text})
+				}
+			case "tool_use":
+				out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_call", Text: strings.TrimPrefix(c.Name, toolPrefix) + " " + string(c.Input)})
+			case "tool_result":
+				text := resultText(c.Content)
+				if c.IsError {
+					text = "error: " + text
+				}
+				out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_result", Text: text})
+			}
+		}
+	case "result":
+		out.SessionID = l.SessionID
+		text := ""
+		if l.Result != nil {
+			text = *l.Result
+		}
+		if l.IsError || (l.Subtype != "" && l.Subtype != "success") {
+			if text == "" {
+				text = strings.Join(l.Errors, "; ")
+			}
+			out.Final = &cli.Final{Err: cli.FailureText("claude reported "+l.Subtype, text)}
+			return out, nil
+		}
+		f := &cli.Final{Text: text, Usage: provider.Usage{CostUSD: max(l.TotalCostUSD, 0)}}
+		if u := l.Usage; u != nil {
+			f.Usage.InputTokens = max(u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens, 0)
+			f.Usage.OutputTokens = max(u.OutputTokens, 0)
+		}
+		out.Final = f
+	}
+	return out, nil
+}
+
+// resultText reads a tool_result's content: a string or text blocks.
+func resultText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []contentBlock
+	json.Unmarshal(raw, &blocks)
+	var parts []string
+	for _, b := range blocks {
+		if b.Text != "" {
+			parts = append(parts, b.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}

@@ -1,0 +1,434 @@
+package claude
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/provider/internal/testdaemon"
+	"github.com/substrat/substrat/provider/providertest"
+)
+
+func TestMain(m *testing.M) {
+	if isFakeClaude() {
+		os.Exit(runFakeClaude())
+	}
+	// A race-enabled binary sleeps a second at exit by default; the fake
+	// CLI inherits this.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	os.Exit(m.Run())
+}
+
+// fakeCLI returns the path of the fake claude: the test binary under that
+// name.
+func fakeCLI(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "claude")
+	if err := os.Symlink(exe, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var fastRetry = retry.Policy{Tries: 3, Base: 5 * time.Millisecond}
+
+type env struct {
+	d   *testdaemon.Daemon
+	cli string
+}
+
+func newEnv(t *testing.T) *env {
+	return &env{d: testdaemon.Start(t), cli: fakeCLI(t)}
+}
+
+func (e *env) provider() provider.Provider {
+	return e.d.Wrap(New(Options{Command: e.cli, Home: e.d.Home, Substrat: "/usr/local/bin/substrat", Retry: fastRetry}))
+}
+
+func (e *env) create(t *testing.T) (provider.Session, provider.Config, *[]string) {
+	t.Helper()
+	cfg := e.d.Config(t)
+	var ids []string
+	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
+	s, err := e.provider().Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s, cfg, &ids
+}
+
+func send(t *testing.T, s provider.Session, prompt string) provider.TurnResult {
+	t.Helper()
+	res, err := s.Send(context.Background(), provider.Turn{Prompt: prompt})
+	if err != nil {
+		t.Fatalf("Send(%q): %v", prompt, err)
+	}
+	return res
+}
+
+func TestConformance(t *testing.T) {
+	e := newEnv(t)
+	providertest.Run(t, providertest.Harness{
+		New:        func(t *testing.T) provider.Provider { return e.provider() },
+		Config:     func(t *testing.T) provider.Config { return e.d.Config(t) },
+		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
+		Timeout:    30 * time.Second,
+	})
+}
+
+func TestCommandLine(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, ids := e.create(t)
+	if len(*ids) != 1 {
+		t.Fatalf("SessionID called %d times by Create, want once", len(*ids))
+	}
+	id := (*ids)[0]
+	if _, err := uuid.Parse(id); err != nil {
+		t.Errorf("session id %q is not a UUID", id)
+	}
+	var got struct {
+		Args []string          `json:"args"`
+		Cwd  string            `json:"cwd"`
+		Env  map[string]string `json:"env"`
+	}
+	for turn, flag := range []string{"--session-id", "--resume"} {
+		res := send(t, s, "ENV")
+		if err := json.Unmarshal([]byte(res.Text), &got); err != nil {
+			t.Fatalf("%v: %s", err, res.Text)
+		}
+		mcp := filepath.Join(cfg.WorkDir, "mcp.json")
+		want := []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", mcp, "--strict-mcp-config",
+			"--allowedTools", "mcp__substrat__*", "--append-system-prompt", "Be a test agent.", flag, id}
+		if !slices.Equal(got.Args, want) {
+			t.Errorf("turn %d args\n%q, want\n%q", turn+1, got.Args, want)
+		}
+	}
+	if got.Cwd != cfg.WorkDir {
+		t.Errorf("cwd %q, want %q", got.Cwd, cfg.WorkDir)
+	}
+	wantHome := filepath.Join(e.d.Home, "providers", "claude", "home")
+	if got.Env["HOME"] != wantHome || got.Env["ENABLE_TOOL_SEARCH"] != "false" ||
+		got.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || got.Env["SUBSTRAT_AGENT_ID"] != cfg.AgentID {
+		t.Errorf("env %v", got.Env)
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.WorkDir, "mcp.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mc struct {
+		MCPServers map[string]struct {
+			Type    string   `json:"type"`
+			Command string   `json:"command"`
+			Args    []string `json:"args"`
+		} `json:"mcpServers"`
+	}
+	if err := json.Unmarshal(data, &mc); err != nil {
+		t.Fatal(err)
+	}
+	srv := mc.MCPServers["substrat"]
+	if srv.Command != "/usr/local/bin/substrat" || !slices.Equal(srv.Args, []string{"mcp", "--agent", cfg.AgentID, "--home", e.d.Home}) || srv.Type != "stdio" {
+		t.Errorf("mcp.json %s", data)
+	}
+}
+
+func TestUsageAndChunks(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	var chunks []provider.Chunk
+	res, err := s.Send(context.Background(), provider.Turn{Prompt: "hi there", Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "echo: hi there" || res.Usage != (provider.Usage{InputTokens: 11, OutputTokens: 5, CostUSD: 0.25}) {
+		t.Errorf("result %+v", res)
+	}
+	if len(chunks) != 2 || chunks[0].Text+chunks[1].Text != "echo: hi there" {
+		t.Errorf("chunks %+v", chunks)
+	}
+}
+
+func TestToolCallThroughDaemon(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, _ := e.create(t)
+	var chunks []provider.Chunk
+	tools := provider.ToolHandlerFunc(func(ctx context.Context, c provider.ToolCall) provider.ToolResult {
+		return provider.ToolResult{Text: "sent to " + c.Name}
+	})
+	res, err := s.Send(context.Background(), provider.Turn{Prompt: `CALL send_message {"recipient":"USER","text":"x"}`, Tools: tools,
+		Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "tool said: sent to send_message" {
+		t.Errorf("text %q", res.Text)
+	}
+	calls := e.d.Calls()
+	if len(calls) != 1 || calls[0].Agent != cfg.AgentID || calls[0].Call.ID != "toolu_fake_0" {
+		t.Errorf("daemon calls %+v", calls)
+	}
+	var kinds []string
+	for _, c := range chunks {
+		kinds = append(kinds, c.Kind)
+	}
+	if !slices.Equal(kinds, []string{"tool_call", "tool_result", "text"}) || chunks[0].Text != `send_message {"recipient":"USER","text":"x"}` {
+		t.Errorf("chunks %+v", chunks)
+	}
+}
+
+func TestResumeAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, ids := e.create(t)
+	send(t, s, "remember PAPAYA")
+	// A crash: no Suspend; the daemon restores with nil.
+	cfg.SessionID = func(id string) error { *ids = append(*ids, id); return nil }
+	r, err := e.provider().Restore(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if res := send(t, r, "HISTORY"); res.Text != "remember PAPAYA" {
+		t.Errorf("history after Restore(nil) = %q, want the earlier prompt", res.Text)
+	}
+	if len(*ids) != 1 {
+		t.Errorf("session ids reported %q, want the one of Create only", *ids)
+	}
+	// And after a clean suspend.
+	blob, err := r.Suspend(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(blob), (*ids)[0]) {
+		t.Errorf("blob %s lacks the session id", blob)
+	}
+	r2, err := e.provider().Restore(context.Background(), cfg, blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Stop()
+	if res := send(t, r2, "HISTORY"); res.Text != "remember PAPAYA|HISTORY" {
+		t.Errorf("history after Restore(blob) = %q", res.Text)
+	}
+}
+
+func TestCreateStartsAfresh(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, ids := e.create(t)
+	send(t, s, "old conversation")
+	// A session reset: Create again for the same agent.
+	s2, err := e.provider().Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Stop()
+	if res := send(t, s2, "HISTORY"); res.Text != "" {
+		t.Errorf("a new session sees %q", res.Text)
+	}
+	r, err := e.provider().Restore(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if res := send(t, r, "HISTORY"); res.Text != "HISTORY" {
+		t.Errorf("Restore(nil) after a reset resumed %q, want the new session", res.Text)
+	}
+	_ = ids
+}
+
+func TestGarbage(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	start := time.Now()
+	_, err := s.Send(context.Background(), provider.Turn{Prompt: "GARBAGE"})
+	if !errors.Is(err, provider.ErrProtocol) || !strings.Contains(err.Error(), "Traceback") {
+		t.Fatalf("Send: %v, want ErrProtocol quoting the line", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v", took)
+	}
+	send(t, s, "still works")
+}
+
+func TestTimeoutKillsGroup(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var pids []int
+	start := time.Now()
+	_, err := s.Send(ctx, provider.Turn{Prompt: "HANG", Output: func(c provider.Chunk) {
+		for _, f := range strings.Fields(strings.TrimPrefix(c.Text, "pids ")) {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+	}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send: %v, want DeadlineExceeded", err)
+	}
+	t.Logf("Send returned after %v", time.Since(start))
+	if len(pids) != 2 {
+		t.Fatalf("pids %v", pids)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d outlived the turn", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestOverloadRetried(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	if res := send(t, s, "OVERLOAD 2"); res.Text != "fine after 2 failures" {
+		t.Errorf("text %q", res.Text)
+	}
+	e2 := newEnv(t)
+	s2, _, _ := e2.create(t)
+	_, err := s2.Send(context.Background(), provider.Turn{Prompt: "OVERLOAD 5"})
+	if !errors.Is(err, provider.ErrRetryable) || !strings.Contains(err.Error(), "overloaded") || !strings.Contains(err.Error(), "3 times") {
+		t.Errorf("Send: %v, want ErrRetryable after 3 tries", err)
+	}
+}
+
+func TestNoResult(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	_, err := s.Send(context.Background(), provider.Turn{Prompt: "NORESULT"})
+	if err == nil || !strings.Contains(err.Error(), "without a result") || !strings.Contains(err.Error(), "something went wrong") {
+		t.Fatalf("Send: %v", err)
+	}
+}
+
+func TestMissingCLI(t *testing.T) {
+	d := testdaemon.Start(t)
+	p := New(Options{Command: "substrat-no-such-claude", Home: d.Home})
+	s, err := p.Create(context.Background(), d.Config(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if _, err := s.Send(context.Background(), provider.Turn{Prompt: "hi"}); err == nil || !strings.Contains(err.Error(), "not installed") {
+		t.Errorf("Send: %v", err)
+	}
+}
+
+func TestHomeFromWorkDir(t *testing.T) {
+	d := testdaemon.Start(t)
+	cfg := d.Config(t)
+	s, err := New(Options{Command: fakeCLI(t), Substrat: "/x/substrat"}).Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	data, err := os.ReadFile(filepath.Join(cfg.WorkDir, "mcp.json"))
+	if err != nil || !strings.Contains(string(data), `"`+d.Home+`"`) {
+		t.Errorf("mcp.json %s (%v) does not name the home %s", data, err, d.Home)
+	}
+	cfg.WorkDir = t.TempDir()
+	if _, err := New(Options{}).Create(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "Substrat home") {
+		t.Errorf("Create with an unrelated work dir: %v", err)
+	}
+}
+
+// TestParseRealLines reads lines as the real CLI (2.1.328) prints them.
+func TestParseRealLines(t *testing.T) {
+	init := `{"type":"system","subtype":"init","cwd":"/w","session_id":"0199aaaa-0000-4000-8000-000000000001","tools":["Task"],"mcp_servers":[{"name":"substrat","status":"connected"}],"model":"claude-opus-5-5","permissionMode":"default"}`
+	l, err := parse([]byte(init))
+	if err != nil || l.SessionID != "0199aaaa-0000-4000-8000-000000000001" || l.Final != nil {
+		t.Errorf("init: %+v, %v", l, err)
+	}
+	failed := strings.Replace(init, `"connected"`, `"failed"`, 1)
+	if l, err := parse([]byte(failed)); err != nil || l.Final == nil || l.Final.Err == nil {
+		t.Errorf("a failed MCP server: %+v, %v", l, err)
+	}
+	res := `{"type":"result","subtype":"success","is_error":false,"duration_api_ms":22,"stop_reason":"end_turn","session_id":"s","total_cost_usd":0.0008,"usage":{"input_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":20,"output_tokens_details":{"thinking_tokens":0},"server_tool_use":{"web_search_requests":0},"service_tier":"standard","iterations":[],"fallback_credit":null},"result":"hi"}`
+	l, err = parse([]byte(res))
+	if err != nil || l.Final == nil || l.Final.Text != "hi" || l.Final.Usage != (provider.Usage{InputTokens: 100, OutputTokens: 20, CostUSD: 0.0008}) {
+		t.Errorf("result: %+v, %v", l.Final, err)
+	}
+	for _, bad := range []string{`not json`, `{"no":"type"}`, `{"type":`, `[1]`} {
+		if _, err := parse([]byte(bad)); err == nil {
+			t.Errorf("parse(%q) succeeded", bad)
+		}
+	}
+	if l, err := parse([]byte(`{"type":"rate_limit_event","x":1}`)); err != nil || l.Final != nil || len(l.Chunks) != 0 {
+		t.Errorf("an unknown type is not skipped: %+v, %v", l, err)
+	}
+}
+
+// alive reports whether pid runs (a zombie, dead but not yet reaped by
+// whoever inherited it, does not count).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(data), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+func TestTrackAndSandboxHooks(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.d.Config(t)
+	var tracked, done []int
+	cfg.Track = func(pid int) func() {
+		tracked = append(tracked, pid)
+		return func() { done = append(done, pid) }
+	}
+	var wrappedEnv []string
+	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+		wrappedEnv = cmd.Env
+		return cmd, nil
+	}
+	t.Setenv("SUBSTRAT_TEST_SECRET", "do-not-leak")
+	s, err := e.provider().Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	send(t, s, "hello")
+	if len(tracked) != 1 || !slices.Equal(tracked, done) {
+		t.Errorf("tracked %v, done %v", tracked, done)
+	}
+	if len(wrappedEnv) == 0 || slices.ContainsFunc(wrappedEnv, func(kv string) bool { return strings.HasPrefix(kv, "SUBSTRAT_TEST_SECRET=") }) ||
+		!slices.Contains(wrappedEnv, "ENABLE_TOOL_SEARCH=false") {
+		t.Errorf("sandboxed env %q", wrappedEnv)
+	}
+	// A sandbox that cannot be had fails the turn, saying so.
+	cfg2 := e.d.Config(t)
+	cfg2.Sandbox = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+		return nil, errors.New("bwrap is not installed")
+	}
+	s2, err := e.provider().Create(context.Background(), cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Stop()
+	if _, err := s2.Send(context.Background(), provider.Turn{Prompt: "hi"}); err == nil || !strings.Contains(err.Error(), "bwrap is not installed") {
+		t.Errorf("Send with a broken sandbox: %v", err)
+	}
+}

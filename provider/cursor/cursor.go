@@ -1,0 +1,307 @@
+// Package cursor is the provider that drives the cursor-agent CLI,
+// registered as "cursor-agent".
+//
+// Each turn runs the CLI once in print mode:
+//
+//	cursor-agent --print --output-format stream-json --approve-mcps --trust
+//	             [--model <model>] [--resume <chat-id>] <prompt>
+//
+// in Config.WorkDir (its workspace), in its own process group (killed on
+// timeout or cancel), with the daemon's environment (CURSOR_API_KEY, and
+// the HOME where the CLI keeps its chats) plus SUBSTRAT_AGENT_ID. A prompt
+// that starts with "-" gets a leading newline so that it cannot be read
+// as a flag.
+//
+// MCP is enabled through the workspace: before each session the provider
+// writes <WorkDir>/.cursor/mcp.json, whose "substrat" server is
+// `substrat mcp --agent <id> --home <home>`, and --approve-mcps approves
+// it. The agent's instructions go to <WorkDir>/.cursor/rules/substrat.mdc
+// (a rule that always applies), since the CLI has no system-prompt flag.
+//
+// # Sessions
+//
+// The CLI picks the chat id: the first turn runs without --resume, and the
+// id of its system/init line is reported through Config.SessionID at once
+// (before the turn returns) and kept in
+// <home>/providers/cursor-agent/sessions/<agent-id>.json for Restore(nil).
+// Later turns pass --resume <chat-id>. See provider/internal/cli.
+//
+// # Output
+//
+// The stream-json lines: system/init (the chat id), assistant (text,
+// streamed), tool_call started/completed (streamed as tool_call and
+// tool_result chunks), user (skipped) and result (the final text, and
+// usage when the CLI reports it, in snake_case or camelCase). Other types
+// are skipped; a line that is not a JSON object with a type is a
+// provider.ErrProtocol. A failed result that reads like an overloaded or
+// 429/5xx API is retried.
+package cursor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/cli"
+	"github.com/substrat/substrat/provider/internal/proc"
+	"github.com/substrat/substrat/provider/internal/retry"
+)
+
+// Options configure the provider. The zero value suits the daemon.
+type Options struct {
+	// Name is the registry name; default "cursor-agent".
+	Name string
+	// Command is the CLI, a path or a name looked up in PATH at each turn;
+	// default "cursor-agent".
+	Command string
+	// Home is the Substrat home. Default: derived from Config.WorkDir,
+	// which the daemon sets to <home>/agents/<agent-id>.
+	Home string
+	// StateDir holds the provider's files; default <Home>/providers/<Name>.
+	StateDir string
+	// Substrat is the substrat binary that mcp.json starts; default the
+	// running executable.
+	Substrat string
+	// ExtraArgs are added to every command line (before the prompt), for
+	// example --force.
+	ExtraArgs []string
+	// Env is added to the environment of every turn.
+	Env []string
+	// Retry is the retry policy of failed turns; zero is retry.Default.
+	Retry retry.Policy
+	// ExitGrace is how long the CLI may take to exit after its result.
+	ExitGrace time.Duration
+}
+
+// New returns the provider.
+func New(opts Options) provider.Provider {
+	if opts.Name == "" {
+		opts.Name = "cursor-agent"
+	}
+	if opts.Command == "" {
+		opts.Command = "cursor-agent"
+	}
+	a := &adapter{opts: opts}
+	return cli.New(cli.Spec{
+		Name:      opts.Name,
+		StateDir:  a.stateDir,
+		NewID:     func() string { return "" },
+		Prepare:   a.prepare,
+		Command:   a.command,
+		Parse:     parse,
+		Retry:     opts.Retry,
+		ExitGrace: opts.ExitGrace,
+	})
+}
+
+type adapter struct {
+	opts Options
+}
+
+func (a *adapter) stateDir(cfg provider.Config) (string, error) {
+	if a.opts.StateDir != "" {
+		return a.opts.StateDir, nil
+	}
+	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, "providers", a.opts.Name), nil
+}
+
+// MCPConfigPath is where the workspace's MCP config lives.
+func MCPConfigPath(workDir string) string { return filepath.Join(workDir, ".cursor", "mcp.json") }
+
+// RulePath is where the agent's instructions go.
+func RulePath(workDir string) string {
+	return filepath.Join(workDir, ".cursor", "rules", "substrat.mdc")
+}
+
+// prepare writes .cursor/mcp.json and the instructions rule.
+func (a *adapter) prepare(cfg provider.Config) error {
+	if cfg.WorkDir == "" {
+		return fmt.Errorf("%s: the agent has no work dir", a.opts.Name)
+	}
+	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
+	if err != nil {
+		return err
+	}
+	substrat, err := cli.Substrat(a.opts.Substrat)
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	if _, err := os.Stat(cfg.WorkDir); err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(RulePath(cfg.WorkDir)), 0o700); err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	if err := cli.WriteFile(MCPConfigPath(cfg.WorkDir), cli.MCPConfig(substrat, home, cfg.AgentID, "")); err != nil {
+		return fmt.Errorf("%s: writing .cursor/mcp.json: %w", a.opts.Name, err)
+	}
+	rule := RulePath(cfg.WorkDir)
+	if cfg.Instructions == "" {
+		if err := os.Remove(rule); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: %w", a.opts.Name, err)
+		}
+		return nil
+	}
+	text := "---\ndescription: Substrat agent instructions\nalwaysApply: true\n---\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n"
+	if err := cli.WriteFile(rule, []byte(text)); err != nil {
+		return fmt.Errorf("%s: writing the instructions rule: %w", a.opts.Name, err)
+	}
+	return nil
+}
+
+func (a *adapter) command(cfg provider.Config, id, prompt string) (proc.Command, error) {
+	path, err := exec.LookPath(a.opts.Command)
+	if err != nil {
+		return proc.Command{}, fmt.Errorf("the cursor-agent CLI is not installed (%v); see https://cursor.com/cli", err)
+	}
+	args := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust"}
+	if cfg.Model != "" {
+		args = append(args, "--model", cfg.Model)
+	}
+	if id != "" {
+		args = append(args, "--resume", id)
+	}
+	args = append(args, a.opts.ExtraArgs...)
+	if strings.HasPrefix(prompt, "-") {
+		prompt = "\n" + prompt
+	}
+	args = append(args, prompt)
+	env := cli.Environ(map[string]string{"SUBSTRAT_AGENT_ID": cfg.AgentID}, nil, nil, a.opts.Env)
+	return proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir}, nil
+}
+
+type streamLine struct {
+	Type      string `json:"type"`
+	Subtype   string `json:"subtype"`
+	SessionID string `json:"session_id"`
+	Message   *struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"message"`
+	ToolCall map[string]json.RawMessage `json:"tool_call"`
+	Result   *string                    `json:"result"`
+	IsError  bool                       `json:"is_error"`
+	Usage    map[string]json.RawMessage `json:"usage"`
+}
+
+func parse(b []byte) (cli.Line, error) {
+	if b[0] != '{' {
+		return cli.Line{}, errors.New("not a JSON object")
+	}
+	var l streamLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return cli.Line{}, fmt.Errorf("not a valid message (%v)", err)
+	}
+	if l.Type == "" {
+		return cli.Line{}, errors.New("no type")
+	}
+	var out cli.Line
+	switch l.Type {
+	case "system":
+		if l.Subtype == "init" {
+			out.SessionID = l.SessionID
+		}
+	case "assistant":
+		if l.Message != nil {
+			for _, c := range l.Message.Content {
+				if c.Type == "text" {
+					out.Chunks = append(out.Chunks, provider.Chunk{Kind: "text", Text: c.Text})
+				}
+			}
+		}
+	case "tool_call":
+		kind, text := toolCallText(l.ToolCall, l.Subtype == "completed")
+		switch l.Subtype {
+		case "started":
+			out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_call", Text: kind + " " + text})
+		case "completed":
+			out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_result", Text: kind + " -> " + text})
+		}
+	case "result":
+		out.SessionID = l.SessionID
+		text := ""
+		if l.Result != nil {
+			text = *l.Result
+		}
+		if l.IsError || (l.Subtype != "" && l.Subtype != "success") {
+			out.Final = &cli.Final{Err: cli.FailureText("cursor-agent reported "+l.Subtype, text)}
+			return out, nil
+		}
+		out.Final = &cli.Final{Text: text, Usage: usageOf(l.Usage)}
+	}
+	return out, nil
+}
+
+// toolCallText renders a tool_call event's payload: {"<kind>ToolCall":
+// {"args":…, "result":…}}. MCP calls name their tool in args.
+func toolCallText(tc map[string]json.RawMessage, completed bool) (string, string) {
+	keys := make([]string, 0, len(tc))
+	for k := range tc {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return "tool", "{}"
+	}
+	kind := keys[0]
+	var body struct {
+		Args   json.RawMessage `json:"args"`
+		Result json.RawMessage `json:"result"`
+	}
+	json.Unmarshal(tc[kind], &body)
+	name := strings.TrimSuffix(kind, "ToolCall")
+	var mcp struct {
+		ToolName string          `json:"toolName"`
+		Name     string          `json:"name"`
+		Args     json.RawMessage `json:"args"`
+	}
+	if json.Unmarshal(body.Args, &mcp) == nil && (mcp.ToolName != "" || mcp.Name != "") && name == "mcp" {
+		name = mcp.ToolName
+		if name == "" {
+			name = mcp.Name
+		}
+		if len(mcp.Args) > 0 {
+			body.Args = mcp.Args
+		}
+	}
+	text := string(body.Args)
+	if completed {
+		text = string(body.Result)
+	}
+	if len(text) > 500 {
+		text = text[:500] + "..."
+	}
+	return name, text
+}
+
+// usageOf reads usage in either case convention.
+func usageOf(m map[string]json.RawMessage) provider.Usage {
+	get := func(keys ...string) int64 {
+		var n int64
+		for _, k := range keys {
+			var v int64
+			if json.Unmarshal(m[k], &v) == nil && v > 0 {
+				n += v
+			}
+		}
+		return n
+	}
+	return provider.Usage{
+		InputTokens: get("input_tokens", "inputTokens", "cache_read_input_tokens", "cacheReadTokens",
+			"cache_creation_input_tokens", "cacheWriteTokens"),
+		OutputTokens: get("output_tokens", "outputTokens"),
+	}
+}

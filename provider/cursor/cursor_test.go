@@ -1,0 +1,330 @@
+package cursor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/provider/internal/testdaemon"
+	"github.com/substrat/substrat/provider/providertest"
+)
+
+// The test binary doubles as a fake cursor-agent (see runFakeCursor).
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "cursor-agent" {
+		os.Exit(runFakeCursor())
+	}
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	os.Exit(m.Run())
+}
+
+// runFakeCursor mimics `cursor-agent --print --output-format stream-json`
+// as its documentation describes it: a system/init line with the chat id
+// (session_id), the user's prompt echoed, assistant messages, tool_call
+// started/completed pairs and a result line with usage. Chats live in
+// $FAKE_CURSOR_CHATS/<id> (one prompt a line); --resume needs an existing
+// one, and a run without it starts a new one. It reads the MCP server from
+// .cursor/mcp.json in its working directory, as the real CLI does. The
+// prompt says what to do:
+//
+//	CALL name {args}  call the substrat MCP tool through the daemon
+//	HISTORY           answer the chat's earlier prompts, joined by "|"
+//	ENV               answer a JSON report of args, cwd and the rule file
+//	GARBAGE           print a line that is not JSON, then hang
+//	OVERLOAD n        fail with a 529 the first n times
+//	anything else     answer "echo: <prompt>"
+func runFakeCursor() int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "cursor-agent: "+format+"\n", args...)
+		return 1
+	}
+	args := os.Args[1:]
+	var prompt, resume string
+	bools := map[string]bool{}
+	format := ""
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "--print", "-p", "--approve-mcps", "--trust", "--force":
+			bools[a] = true
+		case "--output-format", "--resume", "--model":
+			if i+1 >= len(args) {
+				return fail("%s needs a value", a)
+			}
+			if a == "--output-format" {
+				format = args[i+1]
+			}
+			if a == "--resume" {
+				resume = args[i+1]
+			}
+			i++
+		default:
+			if strings.HasPrefix(a, "-") {
+				return fail("unknown option %q", a)
+			}
+			if prompt != "" {
+				return fail("two prompts: %q and %q", prompt, a)
+			}
+			prompt = a
+		}
+	}
+	if !bools["--print"] || format != "stream-json" || !bools["--approve-mcps"] || !bools["--trust"] {
+		return fail("want --print --output-format stream-json --approve-mcps --trust, got %q", args)
+	}
+	chats := os.Getenv("FAKE_CURSOR_CHATS")
+	os.MkdirAll(chats, 0o700)
+	id := resume
+	var history []string
+	if id == "" {
+		b := make([]byte, 8)
+		rand.Read(b)
+		id = "chat-" + hex.EncodeToString(b)
+	} else {
+		data, err := os.ReadFile(filepath.Join(chats, id))
+		if err != nil {
+			return fail("chat %s not found", id)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var p string
+			json.Unmarshal([]byte(l), &p)
+			history = append(history, p)
+		}
+	}
+	f, _ := os.OpenFile(filepath.Join(chats, id), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	line, _ := json.Marshal(prompt)
+	f.Write(append(line, '\n'))
+	f.Close()
+
+	cwd, _ := os.Getwd()
+	out := json.NewEncoder(os.Stdout)
+	out.Encode(map[string]any{"type": "system", "subtype": "init", "apiKeySource": "env", "cwd": cwd, "session_id": id,
+		"model": "fake", "permissionMode": "default"})
+	out.Encode(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": []map[string]string{{"type": "text", "text": prompt}}}, "session_id": id})
+	assistant := func(text string) {
+		out.Encode(map[string]any{"type": "assistant", "message": map[string]any{"role": "assistant", "content": []map[string]string{{"type": "text", "text": text}}}, "session_id": id})
+	}
+	result := func(text string) int {
+		out.Encode(map[string]any{"type": "result", "subtype": "success", "duration_ms": 12, "duration_api_ms": 12, "is_error": false,
+			"result": text, "session_id": id, "request_id": "req-1",
+			"usage": map[string]int{"inputTokens": 9, "outputTokens": 4, "cacheReadTokens": 2}})
+		return 0
+	}
+	p := strings.TrimSpace(prompt)
+	switch word, rest, _ := strings.Cut(p, " "); word {
+	case "CALL":
+		name, argsJSON, _ := strings.Cut(rest, " ")
+		callID := fmt.Sprintf("call_%d", len(history))
+		out.Encode(map[string]any{"type": "tool_call", "subtype": "started", "call_id": callID, "session_id": id,
+			"tool_call": map[string]any{"mcpToolCall": map[string]any{"args": map[string]any{"name": "substrat-" + name, "toolName": name,
+				"providerIdentifier": "substrat", "args": json.RawMessage(argsJSON)}}}})
+		agent, home, err := testdaemon.MCPArgs(filepath.Join(cwd, ".cursor", "mcp.json"))
+		if err != nil {
+			return fail("mcp.json: %v", err)
+		}
+		res, err := testdaemon.CallTool(context.Background(), home, agent, provider.ToolCall{ID: callID, Name: name, Args: json.RawMessage(argsJSON)})
+		if err != nil {
+			return fail("tool call: %v", err)
+		}
+		out.Encode(map[string]any{"type": "tool_call", "subtype": "completed", "call_id": callID, "session_id": id,
+			"tool_call": map[string]any{"mcpToolCall": map[string]any{"args": map[string]any{"toolName": name},
+				"result": map[string]any{"success": map[string]any{"content": []map[string]any{{"text": map[string]string{"text": res.Text}}}, "isError": res.IsError}}}}})
+		text := "tool said: " + res.Text
+		assistant(text)
+		return result(text)
+	case "HISTORY":
+		text := strings.Join(history, "|")
+		assistant(text)
+		return result(text)
+	case "ENV":
+		rule, _ := os.ReadFile(filepath.Join(cwd, ".cursor", "rules", "substrat.mdc"))
+		b, _ := json.Marshal(map[string]any{"args": args, "cwd": cwd, "rule": string(rule), "agent": os.Getenv("SUBSTRAT_AGENT_ID")})
+		return result(string(b))
+	case "GARBAGE":
+		fmt.Println("<html>not json</html>")
+		time.Sleep(time.Hour)
+		return 0
+	case "OVERLOAD":
+		var n int
+		fmt.Sscan(rest, &n)
+		counter := filepath.Join(chats, "overload-count")
+		data, _ := os.ReadFile(counter)
+		var seen int
+		fmt.Sscan(string(data), &seen)
+		os.WriteFile(counter, []byte(fmt.Sprint(seen+1)), 0o600)
+		if seen < n {
+			out.Encode(map[string]any{"type": "result", "subtype": "error", "is_error": true, "session_id": id,
+				"result": "API Error: 529 Overloaded"})
+			return 1
+		}
+		return result(fmt.Sprintf("fine after %d failures", seen))
+	default:
+		text := "echo: " + p
+		assistant(text)
+		return result(text)
+	}
+}
+
+type env struct {
+	d     *testdaemon.Daemon
+	cli   string
+	chats string
+}
+
+func newEnv(t *testing.T) *env {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := filepath.Join(t.TempDir(), "cursor-agent")
+	if err := os.Symlink(exe, cli); err != nil {
+		t.Fatal(err)
+	}
+	return &env{d: testdaemon.Start(t), cli: cli, chats: t.TempDir()}
+}
+
+func (e *env) provider() provider.Provider {
+	return e.d.Wrap(New(Options{Command: e.cli, Home: e.d.Home, Substrat: "/opt/substrat", Env: []string{"FAKE_CURSOR_CHATS=" + e.chats},
+		Retry: retry.Policy{Tries: 3, Base: 5 * time.Millisecond}}))
+}
+
+func (e *env) create(t *testing.T) (provider.Session, provider.Config, *[]string) {
+	t.Helper()
+	cfg := e.d.Config(t)
+	var ids []string
+	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
+	s, err := e.provider().Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s, cfg, &ids
+}
+
+func send(t *testing.T, s provider.Session, prompt string) provider.TurnResult {
+	t.Helper()
+	res, err := s.Send(context.Background(), provider.Turn{Prompt: prompt})
+	if err != nil {
+		t.Fatalf("Send(%q): %v", prompt, err)
+	}
+	return res
+}
+
+func TestConformance(t *testing.T) {
+	e := newEnv(t)
+	providertest.Run(t, providertest.Harness{
+		New:        func(t *testing.T) provider.Provider { return e.provider() },
+		Config:     func(t *testing.T) provider.Config { return e.d.Config(t) },
+		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
+		Timeout:    30 * time.Second,
+	})
+}
+
+func TestChatIDAndResume(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, ids := e.create(t)
+	if len(*ids) != 0 {
+		t.Fatalf("ids %q before the first turn: cursor-agent picks the chat id", *ids)
+	}
+	var got struct {
+		Args  []string `json:"args"`
+		Cwd   string   `json:"cwd"`
+		Rule  string   `json:"rule"`
+		Agent string   `json:"agent"`
+	}
+	res := send(t, s, "ENV")
+	if err := json.Unmarshal([]byte(res.Text), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(*ids) != 1 || !strings.HasPrefix((*ids)[0], "chat-") {
+		t.Fatalf("ids %q after the first turn, want the chat id of its init line", *ids)
+	}
+	chat := (*ids)[0]
+	if want := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust", "ENV"}; !slices.Equal(got.Args, want) {
+		t.Errorf("first turn args %q, want %q", got.Args, want)
+	}
+	if got.Cwd != cfg.WorkDir || got.Agent != cfg.AgentID || !strings.Contains(got.Rule, "alwaysApply: true") || !strings.Contains(got.Rule, "Be a test agent.") {
+		t.Errorf("cwd %q agent %q rule %q", got.Cwd, got.Agent, got.Rule)
+	}
+	agent, home, err := testdaemon.MCPArgs(MCPConfigPath(cfg.WorkDir))
+	if err != nil || agent != cfg.AgentID || home != e.d.Home {
+		t.Errorf(".cursor/mcp.json: agent %q home %q, %v", agent, home, err)
+	}
+	// The second turn resumes the same chat.
+	res = send(t, s, "ENV")
+	json.Unmarshal([]byte(res.Text), &got)
+	if want := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust", "--resume", chat, "ENV"}; !slices.Equal(got.Args, want) {
+		t.Errorf("second turn args %q, want %q", got.Args, want)
+	}
+	if res := send(t, s, "HISTORY"); res.Text != "ENV|ENV" {
+		t.Errorf("history %q", res.Text)
+	}
+	// After a crash, Restore(nil) resumes the same chat.
+	r, err := e.provider().Restore(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if res := send(t, r, "HISTORY"); res.Text != "ENV|ENV|HISTORY" {
+		t.Errorf("history after Restore(nil) %q", res.Text)
+	}
+	if len(*ids) != 1 {
+		t.Errorf("ids %q, want one chat", *ids)
+	}
+}
+
+func TestToolCallAndUsage(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, _ := e.create(t)
+	var chunks []provider.Chunk
+	tools := provider.ToolHandlerFunc(func(ctx context.Context, c provider.ToolCall) provider.ToolResult {
+		return provider.ToolResult{Text: "done " + string(c.Args)}
+	})
+	res, err := s.Send(context.Background(), provider.Turn{Prompt: `CALL send_message {"text":"x"}`, Tools: tools,
+		Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != `tool said: done {"text":"x"}` || res.Usage != (provider.Usage{InputTokens: 11, OutputTokens: 4}) {
+		t.Errorf("result %+v", res)
+	}
+	if calls := e.d.Calls(); len(calls) != 1 || calls[0].Agent != cfg.AgentID {
+		t.Errorf("calls %+v", calls)
+	}
+	var kinds []string
+	for _, c := range chunks {
+		kinds = append(kinds, c.Kind)
+	}
+	if !slices.Equal(kinds, []string{"tool_call", "tool_result", "text"}) || chunks[0].Text != `send_message {"text":"x"}` {
+		t.Errorf("chunks %+v", chunks)
+	}
+}
+
+func TestGarbageAndRetry(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	_, err := s.Send(context.Background(), provider.Turn{Prompt: "GARBAGE"})
+	if !errors.Is(err, provider.ErrProtocol) || !strings.Contains(err.Error(), "<html>") {
+		t.Fatalf("Send: %v, want ErrProtocol", err)
+	}
+	if res := send(t, s, "OVERLOAD 1"); res.Text != "fine after 1 failures" {
+		t.Errorf("text %q", res.Text)
+	}
+}
+
+func TestPromptLikeAFlag(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	if res := send(t, s, "--help me"); res.Text != "echo: --help me" {
+		t.Errorf("text %q", res.Text)
+	}
+}

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+)
+
+// Home returns the Substrat home of cfg's agent: home if set, else derived
+// from Config.WorkDir, which the daemon sets to <home>/agents/<agent-id>.
+func Home(name, home string, cfg provider.Config) (string, error) {
+	if home != "" {
+		return home, nil
+	}
+	wd := filepath.Clean(cfg.WorkDir)
+	if cfg.WorkDir != "" && filepath.Base(wd) == cfg.AgentID && filepath.Base(filepath.Dir(wd)) == fsstore.AgentsDirName {
+		return filepath.Dir(filepath.Dir(wd)), nil
+	}
+	return "", fmt.Errorf("%s: cannot tell the Substrat home from the work dir %q (want <home>/agents/%s); set the provider's Options.Home",
+		name, cfg.WorkDir, cfg.AgentID)
+}
+
+// MCPConfig returns an MCP config ({"mcpServers":{"substrat":…}}) that
+// starts `substrat mcp --agent ID --home HOME`. typ, if set, is the
+// server's "type" ("stdio").
+func MCPConfig(substrat, home, agentID, typ string) []byte {
+	server := map[string]any{
+		"command": substrat,
+		"args":    []string{"mcp", "--agent", agentID, "--home", home},
+	}
+	if typ != "" {
+		server["type"] = typ
+	}
+	b, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"substrat": server}}, "", "  ")
+	return append(b, '\n')
+}
+
+// Substrat returns the substrat binary: bin if set, else the running
+// executable.
+func Substrat(bin string) (string, error) {
+	if bin != "" {
+		return bin, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the substrat binary for the MCP config: %w", err)
+	}
+	return exe, nil
+}
+
+// WriteFile replaces path with data atomically (a temp file in the same
+// directory, renamed), unless it already holds data. The directory must
+// exist.
+func WriteFile(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); err != nil {
+		return err
+	}
+	return renameio.WriteFile(path, data, 0o600, renameio.WithTempDir(dir))
+}
+
+// Environ returns the daemon's environment with set replacing, defaults
+// added where unset, and drop removed, plus extra.
+func Environ(set, defaults map[string]string, drop []string, extra []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[k]; ok {
+			continue
+		}
+		skip := false
+		for _, d := range drop {
+			skip = skip || k == d
+		}
+		if skip {
+			continue
+		}
+		seen[k] = true
+		out = append(out, kv)
+	}
+	for k, v := range set {
+		out = append(out, k+"="+v)
+	}
+	for k, v := range defaults {
+		if !seen[k] {
+			out = append(out, k+"="+v)
+		}
+	}
+	return append(out, extra...)
+}
+
+// minimalPrefixes are the variables a sandboxed CLI keeps: what it needs to
+// run and reach its API.
+var minimalPrefixes = []string{"PATH=", "HOME=", "LANG=", "LC_", "TZ=", "TERM=", "USER=", "TMPDIR=",
+	"ANTHROPIC_", "CLAUDE_", "DISABLE_", "ENABLE_", "CURSOR_", "SUBSTRAT_AGENT_ID=", "NODE_",
+	"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=", "https_proxy=", "no_proxy=", "SSL_CERT_"}
+
+// Minimal keeps only the variables of env a sandboxed CLI needs (the
+// sandbox passes nothing else in, and should not see the daemon's
+// secrets).
+func Minimal(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		for _, p := range minimalPrefixes {
+			if strings.HasPrefix(kv, p) {
+				out = append(out, kv)
+				break
+			}
+		}
+	}
+	return out
+}
