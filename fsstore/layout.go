@@ -18,6 +18,7 @@ const (
 	LogName           = "daemon.log"
 	RecoveryName      = "recovery.json"
 	ProcsName         = "providers.json"
+	ProvidersDirName  = "providers"
 
 	SessionName    = "session.json"
 	EventsName     = "events.jsonl"
@@ -61,6 +62,12 @@ func (l Layout) Lock() string          { return filepath.Join(l.Home, LockName) 
 func (l Layout) Pid() string           { return filepath.Join(l.Home, PidName) }
 func (l Layout) Log() string           { return filepath.Join(l.Home, LogName) }
 func (l Layout) Recovery() string      { return filepath.Join(l.Home, RecoveryName) }
+
+// ProviderDir is providers/<name>: state a provider keeps for itself
+// (a CLI's private HOME, saved conversations, session ids).
+func (l Layout) ProviderDir(name string) string {
+	return filepath.Join(l.Home, ProvidersDirName, name)
+}
 
 // Procs is providers.json: the provider processes the daemon runs, so that
 // a daemon started after a kill -9 can reap them.

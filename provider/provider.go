@@ -96,8 +96,11 @@ type Config struct {
 	Name         string
 	Model        string
 	Instructions string
-	// WorkDir is where provider processes run.
+	// WorkDir is where provider processes run: the agent's directory.
 	WorkDir string
+	// Home is the Substrat home (for `substrat mcp --home` and for
+	// fsstore.Layout.ProviderDir, where a provider keeps its own state).
+	Home string
 	// SessionID, if set, is called as soon as the provider knows its own
 	// session or chat id, before the turn that revealed it returns. The
 	// daemon persists it. An error from it fails the turn.

@@ -756,6 +756,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	cfg := provider.Config{
 		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
 		WorkDir: n.agent.Files().Dir,
+		Home:    c.store.Layout().Home,
 		Sandbox: c.sandboxFor(sess),
 		Track:   c.procs.track(sess.ID),
 		SessionID: func(id string) error {

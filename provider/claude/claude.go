@@ -132,7 +132,7 @@ func (a *adapter) stateDir(cfg provider.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(home, "providers", a.opts.Name), nil
+	return fsstore.Layout{Home: home}.ProviderDir(a.opts.Name), nil
 }
 
 func (a *adapter) claudeHome(cfg provider.Config) (string, error) {

@@ -70,6 +70,7 @@ import (
 	"github.com/google/renameio/v2"
 	"github.com/google/uuid"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
 	"github.com/substrat/substrat/provider/internal/retry"
@@ -193,7 +194,7 @@ func (p *Provider) stateFile(cfg provider.Config) string {
 		if err != nil {
 			return ""
 		}
-		dir = filepath.Join(home, "providers", p.opts.Name)
+		dir = fsstore.Layout{Home: home}.ProviderDir(p.opts.Name)
 	}
 	if id := cfg.AgentID; id == "" || filepath.Base(id) != id || id == "." || id == ".." {
 		return ""

@@ -14,11 +14,14 @@ import (
 	"github.com/substrat/substrat/provider"
 )
 
-// Home returns the Substrat home of cfg's agent: home if set, else derived
-// from Config.WorkDir, which the daemon sets to <home>/agents/<agent-id>.
+// Home returns the Substrat home of cfg's agent: home if set, else
+// Config.Home, else derived from Config.WorkDir (<home>/agents/<agent-id>).
 func Home(name, home string, cfg provider.Config) (string, error) {
 	if home != "" {
 		return home, nil
+	}
+	if cfg.Home != "" {
+		return cfg.Home, nil
 	}
 	wd := filepath.Clean(cfg.WorkDir)
 	if cfg.WorkDir != "" && filepath.Base(wd) == cfg.AgentID && filepath.Base(filepath.Dir(wd)) == fsstore.AgentsDirName {
