@@ -116,6 +116,21 @@ func (b *Budget) Exceeded(c Counters) bool {
 	return (b.Tokens > 0 && c.InputTokens+c.OutputTokens > b.Tokens) || (b.CostUSD > 0 && c.CostUSD > b.CostUSD)
 }
 
+// String describes the budget: "1000 tokens, $0.5000".
+func (b Budget) String() string {
+	var parts []string
+	if b.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
+	}
+	if b.CostUSD > 0 {
+		parts = append(parts, fmt.Sprintf("$%.4f", b.CostUSD))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Reminder is a message the agent asked to get later.
 type Reminder struct {
 	ID     string    `json:"id"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -57,7 +58,14 @@ func (c *Core) makeRoom(ctx context.Context, n *node) error {
 		c.mu.Unlock()
 		return nil
 	}
-	sort.Slice(live, func(i, j int) bool { return live[i].lastUsed.Before(live[j].lastUsed) })
+	// Ties (turns started at the same instant) go by id, not map order, so
+	// that a run can be replayed (sim).
+	sort.Slice(live, func(i, j int) bool {
+		if !live[i].lastUsed.Equal(live[j].lastUsed) {
+			return live[i].lastUsed.Before(live[j].lastUsed)
+		}
+		return live[i].id() < live[j].id()
+	})
 	var victim *node
 	for _, x := range live {
 		if c.claimLocked(x) {
@@ -83,7 +91,7 @@ func (c *Core) notifyTransition(n *node, from, to fsstore.AgentState, hops int) 
 		s   fsstore.Subscription
 	}
 	var hits []hit
-	for id := range c.subsByTarget[n.id()] {
+	for _, id := range slices.Sorted(maps.Keys(c.subsByTarget[n.id()])) { // sorted: notices go out in a replayable order (sim)
 		sub := c.nodes[id]
 		if sub == nil || sub.terminated() {
 			continue
@@ -214,7 +222,7 @@ func (c *Core) enforceBudget(a *node) {
 	path := c.pathLocked(a)
 	parent := c.nodes[a.s().ParentID]
 	c.mu.Unlock()
-	reason := fmt.Sprintf("budget of %s exceeded: %d tokens, $%.4f used (budget: %s)", path, used.InputTokens+used.OutputTokens, used.CostUSD, budgetString(b))
+	reason := fmt.Sprintf("budget of %s exceeded: %d tokens, $%.4f used (budget: %s)", path, used.InputTokens+used.OutputTokens, used.CostUSD, b.String())
 	gatedAny := false
 	yes := true
 	for _, x := range sub {
@@ -250,17 +258,6 @@ func (c *Core) enforceBudget(a *node) {
 	if err := c.sendUser(m); err != nil {
 		c.log.Error("budget notice not sent", "err", err)
 	}
-}
-
-func budgetString(b fsstore.Budget) string {
-	var parts []string
-	if b.Tokens > 0 {
-		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
-	}
-	if b.CostUSD > 0 {
-		parts = append(parts, fmt.Sprintf("$%.4f", b.CostUSD))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // SetBudget sets (or with a zero budget removes) an agent's budget.

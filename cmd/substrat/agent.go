@@ -177,7 +177,7 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 	row("tokens in/out", fmt.Sprintf("%d/%d (subtree %d/%d)", a.Counters.InputTokens, a.Counters.OutputTokens, a.Subtree.InputTokens, a.Subtree.OutputTokens))
 	row("cost", fmt.Sprintf("$%.4f (subtree $%.4f)", a.Counters.CostUSD, a.Subtree.CostUSD))
 	if s.Budget != nil {
-		row("budget", budgetLine(*s.Budget))
+		row("budget", s.Budget.String())
 	}
 	if s.Gated {
 		row("gated", fmt.Sprintf("yes (%d permits)", s.Permits))
@@ -376,14 +376,3 @@ type AgentPermitCmd struct{ gateArgs }
 
 // Run permits.
 func (c *AgentPermitCmd) Run(g *Globals) error { return c.run(g, "permit", "one turn permitted for") }
-
-func budgetLine(b fsstore.Budget) string {
-	var parts []string
-	if b.Tokens > 0 {
-		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
-	}
-	if b.CostUSD > 0 {
-		parts = append(parts, fmt.Sprintf("$%.4f", b.CostUSD))
-	}
-	return strings.Join(parts, ", ")
-}
