@@ -8,3 +8,9 @@ bad=$(go list -deps ./fsstore | grep -E "^$mod/(supervisor|provider|bwrap|sim|cm
 if [ -n "$bad" ]; then
   echo "fsstore must not import:"; echo "$bad"; exit 1
 fi
+
+# Every package says what it is for.
+undocumented=$(go list -f '{{if not .Doc}}{{.ImportPath}}{{end}}' ./... | grep -v '^$' || true)
+if [ -n "$undocumented" ]; then
+  echo "packages without a doc comment:"; echo "$undocumented"; exit 1
+fi
