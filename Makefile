@@ -28,6 +28,7 @@ lint: tools ## gofmt, go vet, staticcheck, and the package dependency rule
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags sqlitebench ./cmd/substrat
 	$(TOOLS)/bin/staticcheck $(PKGS)
 	@scripts/check-deps.sh
 
@@ -46,9 +47,28 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test ./fsstore -run '^$$' -fuzz '^FuzzDecodeSession$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fsstore -run '^$$' -fuzz '^FuzzScanLog$$' -fuzztime $(FUZZTIME)
 
+BENCHFLAGS ?=
 .PHONY: bench
-bench: ## go test benchmarks of the store against bare write+fsync
+bench: build ## substrat bench: the disk's limits, Substrat and SQLite in one run (BENCHFLAGS=--quick, --json)
+	$(GO) build -tags sqlitebench -o $(BIN)/substrat-bench ./cmd/substrat
+	$(BIN)/substrat-bench bench --daemon $(BIN)/substrat $(BENCHFLAGS)
+
+.PHONY: bench-go
+bench-go: ## go test benchmarks of the store against bare write+fsync
 	$(GO) test ./fsstore -run '^$$' -bench . -benchtime 2s
+
+SEEDS ?= 1000
+STEPS ?= 40
+CRASH ?= -1
+SEED  ?= 1
+.PHONY: sim
+sim: ## crash simulation, long: SEEDS seeds (default 1000) from SEED, STEPS actions each; CRASH=K BUG=name to replay one
+	$(GO) test ./sim -run '^TestSim$$' -count=1 -v -timeout 0 -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS) -sim.crash=$(CRASH) $(if $(BUG),-sim.bug=$(BUG))
+
+N ?= 1000
+.PHONY: chaos
+chaos: ## kill -9 chaos with the real daemon: N kills (default 1000)
+	$(GO) test ./sim -run '^TestChaos$$' -count=1 -v -timeout 0 -chaos.kills=$(N)
 
 .PHONY: demo
 demo: build ## the main job: a team of scripted agents, a kill -9, recovery

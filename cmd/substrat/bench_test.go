@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchTiny runs every phase of `substrat bench` at a tiny size and
+// checks that the report has every row. It asserts nothing about speed:
+// this machine is shared and the figures are noise at this size.
+func TestBenchTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts daemons")
+	}
+	// TestMain (testscript.Main) put this test binary on PATH as
+	// "substrat"; the bench starts its daemons from it.
+	exe, err := exec.LookPath("substrat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := benchConfig{Quick: true, Duration: 50 * time.Millisecond, Workers: 4, Recovery: []int{30}, Events: 20,
+		Rounds: 1, RPCSamples: 3, EditSamples: 2, EditProbe: 3 * time.Second, MaxPrepared: 200, Exe: exe}
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := runBench(ctx, cfg, t.TempDir(), &progress)
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	var out bytes.Buffer
+	writeBenchReport(&out, res)
+	report := out.String()
+	for _, row := range []string{
+		"machine: ", "disk: ", "SQLite: ",
+		"DISK LIMITS", "write+fsync (", "write+fsync, 4 writers", "atomic replace (write, fsync, rename, dir fsync), 1 writer",
+		"atomic replace, 4 writers",
+		"OPERATIONS, 1 AGENT", "OPERATIONS, 4 AGENTS AT ONCE",
+		"create agent", "send message", "deliver message", "append event", "full turn",
+		"START-UP RECOVERY", "30 agents x 20 events",
+		"agent send, waiting for the turn", "hand edit of session.json", "RSS with 30 idle agents", "daemon start with 30 agents",
+		"TARGETS: ",
+	} {
+		if !strings.Contains(report, row) {
+			t.Errorf("the report has no %q row", row)
+		}
+	}
+	if sqlBackend == nil && !strings.Contains(report, sqliteMissing) {
+		t.Errorf("built without SQLite, the report does not say how to get it")
+	}
+	if len(res.Ops) != 5 || len(res.Recovery) != 1 || res.RPC.N != 3 || res.RSS.Agents != 30 {
+		t.Errorf("results: %d ops, %d recovery rows, %d RPC samples, RSS of %d agents", len(res.Ops), len(res.Recovery), res.RPC.N, res.RSS.Agents)
+	}
+	for _, op := range res.Ops {
+		if op.Substrat1.Ops == 0 || op.SubstratN.Ops == 0 || op.FsyncsPerOp == 0 {
+			t.Errorf("%s: %+v", op.Name, op)
+		}
+		if (op.SQLite1 != nil) != (sqlBackend != nil && op.Name != "turn") {
+			t.Errorf("%s: SQLite figure present: %v", op.Name, op.SQLite1 != nil)
+		}
+	}
+	if res.HandEdit.NA == "" && res.HandEdit.N != 2 {
+		t.Errorf("hand edit: %+v", res.HandEdit)
+	}
+	if len(res.Targets) == 0 {
+		t.Error("no targets")
+	}
+	// --json prints the same results.
+	data, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"disk"`, `"ops"`, `"recovery"`, `"rpc_send"`, `"hand_edit"`, `"rss"`, `"targets"`, `"machine"`} {
+		if !bytes.Contains(data, []byte(key)) {
+			t.Errorf("JSON has no %s", key)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s\nprogress:\n%s", report, progress.String())
+	}
+}
