@@ -101,17 +101,18 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 				return nil, fmt.Errorf("recover %s: %w", path, err)
 			}
 		}
-		fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now())
-		// Step 6: what is still in inbox/new is undelivered.
-		msgs, _, err := n.agent.Pending()
+		// Step 6: what is still in inbox/new (and not in cur/) is
+		// undelivered. Counted, not read: the turn reads it. (Delivered
+		// names left in new/ are swept at turn ends.)
+		pending, err := fsstore.CountPending(c.store.FS(), n.agent.Files().Inbox())
 		if err != nil {
 			return nil, fmt.Errorf("recover %s: %w", path, err)
 		}
-		if len(msgs) > 0 && !n.terminated() {
+		if pending > 0 && !n.terminated() {
 			c.mu.Lock()
 			n.mail = true
 			c.mu.Unlock()
-			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: path, Messages: len(msgs)})
+			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: path, Messages: pending})
 		}
 		if n.agent.SnapshotSeq() != n.s().LastSeq {
 			c.snapshot(n)
