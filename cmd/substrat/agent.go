@@ -159,8 +159,8 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		}
 	}
 	if a.DiskInvalid != "" {
-		row("WARNING", "session.json on disk is invalid and was not adopted: "+a.DiskInvalid)
-		row("", "the daemon keeps the last good state and leaves the file alone until you fix it")
+		row("WARNING", "session.json on disk is invalid and was not adopted: "+a.DiskInvalid+
+			" (the daemon keeps the last good state and leaves the file alone until you fix it)")
 	}
 	row("name", a.Name)
 	row("path", a.Path)

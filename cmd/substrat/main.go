@@ -28,7 +28,7 @@ var version = "0.1.0-dev"
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Home string `help:"Substrat home directory (env SUBSTRAT_HOME)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
+	Home string `help:"Substrat home directory (default ~/.substrat)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
 	JSON bool   `help:"Print JSON instead of text." name:"json"`
 }
 
