@@ -228,6 +228,7 @@ type Agent struct {
 	store *Store
 	files AgentFiles
 	log   *Log
+	id    string // never changes
 
 	mu      sync.Mutex // guards the fields below
 	sess    *Session
@@ -236,11 +237,11 @@ type Agent struct {
 }
 
 func newAgent(s *Store, files AgentFiles, sess *Session, info logInfo) *Agent {
-	return &Agent{store: s, files: files, sess: sess, log: newLog(s.fs, files.Events(), info, s.now)}
+	return &Agent{store: s, files: files, id: sess.ID, sess: sess, log: newLog(s.fs, files.Events(), info, s.now)}
 }
 
 // ID returns the agent's id.
-func (a *Agent) ID() string { return a.sess.ID }
+func (a *Agent) ID() string { return a.id }
 
 // Files returns the paths of the agent's files.
 func (a *Agent) Files() AgentFiles { return a.files }
@@ -336,7 +337,7 @@ func (a *Agent) DiskSession() (sess *Session, changed bool, sum [sha256.Size]byt
 		return nil, false, sum, nil
 	}
 	sess, err = DecodeSession(data)
-	if err == nil && sess.ID != a.sess.ID {
+	if err == nil && sess.ID != a.id {
 		err = fmt.Errorf("%w: id %s does not match the directory name", ErrInvalid, sess.ID)
 	}
 	return sess, true, sum, err
