@@ -105,7 +105,7 @@ func Publish(fsys FS, b Inbox, m *Message) error {
 		fsys.Remove(tmp)
 		return wrap("publish", tmp, err, "")
 	}
-	if err := fsys.RenameNoReplace(tmp, dst); err != nil {
+	if err := publishRename(fsys)(tmp, dst); err != nil { // RenameNoReplace, unless a planted bug (faults.go)
 		fsys.Remove(tmp)
 		if errors.Is(err, errExist) {
 			err = fmt.Errorf("%w: message %s", ErrExists, m.ID)

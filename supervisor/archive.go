@@ -31,6 +31,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		if err := c.acquire(ctx, x); err != nil {
 			return out[:i], err
 		}
+		c.recordSpawn(x)
 		x.agent.Close()
 		err := c.store.ArchiveAgent(x.id())
 		if err == nil {
@@ -49,6 +50,22 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		out[i].Dir = c.store.Layout().ArchivedAgentDir(x.id())
 	}
 	return out, nil
+}
+
+// recordSpawn makes sure the live parent of x, a spawned child about to
+// leave the live tree, has the spawned event of x: a crash can fall between
+// a child's creation and that event, and without it a spawn call run again
+// after the child left would make a twin (found by sim).
+func (c *Core) recordSpawn(x *node) {
+	c.mu.Lock()
+	s, p := x.s(), c.nodes[x.s().ParentID]
+	c.mu.Unlock()
+	if p == nil || s.SpawnKey == "" || spawnedBy(c.store.FS(), p.agent.Files().Events(), s.SpawnKey) != "" {
+		return
+	}
+	if err := c.commit(p, fsstore.EvSpawned, fsstore.Spawned{ChildID: s.ID, Name: s.Name, SpawnKey: s.SpawnKey}); err != nil {
+		c.log.Warn("spawned event not recorded", "parent", p.id(), "child", s.ID, "err", err)
+	}
 }
 
 func removeString(list []string, s string) []string {

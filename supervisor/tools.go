@@ -210,6 +210,14 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 			return "", err
 		}
 	}
+	// A call run again after a crash must not make a twin of a child that
+	// has since left the live tree (archived): its spawned event says so
+	// (found by sim, seed 3).
+	if id := spawnedBy(t.c.store.FS(), t.n.agent.Files().Events(), call.ID); id != "" {
+		if _, err := t.c.Resolve(id); err != nil {
+			return "", fmt.Errorf("this call already spawned %s (%s), which has left the live tree; it is not spawned again", a.Name, id)
+		}
+	}
 	child, existed, err := t.c.createAgent(CreateParams{
 		Name: a.Name, Provider: parent.Provider, Model: parent.Model, Instructions: a.Instructions,
 		Workspace: ws, Metadata: a.Metadata, SpawnKey: call.ID, Pool: parent.Pool,
@@ -244,6 +252,20 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 		return fmt.Sprintf("agent %s already exists (%s); it was spawned by this same call", a.Name, child.id()), nil
 	}
 	return fmt.Sprintf("spawned %s (%s); it starts when your turn ends", a.Name, child.id()), nil
+}
+
+// spawnedBy returns the id of the child that the spawn with this key made,
+// from the spawned events of the parent's log, or "".
+func spawnedBy(fsys fsstore.FS, log, key string) string {
+	var id string
+	fsstore.ReadEvents(fsys, log, func(e fsstore.Event) error {
+		var s fsstore.Spawned
+		if e.Type == fsstore.EvSpawned && e.Decode(&s) == nil && s.SpawnKey == key {
+			id = s.ChildID
+		}
+		return nil
+	})
+	return id
 }
 
 func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (string, error) {
