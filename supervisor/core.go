@@ -96,7 +96,7 @@ func New(cfg Config) *Core {
 		cfg.MaxHops = DefaultMaxHops
 	}
 	return &Core{
-		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
+		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout(), cfg.Store.FS()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
 		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
 		subsByTarget: map[string]map[string]bool{},

@@ -191,7 +191,7 @@ func (c *WorkspaceExecCmd) Run(g *Globals) error {
 	if !ok {
 		scope, name = workspace.UserScope, c.Ref
 	}
-	w, err := workspace.NewStore(layout).Get(scope, name)
+	w, err := workspace.NewStore(layout, fsstore.OS{}).Get(scope, name)
 	if err != nil {
 		return fail(err.Error(), "list them with 'substrat workspace list'")
 	}

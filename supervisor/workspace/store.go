@@ -29,9 +29,13 @@ type Store struct {
 	mu sync.Mutex // serializes every change to workspaces/
 }
 
-// NewStore returns the store of the home that layout names.
-func NewStore(layout fsstore.Layout) *Store {
-	return &Store{layout: layout, fs: fsstore.OS{}, now: time.Now}
+// NewStore returns the store of the home that layout names, doing its
+// file I/O through fsys (nil: the real file system).
+func NewStore(layout fsstore.Layout, fsys fsstore.FS) *Store {
+	if fsys == nil {
+		fsys = fsstore.OS{}
+	}
+	return &Store{layout: layout, fs: fsys, now: time.Now}
 }
 
 // scopeDir is workspaces/<scope>.

@@ -34,7 +34,7 @@ func newStore(t *testing.T) (*Store, fsstore.Layout, string) {
 	if err := os.Mkdir(host, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := NewStore(l)
+	s := NewStore(l, nil)
 	s.now = func() time.Time { return epoch }
 	return s, l, host
 }
