@@ -293,7 +293,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		// while the daemon wrote (rsync copies events.jsonl before
 		// session.json), or events lost by the disk. The log is the
 		// truth: the state is rebuilt from it, and the finding says so.
-		rebuilt, err := s.replayLog(files, id)
+		rebuilt, _, err := s.replayLog(files, id)
 		if err != nil {
 			return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
 				Err: fmt.Errorf("%w: session.json reflects event %d but events.jsonl ends at event %d, and the log cannot be replayed: %v",
@@ -430,9 +430,9 @@ func (s *Store) removeLeftover(path, id, what string, repair bool) Finding {
 }
 
 // replayLog replays the valid prefix of a log from its created event.
-func (s *Store) replayLog(files AgentFiles, id string) (*Session, error) {
+func (s *Store) replayLog(files AgentFiles, id string) (*Session, logInfo, error) {
 	var cur *Session
-	_, err := readLog(s.fs, files.Events(), func(seq uint64, line []byte) error {
+	info, err := readLog(s.fs, files.Events(), func(seq uint64, line []byte) error {
 		e, err := DecodeEvent(line)
 		if err != nil {
 			return err
@@ -446,7 +446,7 @@ func (s *Store) replayLog(files AgentFiles, id string) (*Session, error) {
 	if err == nil && cur.ID != id {
 		err = fmt.Errorf("%w: events.jsonl belongs to agent %s", ErrCorrupt, cur.ID)
 	}
-	return cur, err
+	return cur, info, err
 }
 
 // replaceSnapshot writes sess as session.json, keeping the old file as
@@ -481,47 +481,16 @@ func (s *Store) replaceSnapshot(files AgentFiles, sess *Session) ([]byte, error)
 // rebuildSnapshot replays a whole valid log into a new session.json. The
 // unreadable one is kept as session.json.N.broken.
 func (s *Store) rebuildSnapshot(files AgentFiles, id string, cause error) (*Session, Finding, error) {
-	var cur *Session
-	info, err := readLog(s.fs, files.Events(), func(seq uint64, line []byte) error {
-		e, err := DecodeEvent(line)
-		if err != nil {
-			return err
-		}
-		cur, err = Apply(cur, e)
-		return err
-	})
-	if err == nil && (cur == nil || info.TornLen > 0) {
+	cur, info, err := s.replayLog(files, id)
+	if err == nil && info.TornLen > 0 {
 		err = fmt.Errorf("%w: events.jsonl is empty or torn", ErrCorrupt)
-	}
-	if err == nil && cur.ID != id {
-		err = fmt.Errorf("%w: events.jsonl belongs to agent %s", ErrCorrupt, cur.ID)
 	}
 	if err != nil {
 		return nil, Finding{}, &Error{Op: "rebuild snapshot", Path: files.Events(),
 			Err: fmt.Errorf("session.json unreadable (%v) and cannot be rebuilt: %w", cause, err), Hint: HintFsck}
 	}
-	if old, rerr := s.fs.ReadFile(files.Session()); rerr == nil {
-		var keep string
-		for n := 0; ; n++ {
-			keep = files.BrokenSession(n)
-			_, err := s.fs.Stat(keep)
-			if errors.Is(err, errNotExist) {
-				break
-			}
-			if err != nil {
-				return nil, Finding{}, wrap("rebuild snapshot", keep, err, "")
-			}
-		}
-		if err := writeFileDurable(s.fs, keep, old); err != nil {
-			return nil, Finding{}, wrap("rebuild snapshot", keep, err, "")
-		}
-	}
-	data, err := EncodeSession(cur)
-	if err == nil {
-		err = writeFileDurable(s.fs, files.Session(), data)
-	}
-	if err != nil {
-		return nil, Finding{}, wrap("rebuild snapshot", files.Session(), err, "")
+	if _, err := s.replaceSnapshot(files, cur); err != nil {
+		return nil, Finding{}, err
 	}
 	return cur, Finding{Kind: FindSnapshotRebuilt, Path: files.Session(), Agent: id, Repaired: true,
 		Detail: fmt.Sprintf("session.json was unreadable (%v); rebuilt from %d events, old file kept as session.json.N.broken", cause, info.LastSeq)}, nil
