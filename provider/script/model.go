@@ -16,9 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/proc"
 )
 
 // Limits of model mode. Variables so that tests can shorten them.
@@ -111,7 +110,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	}
 	defer outR.Close()
 
-	stderr := &tailBuffer{max: stderrKeep}
+	stderr := &proc.TailBuffer{Max: stderrKeep}
 	cmd := exec.CommandContext(runCtx, s.model)
 	cmd.Dir = s.cfg.WorkDir
 	cmd.Env = []string{
@@ -132,7 +131,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	// Its own process group, killed as a whole; and killed by the kernel
 	// if the daemon dies (kill -9 included).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return killGroup(cmd.Process) }
+	cmd.Cancel = func() error { return proc.KillGroup(cmd.Process) }
 	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
 	inR.Close()
@@ -170,17 +169,17 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	r.in.close()
 	if readErr == nil && ctx.Err() == nil {
 		t := time.AfterFunc(exitGrace, func() { graceKilled.Store(true); killRun() })
-		waitExited(cmd.Process.Pid)
+		proc.WaitExited(cmd.Process.Pid)
 		t.Stop()
 	}
 	// The leader is not reaped yet, so its pid still names the group.
-	killGroup(cmd.Process)
+	proc.KillGroup(cmd.Process)
 	waitErr := cmd.Wait()
 	inW.SetWriteDeadline(time.Unix(1, 0))
 	<-r.in.done
 
 	stderrNote := ""
-	if tail := stderr.tail(stderrQuote); tail != "" {
+	if tail := stderr.Tail(stderrQuote); tail != "" {
 		stderrNote = "; stderr: " + tail
 	}
 	switch {
@@ -217,7 +216,7 @@ func (r *modelRun) read(br *bufio.Reader) error {
 			return nil
 		case errors.Is(err, errLineTooLong):
 			return fmt.Errorf("%w: line %d is longer than %d bytes (starts %s)",
-				provider.ErrProtocol, r.lines+1, maxLineSize, quote(b, outputQuote))
+				provider.ErrProtocol, r.lines+1, maxLineSize, proc.Quote(b, outputQuote))
 		case err != nil:
 			return fmt.Errorf("reading output: %w", err)
 		}
@@ -248,7 +247,7 @@ func (r *modelRun) handle(b []byte) error {
 		reason = "has no type"
 	}
 	if reason != "" {
-		return fmt.Errorf("%w: line %d %s: %s", provider.ErrProtocol, r.lines, reason, quote(b, outputQuote))
+		return fmt.Errorf("%w: line %d %s: %s", provider.ErrProtocol, r.lines, reason, proc.Quote(b, outputQuote))
 	}
 	switch m.Type {
 	case "text":
@@ -261,12 +260,12 @@ func (r *modelRun) handle(b []byte) error {
 		}
 	case "call":
 		if m.Name == "" {
-			return fmt.Errorf("%w: line %d: call without a name: %s", provider.ErrProtocol, r.lines, quote(b, outputQuote))
+			return fmt.Errorf("%w: line %d: call without a name: %s", provider.ErrProtocol, r.lines, proc.Quote(b, outputQuote))
 		}
 		r.call(m)
 	case "done":
 		if m.Usage != nil && (m.Usage.InputTokens < 0 || m.Usage.OutputTokens < 0 || m.Usage.CostUSD < 0) {
-			return fmt.Errorf("%w: line %d: negative usage: %s", provider.ErrProtocol, r.lines, quote(b, outputQuote))
+			return fmt.Errorf("%w: line %d: negative usage: %s", provider.ErrProtocol, r.lines, proc.Quote(b, outputQuote))
 		}
 		r.done = &m
 	case "error":
@@ -279,7 +278,7 @@ func (r *modelRun) handle(b []byte) error {
 		}
 		r.failed = fmt.Errorf("model reported an error: %s", msg)
 	default:
-		return fmt.Errorf("%w: line %d has unknown type %q: %s", provider.ErrProtocol, r.lines, m.Type, quote(b, outputQuote))
+		return fmt.Errorf("%w: line %d has unknown type %q: %s", provider.ErrProtocol, r.lines, m.Type, proc.Quote(b, outputQuote))
 	}
 	return nil
 }
@@ -297,7 +296,7 @@ func (r *modelRun) call(m outMsg) {
 	}
 	var res provider.ToolResult
 	if args[0] != '{' {
-		res = provider.ToolResult{Text: "args must be a JSON object, got " + quote(args, 80), IsError: true}
+		res = provider.ToolResult{Text: "args must be a JSON object, got " + proc.Quote(args, 80), IsError: true}
 	} else {
 		emit(r.turn, "tool_call", m.Name+" "+string(args))
 		res = callTool(r.ctx, r.turn.Tools, provider.ToolCall{ID: id, Name: m.Name, Args: args})
@@ -322,7 +321,7 @@ func (r *modelRun) lastQuoted() string {
 	if r.last == nil {
 		return "(none)"
 	}
-	return quote(r.last, outputQuote)
+	return proc.Quote(r.last, outputQuote)
 }
 
 // readLine reads one line without its "\n" (or "\r\n"). A last line without
@@ -346,29 +345,6 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			return bytes.TrimSuffix(line, []byte("\r")), nil
 		default:
 			return line, err
-		}
-	}
-}
-
-// killGroup kills the process group led by p, unless p has been reaped
-// (its pid, and so the group id, could then name someone else).
-func killGroup(p *os.Process) error {
-	if err := p.Signal(syscall.Signal(0)); err != nil {
-		return err // os.ErrProcessDone once reaped
-	}
-	if err := syscall.Kill(-p.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	return nil
-}
-
-// waitExited blocks until process pid has exited, without reaping it.
-func waitExited(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			return
 		}
 	}
 }
@@ -444,44 +420,4 @@ func (w *lineWriter) run() {
 			}
 		}
 	}
-}
-
-// tailBuffer keeps the last bytes written to it.
-type tailBuffer struct {
-	max int
-
-	mu  sync.Mutex // guards the fields below
-	buf []byte
-	cut bool // bytes were dropped from the front
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > 2*b.max {
-		b.buf = append(b.buf[:0], b.buf[len(b.buf)-b.max:]...)
-		b.cut = true
-	}
-	return len(p), nil
-}
-
-// tail returns at most the last n bytes, trimmed and quoted; "" if empty.
-func (b *tailBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t := b.buf
-	cut := b.cut
-	if len(t) > n {
-		t, cut = t[len(t)-n:], true
-	}
-	t = bytes.TrimSpace(t)
-	if len(t) == 0 {
-		return ""
-	}
-	s := fmt.Sprintf("%q", t)
-	if cut {
-		s = "..." + s
-	}
-	return s
 }

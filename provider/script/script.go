@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/proc"
 )
 
 // Name is the name the provider is registered under.
@@ -62,7 +63,7 @@ func (scriptProvider) Restore(ctx context.Context, cfg provider.Config, blob []b
 	}
 	var st state
 	if err := json.Unmarshal(blob, &st); err != nil {
-		return nil, fmt.Errorf("script: agent %s: %w: %v (blob starts %s)", cfg.AgentID, provider.ErrBadState, err, quote(blob, 64))
+		return nil, fmt.Errorf("script: agent %s: %w: %v (blob starts %s)", cfg.AgentID, provider.ErrBadState, err, proc.Quote(blob, 64))
 	}
 	switch {
 	case st.Version != stateVersion:
@@ -306,7 +307,7 @@ func parseArgs(s string) (json.RawMessage, error) {
 		return json.RawMessage("{}"), nil
 	}
 	if s[0] != '{' {
-		return nil, fmt.Errorf("args must be a JSON object, got %s", quote([]byte(s), 80))
+		return nil, fmt.Errorf("args must be a JSON object, got %s", proc.Quote([]byte(s), 80))
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
@@ -376,13 +377,4 @@ func estimate(prompt, text string) provider.Usage {
 		InputTokens:  int64(len(prompt)+3) / 4,
 		OutputTokens: int64(len(text)+3) / 4,
 	}
-}
-
-// quote returns b as a Go string literal, cut to n bytes with "..." after
-// the quote if it was longer.
-func quote(b []byte, n int) string {
-	if len(b) <= n {
-		return strconv.Quote(string(b))
-	}
-	return strconv.Quote(string(b[:n])) + "..."
 }

@@ -90,7 +90,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 	// Its own group, so that everything it starts is killed with it; and
 	// killed if the daemon dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return killGroup(cmd.Process) }
+	cmd.Cancel = func() error { return KillGroup(cmd.Process) }
 	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
 	outW.Close()
@@ -149,11 +149,11 @@ func (p *Proc) Finish(grace time.Duration) error {
 	defer p.out.Close()
 	if grace > 0 && p.ctx.Err() == nil {
 		t := time.AfterFunc(grace, p.kill)
-		waitExited(p.cmd.Process.Pid)
+		WaitExited(p.cmd.Process.Pid)
 		t.Stop()
 	}
 	// The leader is not reaped yet, so its pid still names the group.
-	killGroup(p.cmd.Process)
+	KillGroup(p.cmd.Process)
 	err := p.cmd.Wait()
 	p.kill()
 	if errors.Is(err, exec.ErrWaitDelay) {
@@ -166,9 +166,9 @@ func (p *Proc) Finish(grace time.Duration) error {
 // "" if there were none.
 func (p *Proc) Stderr(n int) string { return p.stderr.Tail(n) }
 
-// killGroup kills the process group led by p, unless p has been reaped
+// KillGroup kills the process group led by p, unless p has been reaped
 // (its pid, and so the group id, could then name someone else).
-func killGroup(p *os.Process) error {
+func KillGroup(p *os.Process) error {
 	if err := p.Signal(syscall.Signal(0)); err != nil {
 		return err // os.ErrProcessDone once reaped
 	}
@@ -178,8 +178,8 @@ func killGroup(p *os.Process) error {
 	return nil
 }
 
-// waitExited blocks until process pid has exited, without reaping it.
-func waitExited(pid int) {
+// WaitExited blocks until process pid has exited, without reaping it.
+func WaitExited(pid int) {
 	for {
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
