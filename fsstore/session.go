@@ -242,6 +242,14 @@ func EncodeSession(s *Session) ([]byte, error) {
 // DecodeSession parses and validates session.json bytes. Unknown fields are
 // refused, so that a misspelt hand edit is not silently ignored.
 func DecodeSession(data []byte) (*Session, error) {
+	// The common case in one strict parse; anything else takes the slow
+	// path below, which names what is wrong.
+	if s, err := decodeStrict(data); err == nil && s.Version == Version {
+		if err := s.Validate(); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	var probe struct {
 		Version *int `json:"version"`
 	}
@@ -254,6 +262,19 @@ func DecodeSession(data []byte) (*Session, error) {
 	if *probe.Version != Version {
 		return nil, fmt.Errorf("%w: version %d, this substrat reads version %d", ErrUnknownVersion, *probe.Version, Version)
 	}
+	s, err := decodeStrict(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// decodeStrict decodes one JSON object with no unknown fields and nothing
+// after it.
+func decodeStrict(data []byte) (*Session, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var s Session
@@ -262,9 +283,6 @@ func DecodeSession(data []byte) (*Session, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalid)
-	}
-	if err := s.Validate(); err != nil {
-		return nil, err
 	}
 	return &s, nil
 }
