@@ -180,9 +180,8 @@ func TestInvalidHandEditRefused(t *testing.T) {
 	if !strings.Contains(info.DiskInvalid, "invalid JSON") {
 		t.Errorf("inspect says %q", info.DiskInvalid)
 	}
-	if !hasEvent(t, c, "a", fsstore.EvEditRefused) {
-		t.Error("no edit_refused event")
-	}
+	// The event follows the refusal (it is appended just after).
+	eventually(t, "the edit_refused event", func() bool { return hasEvent(t, c, "a", fsstore.EvEditRefused) })
 	// The daemon carries on with the last good state and does not
 	// overwrite the user's file.
 	send(t, c, "a", "still working")
