@@ -305,9 +305,16 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	if err := c.acquire(ctx, n); err != nil {
 		return
 	}
+	// Stop the provider first: once the agent is out of the tree, nothing
+	// of it runs.
 	c.mu.Lock()
 	live := n.live
 	n.live = nil
+	c.mu.Unlock()
+	if live != nil {
+		live.Stop()
+	}
+	c.mu.Lock()
 	delete(c.nodes, n.id())
 	if p := c.nodes[n.s().ParentID]; p != nil {
 		p.children = removeString(p.children, n.id())
@@ -316,9 +323,6 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "detached", Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": "its directory left agents/"}})
 	c.mu.Unlock()
-	if live != nil {
-		live.Stop()
-	}
 	n.agent.Close()
 	c.release(n)
 	c.log.Warn("agent directory moved away; agent detached and its provider stopped", "agent", n.id(), "name", n.s().Name)
