@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // Event types. The ones that change session.json are applied by Apply on
@@ -80,6 +81,19 @@ type StateChange struct {
 	Reason       string       `json:"reason,omitempty"`
 }
 
+// decodeData decodes e's data as a T.
+func decodeData[T any](e Event) (T, error) {
+	var d T
+	err := e.Decode(&d)
+	return d, err
+}
+
+// roundTrips reports whether d comes back unchanged from JSON: its strings
+// are valid UTF-8 (JSON replaces invalid bytes).
+func (d StateChange) roundTrips() bool {
+	return utf8.ValidString(string(d.AgentState)) && utf8.ValidString(string(d.SessionState)) && utf8.ValidString(d.Reason)
+}
+
 // ProviderChange records what the provider said about its session.
 type ProviderChange struct {
 	ProviderSessionID string `json:"provider_session_id,omitempty"`
@@ -122,10 +136,29 @@ type Spawned struct {
 	SpawnKey string `json:"spawn_key,omitempty"`
 }
 
+// changesSession reports whether events of type typ change the snapshot
+// beyond last_seq and updated_at, that is whether Apply does anything with
+// their data. The others ("message_sent", "spawned", any type the daemon
+// adds) are history only.
+func changesSession(typ string) bool {
+	switch typ {
+	case EvCreated, EvState, EvProvider, EvTurn, EvMetadata, EvPool, EvBudget, EvGate, EvWaiting,
+		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited:
+		return true
+	}
+	return false
+}
+
 // Apply returns the session that results from applying e to s. s is not
 // modified. Event types that do not change the snapshot are accepted as
 // they are. Apply does not check transitions; that is the daemon's job.
-func Apply(s *Session, e Event) (*Session, error) {
+func Apply(s *Session, e Event) (*Session, error) { return apply(s, e, nil) }
+
+// apply is Apply. v, if not nil, is e's data before it was marshalled: for
+// the types whose JSON round trip gives them back unchanged (the state and
+// turn events of every turn) it is used as it is instead of decoding e.Data
+// again.
+func apply(s *Session, e Event, v any) (*Session, error) {
 	if e.Type == EvCreated {
 		if e.Seq != 1 {
 			return nil, fmt.Errorf("%w: created event at seq %d", ErrInvalid, e.Seq)
@@ -147,8 +180,11 @@ func Apply(s *Session, e Event) (*Session, error) {
 	var err error
 	switch e.Type {
 	case EvState:
-		var d StateChange
-		if err = e.Decode(&d); err == nil {
+		d, ok := v.(StateChange)
+		if !ok || !d.roundTrips() {
+			d, err = decodeData[StateChange](e)
+		}
+		if err == nil {
 			if d.AgentState != "" {
 				n.AgentState = d.AgentState
 			}
@@ -171,8 +207,11 @@ func Apply(s *Session, e Event) (*Session, error) {
 			}
 		}
 	case EvTurn:
-		var d Counters
-		if err = e.Decode(&d); err == nil {
+		d, ok := v.(Counters) // numbers round-trip exactly
+		if !ok {
+			d, err = decodeData[Counters](e)
+		}
+		if err == nil {
 			n.Counters = n.Counters.Add(d)
 		}
 	case EvMetadata:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -45,21 +46,112 @@ const (
 // line is e's JSON with a last field "crc": the CRC-32C of every byte of the
 // line before `,"crc":`, as 8 lower-case hex digits.
 func EncodeEvent(e Event) ([]byte, error) {
-	e.Time = e.Time.UTC()
-	body, err := marshal(e, false)
-	if err != nil {
+	data := []byte(e.Data)
+	if len(data) > 0 {
+		// What json.Marshal does with a json.RawMessage: check it and
+		// make it compact (without escaping HTML).
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, data); err != nil {
+			return nil, fmt.Errorf("event data: %w", err)
+		}
+		data = buf.Bytes()
+	}
+	return appendEventLine(nil, e.Seq, e.Time, e.Type, data)
+}
+
+// appendEventLine appends to dst the events.jsonl line of an event whose
+// data is the compact JSON data (nil for none), newline included. It writes
+// the bytes json.Marshal of an Event writes (seq, ts in UTC as RFC 3339
+// with nanoseconds, type, data), by hand and without allocating beyond dst,
+// then the crc field.
+func appendEventLine(dst []byte, seq uint64, ts time.Time, typ string, data []byte) ([]byte, error) {
+	start := len(dst)
+	b := append(dst, seqPrefix...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"ts":"`...)
+	year := len(b)
+	b = ts.UTC().AppendFormat(b, time.RFC3339Nano)
+	if len(b) < year+5 || b[year+4] != '-' { // as time.Time.MarshalJSON refuses
+		return dst, fmt.Errorf("event time %v: year outside of range [0,9999]", ts)
+	}
+	b = append(b, `","type":`...)
+	b = appendJSONString(b, typ)
+	if len(data) > 0 {
+		b = append(b, `,"data":`...)
+		b = append(b, data...)
+	}
+	sum := crc32.Checksum(b[start:], castagnoli)
+	b = append(b, crcPrefix...)
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, hexDigits[sum>>shift&0xf])
+	}
+	b = append(b, '"', '}', '\n')
+	if n := len(b) - start; n > MaxEventSize {
+		return dst, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, MaxEventSize)
+	}
+	return b, nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// eventBuf is scratch space for one append: the event's data as JSON and
+// its line. Appends take one from a pool, so that the commit path does not
+// allocate them each time.
+type eventBuf struct {
+	data bytes.Buffer
+	enc  *json.Encoder // writes to data, without HTML escaping, as marshal does
+	line []byte
+}
+
+var eventBufs = sync.Pool{New: func() any {
+	b := new(eventBuf)
+	b.enc = json.NewEncoder(&b.data)
+	b.enc.SetEscapeHTML(false)
+	return b
+}}
+
+// maxPooledEventBuf bounds the buffers kept for reuse: the rare large event
+// does not pin its memory in the pool.
+const maxPooledEventBuf = 64 << 10
+
+func getEventBuf() *eventBuf { return eventBufs.Get().(*eventBuf) }
+
+// release returns b to the pool. Nothing it returned may be used after.
+func (b *eventBuf) release() {
+	if b.data.Cap() > maxPooledEventBuf || cap(b.line) > maxPooledEventBuf {
+		return
+	}
+	b.data.Reset()
+	b.line = b.line[:0]
+	eventBufs.Put(b)
+}
+
+// encodeData returns v as JSON, the bytes marshal(v, false) returns. They
+// are valid until the next use of b.
+func (b *eventBuf) encodeData(v any) ([]byte, error) {
+	b.data.Reset()
+	if err := b.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	body = body[:len(body)-1] // drop the closing brace
-	line := make([]byte, 0, len(body)+crcTrailerLen+1)
-	line = append(line, body...)
-	line = append(line, crcPrefix...)
-	line = hex.AppendEncode(line, binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli)))
-	line = append(line, '"', '}', '\n')
-	if len(line) > MaxEventSize {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(line), MaxEventSize)
+	return bytes.TrimSuffix(b.data.Bytes(), []byte{'\n'}), nil
+}
+
+// appendJSONString appends s as a JSON string, as encoding/json writes it
+// without HTML escaping. Plain printable ASCII, which every event type in
+// practice is, is copied as it is; anything else goes through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7f || c == '"' || c == '\\' {
+			q, err := marshal(s, false)
+			if err != nil { // a string always marshals
+				panic(err)
+			}
+			return append(b, q...)
+		}
 	}
-	return line, nil
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // checkLine verifies a line (without its newline) cheaply: the checksum and

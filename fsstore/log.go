@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,43 +174,63 @@ func (l *Log) LastSeq() uint64 {
 // of the file is unknown, so the log is closed and the next Append re-reads
 // it from disk first; an fsync is never retried.
 func (l *Log) Append(typ string, data any) (Event, error) {
-	var raw json.RawMessage
+	eb := getEventBuf()
+	defer eb.release()
+	var raw []byte
 	if data != nil {
-		b, err := marshal(data, false)
+		b, err := eb.encodeData(data)
 		if err != nil {
 			return Event{}, wrap("append", l.path, fmt.Errorf("%w: event data: %v", ErrInvalid, err), "")
 		}
 		raw = b
 	}
+	seq, ts, err := l.appendData(typ, raw, eb)
+	if err != nil {
+		return Event{}, err
+	}
+	var d json.RawMessage
+	if raw != nil {
+		d = bytes.Clone(raw) // raw is eb's, which goes back to the pool
+	}
+	return Event{Seq: seq, Time: ts, Type: typ, Data: d}, nil
+}
+
+// appendData is Append of data already marshalled (compact JSON, nil for
+// none), building the line in eb. It returns the seq and time of the event.
+func (l *Log) appendData(typ string, data []byte, eb *eventBuf) (uint64, time.Time, error) {
+	if typ == "" {
+		// DecodeEvent refuses such a line: it would be corruption.
+		return 0, time.Time{}, wrap("append", l.path, fmt.Errorf("%w: event without a type", ErrInvalid), "")
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return Event{}, wrap("append", l.path, ErrClosed, "")
+		return 0, time.Time{}, wrap("append", l.path, ErrClosed, "")
 	}
 	if err := l.reopenLocked(); err != nil {
-		return Event{}, err
+		return 0, time.Time{}, err
 	}
-	e := Event{Seq: l.lastSeq + 1, Time: l.now(), Type: typ, Data: raw}
-	line, err := EncodeEvent(e)
+	seq, ts := l.lastSeq+1, l.now().UTC()
+	line, err := appendEventLine(eb.line[:0], seq, ts, typ, data)
 	if err != nil {
-		return Event{}, wrap("append", l.path, err, "")
+		return 0, time.Time{}, wrap("append", l.path, err, "")
 	}
-	e.Time = e.Time.UTC()
+	eb.line = line
 	if _, err := l.f.Write(line); err != nil {
 		// Cut off whatever part of the line reached the file, so that a
 		// later append does not follow garbage.
 		if terr := l.f.Truncate(l.size); terr != nil {
 			l.failLocked(err)
 		}
-		return Event{}, wrap("append", l.path, err, "")
+		return 0, time.Time{}, wrap("append", l.path, err, "")
 	}
 	if err := syncLog(l.f); err != nil { // l.f.Sync(), unless a planted bug (faults.go) skips it
 		l.failLocked(err)
-		return Event{}, wrap("append", l.path, err, "")
+		return 0, time.Time{}, wrap("append", l.path, err, "")
 	}
-	l.lastSeq = e.Seq
+	l.lastSeq = seq
 	l.size += int64(len(line))
-	return e, nil
+	return seq, ts, nil
 }
 
 func (l *Log) failLocked(err error) {

@@ -2,7 +2,6 @@ package fsstore
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -270,9 +269,11 @@ func (a *Agent) Session() *Session {
 // returns the new session once the event is durable. An event that would
 // make the session invalid is refused before anything is written.
 func (a *Agent) Commit(typ string, data any) (*Session, error) {
-	var raw json.RawMessage
+	eb := getEventBuf()
+	defer eb.release()
+	var raw []byte
 	if data != nil {
-		b, err := marshal(data, false)
+		b, err := eb.encodeData(data)
 		if err != nil {
 			return nil, wrap("commit", a.files.Events(), fmt.Errorf("%w: %v", ErrInvalid, err), "")
 		}
@@ -280,15 +281,23 @@ func (a *Agent) Commit(typ string, data any) (*Session, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	next, err := Apply(a.sess, Event{Seq: a.log.LastSeq() + 1, Time: a.store.now(), Type: typ, Data: raw})
-	if err != nil {
-		return nil, wrap("commit", a.files.Events(), err, "")
+	// A history event leaves the session as it is but for last_seq and
+	// updated_at: there is nothing to apply or validate.
+	next := a.sess
+	if changesSession(typ) {
+		n, err := apply(a.sess, Event{Seq: a.log.LastSeq() + 1, Time: a.store.now(), Type: typ, Data: raw}, data)
+		if err != nil {
+			return nil, wrap("commit", a.files.Events(), err, "")
+		}
+		next = n
 	}
-	e, err := a.log.Append(typ, raw)
+	seq, ts, err := a.log.appendData(typ, raw, eb)
 	if err != nil {
 		return nil, err
 	}
-	next.LastSeq, next.UpdatedAt = e.Seq, e.Time
+	// a.sess is this Agent's own (every reader gets a copy), so a
+	// history event updates it in place.
+	next.LastSeq, next.UpdatedAt = seq, ts
 	a.sess = next
 	return next.Clone(), nil
 }

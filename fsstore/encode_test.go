@@ -1,0 +1,214 @@
+package fsstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"hash/crc32"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// encodeEventJSON is EncodeEvent as it was first written, with
+// json.Marshal of the Event: the reference the hand-written encoder must
+// match byte for byte.
+func encodeEventJSON(e Event) ([]byte, error) {
+	e.Time = e.Time.UTC()
+	body, err := marshal(e, false)
+	if err != nil {
+		return nil, err
+	}
+	body = body[:len(body)-1] // drop the closing brace
+	line := make([]byte, 0, len(body)+crcTrailerLen+1)
+	line = append(line, body...)
+	line = append(line, crcPrefix...)
+	line = hex.AppendEncode(line, binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli)))
+	line = append(line, '"', '}', '\n')
+	if len(line) > MaxEventSize {
+		return nil, ErrTooLarge
+	}
+	return line, nil
+}
+
+func checkEncodeEvent(t *testing.T, e Event) {
+	t.Helper()
+	want, werr := encodeEventJSON(e)
+	got, gerr := EncodeEvent(e)
+	if (werr != nil) != (gerr != nil) || !bytes.Equal(got, want) {
+		t.Fatalf("EncodeEvent(%+v)\n got %q, %v\nwant %q, %v", e, got, gerr, want, werr)
+	}
+}
+
+// TestEncodeEventMatchesJSON: the hand-written line is what json.Marshal
+// of the Event wrote, for the awkward types, times and data too.
+func TestEncodeEventMatchesJSON(t *testing.T) {
+	cet := time.FixedZone("CET", 3600)
+	times := []time.Time{
+		epoch, time.Time{}, time.Unix(0, 0), time.Date(2026, 11, 22, 10, 0, 0, 123456789, cet),
+		time.Date(2026, 11, 22, 10, 0, 0, 100, time.UTC), time.Date(2026, 11, 22, 10, 0, 0, 120000000, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600)),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(0, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600)), time.Now(),
+	}
+	types := []string{EvState, EvSent, "x", "a\"b", `back\slash`, "<&>", "\x01\n\t\b\f", "\x7f", "é", "\u2028\u2029", "\xff\xfe", "日本"}
+	datas := [][]byte{nil, {}, []byte(`{}`), []byte(`null`), []byte(` { "a" : [1, 2e3, "<&>"] } `), []byte(`"\u003c"`),
+		[]byte(`{"a":`), []byte(`[1,]`), []byte(`"\xff"`), []byte("{\"a\":\"\u2028\"}")}
+	for _, ts := range times {
+		for _, typ := range types {
+			for _, d := range datas {
+				for _, seq := range []uint64{0, 1, 10, math.MaxUint64} {
+					checkEncodeEvent(t, Event{Seq: seq, Time: ts, Type: typ, Data: d})
+				}
+			}
+		}
+	}
+	pad := Event{Seq: 2, Time: epoch, Type: "pad"}
+	base := len(mustEncodeEvent(t, pad))
+	for _, n := range []int{MaxEventSize - base - 3, MaxEventSize - base - 2, MaxEventSize - base - 1} {
+		pad.Data = []byte(strconv.Quote(string(bytes.Repeat([]byte{'p'}, n))))
+		checkEncodeEvent(t, pad)
+	}
+}
+
+func FuzzEncodeEvent(f *testing.F) {
+	f.Add(uint64(1), int64(0), int64(0), "state", []byte(`{"agent_state":"BUSY"}`))
+	f.Add(uint64(7), int64(1767225600), int64(123456789), "a\"<\u2028\xff", []byte(` [ 1 , "x" ] `))
+	f.Add(uint64(2), int64(253402300800), int64(0), "x", []byte(nil))
+	f.Fuzz(func(t *testing.T, seq uint64, sec, nsec int64, typ string, data []byte) {
+		checkEncodeEvent(t, Event{Seq: seq, Time: time.Unix(sec, nsec), Type: typ, Data: data})
+	})
+}
+
+// TestEncodeDataMatchesMarshal: the pooled encoder writes what marshal
+// writes.
+func TestEncodeDataMatchesMarshal(t *testing.T) {
+	red := "<red>"
+	for _, v := range []any{
+		MessageRef{ID: idMsg1, To: User}, StateChange{AgentState: AgentBusy, Reason: "a & b \u2028 \xff"},
+		Counters{Turns: 1, CostUSD: 0.1 + 0.2}, MetadataChange{Key: "k", Value: &red}, json.RawMessage(` { "a" : 1 } `),
+		json.RawMessage(nil), "string", 42, nil, map[string]int{"b": 2, "a": 1}, ProviderChange{StateBlob: []byte{0, 1}},
+	} {
+		want, werr := marshal(v, false)
+		eb := getEventBuf()
+		got, gerr := eb.encodeData(v)
+		if (werr != nil) != (gerr != nil) || !bytes.Equal(got, want) {
+			t.Errorf("encodeData(%#v) = %q, %v; marshal: %q, %v", v, got, gerr, want, werr)
+		}
+		eb.release()
+	}
+	eb := getEventBuf()
+	defer eb.release()
+	if _, err := eb.encodeData(math.NaN()); err == nil {
+		t.Error("encodeData of NaN succeeded")
+	}
+}
+
+// TestApplyTyped: applying an event's data as it was before marshalling
+// gives what decoding it gives, invalid UTF-8 included.
+func TestApplyTyped(t *testing.T) {
+	base := &Session{Version: Version, ID: idA, Name: "a", Provider: "p", AgentState: AgentIdle,
+		SessionState: SessionCreated, StateReason: "old", Counters: Counters{Turns: 2, CostUSD: 0.1}}
+	for _, c := range []struct {
+		typ  string
+		data any
+	}{
+		{EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}},
+		{EvState, StateChange{}},
+		{EvState, StateChange{Reason: "bad \xff utf-8 \u2028"}},
+		{EvState, StateChange{AgentState: "BUSY\xff"}},
+		{EvState, StateChange{AgentState: "NAPPING"}},
+		{EvState, Counters{Turns: 1}}, // the wrong type: decoded
+		{EvTurn, Counters{Turns: 1, InputTokens: 3, OutputTokens: 4, CostUSD: 0.2}},
+		{EvTurn, Counters{CostUSD: math.SmallestNonzeroFloat64}},
+		{EvTurn, Counters{Turns: -1}},
+		{EvTurn, StateChange{Reason: "x"}},
+	} {
+		raw, err := marshal(c.data, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := Event{Seq: 2, Time: epoch, Type: c.typ, Data: raw}
+		want, werr := Apply(base, e)
+		got, gerr := apply(base, e, c.data)
+		if (werr != nil) != (gerr != nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s %+v: typed %+v, %v; decoded %+v, %v", c.typ, c.data, got, gerr, want, werr)
+		}
+	}
+}
+
+// TestChangesSession: Commit skips Apply for the types changesSession
+// calls history, so it must name every type Apply's switch handles, and
+// Apply must leave the session as it is for the others.
+func TestChangesSession(t *testing.T) {
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, "apply.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := []string{"EvCreated"}
+	ast.Inspect(file, func(n ast.Node) bool {
+		fn, ok := n.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "apply" {
+			return true
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			if sw, ok := n.(*ast.SwitchStmt); ok {
+				if sel, ok := sw.Tag.(*ast.SelectorExpr); ok && sel.Sel.Name == "Type" {
+					for _, s := range sw.Body.List {
+						for _, e := range s.(*ast.CaseClause).List {
+							handled = append(handled, e.(*ast.Ident).Name)
+						}
+					}
+				}
+			}
+			return true
+		})
+		return false
+	})
+	if len(handled) < 10 {
+		t.Fatalf("found only %v in apply's switch", handled)
+	}
+	consts := map[string]string{}
+	for _, d := range file.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && len(name.Name) > 2 && name.Name[:2] == "Ev" {
+						consts[name.Name], _ = strconv.Unquote(lit.Value)
+					}
+				}
+			}
+		}
+	}
+	base := &Session{Version: Version, ID: idA, Name: "a", Provider: "p", AgentState: AgentIdle, SessionState: SessionCreated,
+		Metadata: map[string]string{"k": "v"}, WaitingFor: []string{idMsg1}}
+	for name, typ := range consts {
+		if want := slices.Contains(handled, name); changesSession(typ) != want {
+			t.Errorf("changesSession(%s) = %v, but Apply handles it: %v", name, !want, want)
+		}
+		if changesSession(typ) {
+			continue
+		}
+		got, err := Apply(base, Event{Seq: 9, Time: epoch, Type: typ, Data: []byte(`{"agent_state":"BUSY","turns":1}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := base.Clone()
+		want.LastSeq, want.UpdatedAt = 9, epoch
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Apply of a %s event changed the session: %+v", typ, got)
+		}
+	}
+	if changesSession("something_new") {
+		t.Error("an unknown type changes the session")
+	}
+}
