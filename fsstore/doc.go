@@ -8,6 +8,10 @@
 //	HOME/                      0700
 //	  daemon.sock daemon.lock daemon.pid daemon.log recovery.json
 //	                           (the daemon's; not written by this package)
+//	  providers.json           provider processes running, for reaping
+//	  providers/<name>/        a provider's own state (a CLI's HOME,
+//	                           session ids); homes/<id>/ per sandboxed agent
+//	  run/<id>.sock            a sandboxed agent's tool socket (no data)
 //	  inbox/{tmp,new,cur}/     messages to USER
 //	  agents/<id>/             one live agent
 //	    session.json           snapshot of the agent as of event last_seq

@@ -19,6 +19,7 @@ const (
 	RecoveryName      = "recovery.json"
 	ProcsName         = "providers.json"
 	ProvidersDirName  = "providers"
+	RunDirName        = "run"
 
 	SessionName    = "session.json"
 	EventsName     = "events.jsonl"
@@ -67,6 +68,13 @@ func (l Layout) Recovery() string      { return filepath.Join(l.Home, RecoveryNa
 // (a CLI's private HOME, saved conversations, session ids).
 func (l Layout) ProviderDir(name string) string {
 	return filepath.Join(l.Home, ProvidersDirName, name)
+}
+
+// ToolSocket is run/<id>.sock: the socket that serves one sandboxed
+// agent's tools, and nothing else of the daemon, to the MCP server inside
+// its sandbox.
+func (l Layout) ToolSocket(id string) string {
+	return filepath.Join(l.Home, RunDirName, id+".sock")
 }
 
 // Procs is providers.json: the provider processes the daemon runs, so that

@@ -109,14 +109,38 @@ type Config struct {
 	// the agent's sandbox (bwrap) and returns the command to start
 	// instead. Adapters that run processes must call it on every command,
 	// before attaching pipes, with cmd.Env holding only what the process
-	// needs (the sandbox passes nothing else in). It fails if the sandbox
-	// cannot be had, e.g. bwrap is not installed.
-	Sandbox func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error)
+	// needs (the sandbox passes nothing else in), and with needs naming
+	// what else of the host the process must see. It fails if the sandbox
+	// cannot be had: bwrap is not installed, or the workspace does not
+	// allow what needs asks for (the network).
+	Sandbox func(ctx context.Context, cmd *exec.Cmd, needs SandboxNeeds) (*exec.Cmd, error)
+	// ToolSocket, if set, is a Unix socket that serves this agent's
+	// tool.list and tool.call and nothing else. The daemon sets it for
+	// sandboxed agents and the Sandbox hook binds it at the same path; an
+	// MCP server started inside the sandbox must use it (`substrat mcp
+	// --socket`), since the daemon's own socket is not visible there.
+	ToolSocket string
 	// Track, if set, is told the pid of every process the session starts
 	// (after Start; the process leads its own process group), and the
 	// returned func when it has been waited for. The daemon records them
 	// so that after a kill -9 of the daemon the next start reaps them.
 	Track func(pid int) (done func())
+}
+
+// SandboxNeeds is what a provider process needs to see inside the agent's
+// sandbox besides the workspace. Paths are host paths, bound at the same
+// path inside; paths under the system directories, which the sandbox
+// shows read-only anyway, are skipped.
+type SandboxNeeds struct {
+	// ReadOnly are bound read-only: the program and its package, the
+	// substrat binary, config files.
+	ReadOnly []string
+	// ReadWrite are bound read-write: the process's private state.
+	ReadWrite []string
+	// Network says the process must reach the network (a hosted model
+	// API). In a workspace without network access the sandbox refuses it
+	// rather than grant the network behind the user's back.
+	Network bool
 }
 
 // Provider creates and restores sessions.

@@ -32,6 +32,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 			return out[:i], err
 		}
 		c.recordSpawn(x)
+		c.closeToolSocket(x.id())
 		x.agent.Close()
 		err := c.store.ArchiveAgent(x.id())
 		if err == nil {

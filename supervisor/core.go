@@ -69,6 +69,8 @@ type Core struct {
 	down  bool       // shutting down: no new turns
 	roots *node      // holds the names of roots being created
 	procs *procTable // provider processes, for reaping after a kill -9
+	// sockets are the tool sockets of sandboxed agents (own lock).
+	sockets toolSockets
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	slotWaiters  int // nodes with waitSlot set
@@ -608,6 +610,7 @@ func (c *Core) terminateHeld(n *node, reason string) error {
 	if live != nil {
 		live.Stop()
 	}
+	c.closeToolSocket(n.id())
 	if done {
 		return nil
 	}
@@ -769,6 +772,9 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
 		},
 	}
+	if cfg.Sandbox != nil {
+		cfg.ToolSocket = c.store.Layout().ToolSocket(sess.ID)
+	}
 	var s provider.Session
 	if sess.SessionState == fsstore.SessionCreated {
 		s, err = p.Create(ctx, cfg)
@@ -821,4 +827,5 @@ func (c *Core) Shutdown(ctx context.Context, grace time.Duration) {
 		n.agent.Close()
 		// Stay claimed: no turn may start after shutdown.
 	}
+	c.closeToolSockets()
 }

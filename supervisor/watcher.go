@@ -314,6 +314,7 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	if live != nil {
 		live.Stop()
 	}
+	c.closeToolSocket(n.id())
 	c.mu.Lock()
 	delete(c.nodes, n.id())
 	if p := c.nodes[n.s().ParentID]; p != nil {

@@ -228,17 +228,22 @@ func (c *Core) agentSpec(sess *fsstore.Session) (spec bwrap.Spec, w *workspace.W
 }
 
 // sandboxFor returns the provider.Config.Sandbox hook of an agent: every
-// provider process runs inside the agent's workspace. The program itself is
-// bound read-only at its own path when it lives outside the system
-// directories.
-func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+// provider process runs inside the agent's workspace. The program itself,
+// and what the provider says it needs, are bound at their own paths when
+// they live outside the system directories; the agent's tool socket is
+// bound when the provider's MCP server may need it.
+func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
 	if sess.Workspace == "" {
 		return nil
 	}
-	return func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+	return func(ctx context.Context, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
 		spec, _, _, err := c.agentSpec(sess)
 		if err != nil {
 			return nil, err
+		}
+		if needs.Network && !spec.Network {
+			return nil, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
+				"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
 		}
 		spec.Env = map[string]string{}
 		for _, kv := range cmd.Env {
@@ -247,8 +252,17 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 			}
 		}
 		prog := cmd.Path
-		if bwrap.ValidateTarget(prog) == nil {
-			spec.Mounts = append(spec.Mounts, bwrap.Mount{Host: prog, Target: prog, ReadOnly: true})
+		ro := append([]string{prog}, needs.ReadOnly...)
+		rw := needs.ReadWrite
+		if len(needs.ReadOnly)+len(needs.ReadWrite) > 0 {
+			sock, err := c.toolSocket(sess.ID)
+			if err != nil {
+				return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
+			}
+			rw = append(append([]string(nil), rw...), sock)
+		}
+		if spec.Mounts, err = addBinds(spec, ro, rw); err != nil {
+			return nil, err
 		}
 		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
 		if err != nil {
@@ -257,6 +271,44 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 		sb.Dir = cmd.Dir
 		return sb, nil
 	}
+}
+
+// addBinds returns spec's mounts plus host paths bound at their own paths:
+// ro read-only, rw read-write. Paths the sandbox already shows (the system
+// directories) and repeats are skipped; a read-write path the sandbox
+// cannot bind is an error.
+func addBinds(spec bwrap.Spec, ro, rw []string) ([]bwrap.Mount, error) {
+	mounts := append([]bwrap.Mount(nil), spec.Mounts...)
+	seen := map[string]bool{}
+	for _, g := range spec.Grants() {
+		seen[g.Target] = true
+	}
+	add := func(p string, readOnly bool) error {
+		p = filepath.Clean(p)
+		if err := bwrap.ValidateTarget(p); err != nil {
+			if readOnly {
+				return nil // under /usr and the like: visible read-only already
+			}
+			return fmt.Errorf("cannot bind %s read-write into the sandbox: %v", p, err)
+		}
+		if seen[p] {
+			return nil
+		}
+		seen[p] = true
+		mounts = append(mounts, bwrap.Mount{Host: p, Target: p, ReadOnly: readOnly})
+		return nil
+	}
+	for _, p := range rw {
+		if err := add(p, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range ro {
+		if err := add(p, true); err != nil {
+			return nil, err
+		}
+	}
+	return mounts, nil
 }
 
 // resolveAgentWorkspace turns the workspace an agent names (for itself or

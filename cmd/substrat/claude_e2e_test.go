@@ -173,6 +173,23 @@ func (d *e2eDaemon) agents() map[string]supervisor.AgentInfo {
 	return out
 }
 
+// waitFirstTurn waits until the agent at path has finished a turn and is
+// idle.
+func (d *e2eDaemon) waitFirstTurn(path string) {
+	d.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		a := d.agents()[path]
+		if a.Counters.Turns >= 1 && a.AgentState == fsstore.AgentIdle {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%s never finished its first turn: %+v", path, a)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (d *e2eDaemon) sessionID(id string) string {
 	d.t.Helper()
 	var list []supervisor.SessionInfo
@@ -185,16 +202,13 @@ func (d *e2eDaemon) sessionID(id string) string {
 	return ""
 }
 
-// TestClaudeE2E runs the real Claude Code CLI under a real daemon, against
-// a loopback fake of the Anthropic API: (a) a plain reply, (b) a reply that
-// spawns a child through substrat's MCP server, (c) after a SIGKILL of the
-// daemon and a restart, a turn that resumes the same Claude session.
-func TestClaudeE2E(t *testing.T) {
+// startE2E starts the fake API and a daemon that runs the real Claude Code
+// CLI against it; both stop when the test ends.
+func startE2E(t *testing.T) (*e2eDaemon, *fakeapi.Server) {
 	cli := claudeCLI(t)
 	api := fakeapi.New(e2eReply)
-	defer api.Close()
-	home := shortHome(t)
-	d := &e2eDaemon{t: t, home: home, env: append(os.Environ(),
+	t.Cleanup(api.Close)
+	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
 		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"SUBSTRAT_HOME=",
 		"ANTHROPIC_BASE_URL="+api.URL,
@@ -202,7 +216,17 @@ func TestClaudeE2E(t *testing.T) {
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 	)}
 	d.start()
-	defer d.kill()
+	t.Cleanup(d.kill)
+	return d, api
+}
+
+// TestClaudeE2E runs the real Claude Code CLI under a real daemon, against
+// a loopback fake of the Anthropic API: (a) a plain reply, (b) a reply that
+// spawns a child through substrat's MCP server, (c) after a SIGKILL of the
+// daemon and a restart, a turn that resumes the same Claude session.
+func TestClaudeE2E(t *testing.T) {
+	d, api := startE2E(t)
+	home := d.home
 
 	var boss supervisor.AgentInfo
 	d.mustCall("agent.create", supervisor.CreateParams{Name: "boss", Provider: "claude", Instructions: "You are the boss of a test team."}, &boss)
@@ -262,17 +286,7 @@ func TestClaudeE2E(t *testing.T) {
 	}
 	// The child runs its first turn (its instructions) on its own claude
 	// session; wait for it, so that the kill below hits an idle tree.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		h := d.agents()["boss/helper"]
-		if h.Counters.Turns >= 1 && h.AgentState == fsstore.AgentIdle {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("(b) the child never finished its first turn: %+v", h)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	d.waitFirstTurn("boss/helper")
 
 	// (c) SIGKILL, restart, and resume the same Claude session.
 	d.kill()
@@ -404,4 +418,81 @@ func TestClaudeConformance(t *testing.T) {
 		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
 		Timeout:    60 * time.Second,
 	})
+}
+
+// TestClaudeE2ESandbox runs the real Claude Code CLI inside an agent's
+// bwrap sandbox, under a real daemon, against the loopback fake API. The
+// CLI sees the workspace as its working directory and keeps its state in
+// the agent's own HOME; its MCP server reaches the agent tools through the
+// agent's tool socket, since daemon.sock is not in the sandbox; a child it
+// spawns inherits the workspace and runs sandboxed too. In a workspace
+// without network the turn fails, saying why, and nothing runs outside.
+func TestClaudeE2ESandbox(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
+	}
+	d, api := startE2E(t)
+	layout := fsstore.Layout{Home: d.home}
+
+	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "lab", Network: true}, nil)
+	var boss supervisor.AgentInfo
+	d.mustCall("agent.create", supervisor.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab",
+		Instructions: "You are the boss of a sandboxed team."}, &boss)
+
+	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
+		t.Fatalf("reply %q, want Noted.", res.Text)
+	}
+	reqs := api.Requests()
+	first := reqs[len(reqs)-1]
+	raw, _ := json.Marshal(first)
+	sys := string(raw)
+	if !strings.Contains(sys, "Primary working directory: /workspace") {
+		t.Errorf("the CLI did not run in the sandbox's /workspace; its request: %s", sys)
+	}
+	if strings.Contains(sys, layout.AgentDir(boss.ID)) {
+		t.Errorf("the sandboxed CLI saw the agent directory on the host: %s", sys)
+	}
+	if !strings.Contains(sys, filepath.Join(layout.ProviderDir("claude"), "homes", boss.ID, ".claude", "projects", "-workspace")) {
+		t.Errorf("the CLI's HOME is not the agent's own: %s", sys)
+	}
+	session := d.sessionID(boss.ID)
+	transcript := filepath.Join(layout.ProviderDir("claude"), "homes", boss.ID, ".claude", "projects", "-workspace", session+".jsonl")
+	if _, err := os.Stat(transcript); err != nil {
+		t.Errorf("the CLI's transcript is not in the agent's own HOME: %v", err)
+	}
+	if fi, err := os.Stat(layout.ToolSocket(boss.ID)); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the agent's tool socket: %v", err)
+	}
+
+	// The agent tools work through the tool socket.
+	if res := d.send("boss", "please SPAWN a helper"); !strings.Contains(res.Text, "spawn result:") {
+		t.Fatalf("reply %q, want the spawn result", res.Text)
+	}
+	helper, ok := d.agents()["boss/helper"]
+	if !ok || helper.ParentID != boss.ID {
+		t.Fatalf("the child is not in the tree: %+v", d.agents())
+	}
+	var insp supervisor.InspectResult
+	d.mustCall("agent.inspect", map[string]string{"ref": "boss/helper"}, &insp)
+	if insp.Session.Workspace != "USER/lab" {
+		t.Errorf("the child's workspace is %q, want the parent's USER/lab", insp.Session.Workspace)
+	}
+	d.waitFirstTurn("boss/helper")
+	if _, err := os.Stat(filepath.Join(layout.ProviderDir("claude"), "homes", helper.ID, ".claude")); err != nil {
+		t.Errorf("the child's CLI did not run in its own HOME: %v", err)
+	}
+
+	// Without network the CLI cannot reach its API: the turn fails and
+	// says so, rather than run outside the sandbox.
+	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "offline"}, nil)
+	d.mustCall("agent.create", supervisor.CreateParams{Name: "hermit", Provider: "claude", Workspace: "offline"}, nil)
+	before := len(api.Requests())
+	var res supervisor.SendResult
+	d.mustCall("agent.send", map[string]any{"ref": "hermit", "text": "hello", "wait": true}, &res)
+	if !strings.Contains(res.Failed, "no network access") {
+		t.Errorf("a claude turn in a workspace without network: failed %q, reply %q", res.Failed, res.Text)
+	}
+	if n := len(api.Requests()); n != before {
+		t.Errorf("the API got %d requests from an agent without network", n-before)
+	}
 }

@@ -31,7 +31,9 @@ import (
 // McpCmd is `substrat mcp --agent ID`: a stdio MCP server, named
 // "substrat", that provider CLIs (claude, cursor-agent) start to reach the
 // agent tools. It lists the tools of the daemon of --home and forwards each
-// tools/call to the daemon's tool.call for the agent.
+// tools/call to the daemon's tool.call for the agent. Inside a sandbox it
+// is started with --socket, the agent's own tool socket, which serves
+// those two calls for that agent only.
 //
 // Every daemon call uses a fresh connection, so a server outlives a daemon
 // restart. The idempotency key of a call (provider.ToolCall.ID) is the
@@ -41,8 +43,9 @@ import (
 // this process's calls, so that a turn replayed after a crash asks for the
 // same keys.
 type McpCmd struct {
-	Agent string        `required:"" help:"Id of the agent the tools act for." placeholder:"ID"`
-	Wait  time.Duration `help:"How long to wait for the daemon to answer at start." default:"10s"`
+	Agent  string        `required:"" help:"Id of the agent the tools act for." placeholder:"ID"`
+	Socket string        `help:"Socket to reach the tools on instead of the daemon's (a sandboxed agent's own tool socket, run/<id>.sock)." type:"path" placeholder:"PATH"`
+	Wait   time.Duration `help:"How long to wait for the daemon to answer at start." default:"10s"`
 }
 
 // Run serves MCP on stdin and stdout until stdin closes or a signal.
@@ -52,7 +55,11 @@ func (c *McpCmd) Run(g *Globals) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	b := &mcpBridge{socket: fsstore.Layout{Home: g.Home}.Socket(), agent: c.Agent}
+	socket := c.Socket
+	if socket == "" {
+		socket = fsstore.Layout{Home: g.Home}.Socket()
+	}
+	b := &mcpBridge{socket: socket, agent: c.Agent}
 	srv, err := b.server(ctx, c.Wait)
 	if err != nil {
 		return err

@@ -35,6 +35,20 @@
 // (after a crash) resumes the same conversation. See package
 // provider/internal/cli for the blob.
 //
+// # Sandbox
+//
+// When Config.Sandbox is set (the agent has a workspace) the CLI runs
+// inside the agent's bwrap sandbox, with the workspace as its working
+// directory (/workspace). The sandbox shows it, besides the workspace: the
+// CLI's package directory (the CLI is run by its real path, symlinks
+// resolved), the substrat binary and mcp.json read-only, and a HOME of the
+// agent's own, <home>/providers/claude/homes/<agent-id>, read-write. The
+// MCP server in mcp.json then talks to Config.ToolSocket (`substrat mcp
+// --socket`), which serves this agent's tools and nothing else. The CLI
+// must reach its API, so a workspace without network access fails the
+// turn rather than run it outside the sandbox. Only the variables the CLI
+// needs get in (see cli.Minimal).
+//
 // # Output
 //
 // The stream-json lines are read as: system/init (the session id, and the
@@ -143,6 +157,9 @@ func (a *adapter) claudeHome(cfg provider.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if cfg.Sandbox != nil {
+		return cli.AgentHome(dir, cfg.AgentID), nil
+	}
 	return filepath.Join(dir, "home"), nil
 }
 
@@ -165,7 +182,7 @@ func (a *adapter) writeMCPConfig(cfg provider.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
-	if err := cli.WriteFile(path, cli.MCPConfig(substrat, home, cfg.AgentID, "stdio")); err != nil {
+	if err := cli.WriteFile(path, cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "stdio")); err != nil {
 		return fmt.Errorf("%s: writing mcp.json: %w", a.opts.Name, err)
 	}
 	return nil
@@ -178,24 +195,31 @@ func transcriptExists(claudeHome, id string) bool {
 	return len(matches) > 0
 }
 
-func (a *adapter) command(cfg provider.Config, id, prompt string) (proc.Command, error) {
+func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
 	if _, err := uuid.Parse(id); err != nil {
-		return proc.Command{}, fmt.Errorf("session id %q is not a UUID (%v)", id, err)
+		return cli.Command{}, fmt.Errorf("session id %q is not a UUID (%v)", id, err)
 	}
 	path, err := exec.LookPath(a.opts.Command)
 	if err != nil {
-		return proc.Command{}, fmt.Errorf("the Claude Code CLI is not installed (%v); install it with npm install -g @anthropic-ai/claude-code", err)
+		return cli.Command{}, fmt.Errorf("the Claude Code CLI is not installed (%v); install it with npm install -g @anthropic-ai/claude-code", err)
 	}
 	mcp, _, err := a.mcpConfigPath(cfg)
 	if err != nil {
-		return proc.Command{}, err
+		return cli.Command{}, err
 	}
 	chome, err := a.claudeHome(cfg)
 	if err != nil {
-		return proc.Command{}, err
+		return cli.Command{}, err
 	}
 	if err := os.MkdirAll(chome, 0o700); err != nil {
-		return proc.Command{}, err
+		return cli.Command{}, err
+	}
+	var needs provider.SandboxNeeds
+	if cfg.Sandbox != nil {
+		// mcp.json is read inside the sandbox too.
+		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, chome, mcp); err != nil {
+			return cli.Command{}, err
+		}
 	}
 	args := []string{"-p", "--output-format", "stream-json", "--verbose",
 		"--mcp-config", mcp, "--strict-mcp-config",
@@ -221,7 +245,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (proc.Command,
 		"DISABLE_AUTOUPDATER":                      "1",
 		"CLAUDE_CODE_MAX_RETRIES":                  "2",
 	}, []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"}, a.opts.Env)
-	return proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, nil
+	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs}, nil
 }
 
 // The stream-json lines.

@@ -33,15 +33,33 @@ func TestMain(m *testing.M) {
 }
 
 // fakeCLI returns the path of the fake claude: the test binary under that
-// name.
+// name, in a package directory, reached through a symlink as npm installs
+// the real one (bin/claude -> ../pkg/claude).
 func fakeCLI(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "claude")
-	if err := os.Symlink(exe, path); err != nil {
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "pkg", "claude")
+	if err := os.Mkdir(filepath.Dir(pkg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(exe, pkg); err != nil {
+		data, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(pkg, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "bin", "claude")
+	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../pkg/claude", path); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -399,11 +417,16 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 		tracked = append(tracked, pid)
 		return func() { done = append(done, pid) }
 	}
-	var wrappedEnv []string
-	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
-		wrappedEnv = cmd.Env
+	var (
+		wrappedEnv []string
+		wrappedCmd string
+		needs      provider.SandboxNeeds
+	)
+	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+		wrappedEnv, wrappedCmd, needs = cmd.Env, cmd.Path, n
 		return cmd, nil
 	}
+	cfg.ToolSocket = filepath.Join(e.d.Home, "run", cfg.AgentID+".sock")
 	t.Setenv("SUBSTRAT_TEST_SECRET", "do-not-leak")
 	s, err := e.provider().Create(context.Background(), cfg)
 	if err != nil {
@@ -418,9 +441,34 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 		!slices.Contains(wrappedEnv, "ENABLE_TOOL_SEARCH=false") {
 		t.Errorf("sandboxed env %q", wrappedEnv)
 	}
+	// The sandbox is asked for the CLI's package (by its real path, not
+	// the symlink on PATH), the substrat binary, mcp.json and the agent's
+	// own HOME, and the network; mcp.json points at the agent's socket.
+	exe, _ := filepath.EvalSymlinks(e.cli)
+	mcpPath := filepath.Join(cfg.WorkDir, "mcp.json")
+	chome := filepath.Join(e.d.Home, "providers", "claude", "homes", cfg.AgentID)
+	want := provider.SandboxNeeds{ReadOnly: []string{filepath.Dir(exe), "/usr/local/bin/substrat", mcpPath},
+		ReadWrite: []string{chome}, Network: true}
+	if wrappedCmd != exe || !slices.Equal(needs.ReadOnly, want.ReadOnly) || !slices.Equal(needs.ReadWrite, want.ReadWrite) || !needs.Network {
+		t.Errorf("sandboxed %s with needs %+v, want %s with %+v", wrappedCmd, needs, exe, want)
+	}
+	if !slices.Contains(wrappedEnv, "HOME="+chome) {
+		t.Errorf("sandboxed HOME is not the agent's own: %q", wrappedEnv)
+	}
+	var mcp struct {
+		MCPServers map[string]struct {
+			Args []string `json:"args"`
+		} `json:"mcpServers"`
+	}
+	if data, err := os.ReadFile(mcpPath); err != nil || json.Unmarshal(data, &mcp) != nil {
+		t.Fatalf("mcp.json: %v", err)
+	}
+	if got, want := mcp.MCPServers["substrat"].Args, []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}; !slices.Equal(got, want) {
+		t.Errorf("sandboxed mcp.json args %q, want %q", got, want)
+	}
 	// A sandbox that cannot be had fails the turn, saying so.
 	cfg2 := e.d.Config(t)
-	cfg2.Sandbox = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) {
+	cfg2.Sandbox = func(ctx context.Context, cmd *exec.Cmd, _ provider.SandboxNeeds) (*exec.Cmd, error) {
 		return nil, errors.New("bwrap is not installed")
 	}
 	s2, err := e.provider().Create(context.Background(), cfg2)

@@ -118,11 +118,11 @@ func runFakeClaude() int {
 		name, argsJSON, _ := strings.Cut(rest, " ")
 		toolID := fmt.Sprintf("toolu_fake_%d", len(history))
 		assistant(map[string]any{"type": "tool_use", "id": toolID, "name": "mcp__substrat__" + name, "input": json.RawMessage(argsJSON)})
-		agent, home, err := testdaemon.MCPArgs(flags["--mcp-config"])
+		agent, socket, err := testdaemon.MCPArgs(flags["--mcp-config"])
 		if err != nil {
 			return fail("mcp config: %v", err)
 		}
-		res, err := testdaemon.CallTool(context.Background(), home, agent, provider.ToolCall{ID: toolID, Name: name, Args: json.RawMessage(argsJSON)})
+		res, err := testdaemon.CallTool(context.Background(), socket, agent, provider.ToolCall{ID: toolID, Name: name, Args: json.RawMessage(argsJSON)})
 		if err != nil {
 			return fail("tool call: %v", err)
 		}

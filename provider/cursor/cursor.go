@@ -18,6 +18,18 @@
 // it. The agent's instructions go to <WorkDir>/.cursor/rules/substrat.mdc
 // (a rule that always applies), since the CLI has no system-prompt flag.
 //
+// # Sandbox
+//
+// When Config.Sandbox is set the CLI runs inside the agent's bwrap sandbox,
+// in the workspace, with a HOME of the agent's own
+// (<home>/providers/cursor-agent/homes/<agent-id>, read-write), its package
+// directory and the substrat binary read-only, and the network (a
+// workspace without it fails the turn). The agent directory is not in the
+// sandbox, so the MCP config goes to $HOME/.cursor/mcp.json, pointing at
+// Config.ToolSocket, and the instructions lead each prompt inside
+// <instructions> tags instead of a rule file. The API key must come from
+// the environment (CURSOR_API_KEY): the private HOME holds no login.
+//
 // # Sessions
 //
 // The CLI picks the chat id: the first turn runs without --resume, and the
@@ -124,7 +136,18 @@ func RulePath(workDir string) string {
 	return filepath.Join(workDir, ".cursor", "rules", "substrat.mdc")
 }
 
-// prepare writes .cursor/mcp.json and the instructions rule.
+// agentHome is the CLI's private HOME of a sandboxed session.
+func (a *adapter) agentHome(cfg provider.Config) (string, error) {
+	dir, err := a.stateDir(cfg)
+	if err != nil {
+		return "", err
+	}
+	return cli.AgentHome(dir, cfg.AgentID), nil
+}
+
+// prepare writes .cursor/mcp.json and the instructions rule; for a
+// sandboxed session, the MCP config goes to the user config of the CLI's
+// private HOME instead, since the workspace is the user's.
 func (a *adapter) prepare(cfg provider.Config) error {
 	if cfg.WorkDir == "" {
 		return fmt.Errorf("%s: the agent has no work dir", a.opts.Name)
@@ -137,13 +160,26 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
+	if cfg.Sandbox != nil {
+		ahome, err := a.agentHome(cfg)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(ahome, ".cursor"), 0o700); err != nil {
+			return fmt.Errorf("%s: %w", a.opts.Name, err)
+		}
+		if err := cli.WriteFile(filepath.Join(ahome, ".cursor", "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "")); err != nil {
+			return fmt.Errorf("%s: writing the MCP config: %w", a.opts.Name, err)
+		}
+		return nil
+	}
 	if _, err := os.Stat(cfg.WorkDir); err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(RulePath(cfg.WorkDir)), 0o700); err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
-	if err := cli.WriteFile(MCPConfigPath(cfg.WorkDir), cli.MCPConfig(substrat, home, cfg.AgentID, "")); err != nil {
+	if err := cli.WriteFile(MCPConfigPath(cfg.WorkDir), cli.MCPConfig(substrat, home, cfg.AgentID, "", "")); err != nil {
 		return fmt.Errorf("%s: writing .cursor/mcp.json: %w", a.opts.Name, err)
 	}
 	rule := RulePath(cfg.WorkDir)
@@ -160,10 +196,27 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	return nil
 }
 
-func (a *adapter) command(cfg provider.Config, id, prompt string) (proc.Command, error) {
+func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
 	path, err := exec.LookPath(a.opts.Command)
 	if err != nil {
-		return proc.Command{}, fmt.Errorf("the cursor-agent CLI is not installed (%v); see https://cursor.com/cli", err)
+		return cli.Command{}, fmt.Errorf("the cursor-agent CLI is not installed (%v); see https://cursor.com/cli", err)
+	}
+	set := map[string]string{"SUBSTRAT_AGENT_ID": cfg.AgentID}
+	var needs provider.SandboxNeeds
+	if cfg.Sandbox != nil {
+		// The rule file lives in the agent directory, which the sandbox
+		// does not show, so the instructions lead the prompt instead.
+		ahome, err := a.agentHome(cfg)
+		if err != nil {
+			return cli.Command{}, err
+		}
+		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, ahome); err != nil {
+			return cli.Command{}, err
+		}
+		set["HOME"] = ahome
+		if cfg.Instructions != "" {
+			prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
+		}
 	}
 	args := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust"}
 	if cfg.Model != "" {
@@ -177,8 +230,8 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (proc.Command,
 		prompt = "\n" + prompt
 	}
 	args = append(args, prompt)
-	env := cli.Environ(map[string]string{"SUBSTRAT_AGENT_ID": cfg.AgentID}, nil, nil, a.opts.Env)
-	return proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir}, nil
+	env := cli.Environ(set, nil, nil, a.opts.Env)
+	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir}, Needs: needs}, nil
 }
 
 type streamLine struct {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,6 +83,9 @@ func runFakeCursor() int {
 		return fail("want --print --output-format stream-json --approve-mcps --trust, got %q", args)
 	}
 	chats := os.Getenv("FAKE_CURSOR_CHATS")
+	if chats == "" { // sandboxed: only the CLI's own variables get in
+		chats = filepath.Join(os.Getenv("HOME"), "chats")
+	}
 	os.MkdirAll(chats, 0o700)
 	id := resume
 	var history []string
@@ -120,6 +124,10 @@ func runFakeCursor() int {
 		return 0
 	}
 	p := strings.TrimSpace(prompt)
+	var instructions string // a sandboxed session's, leading the prompt
+	if rest, ok := strings.CutPrefix(p, "<instructions>\n"); ok {
+		instructions, p, _ = strings.Cut(rest, "\n</instructions>\n\n")
+	}
 	switch word, rest, _ := strings.Cut(p, " "); word {
 	case "CALL":
 		name, argsJSON, _ := strings.Cut(rest, " ")
@@ -127,11 +135,17 @@ func runFakeCursor() int {
 		out.Encode(map[string]any{"type": "tool_call", "subtype": "started", "call_id": callID, "session_id": id,
 			"tool_call": map[string]any{"mcpToolCall": map[string]any{"args": map[string]any{"name": "substrat-" + name, "toolName": name,
 				"providerIdentifier": "substrat", "args": json.RawMessage(argsJSON)}}}})
-		agent, home, err := testdaemon.MCPArgs(filepath.Join(cwd, ".cursor", "mcp.json"))
+		// The project's MCP config, else the user's (in $HOME), as the
+		// real CLI reads them.
+		mcpPath := filepath.Join(cwd, ".cursor", "mcp.json")
+		if _, err := os.Stat(mcpPath); err != nil {
+			mcpPath = filepath.Join(os.Getenv("HOME"), ".cursor", "mcp.json")
+		}
+		agent, socket, err := testdaemon.MCPArgs(mcpPath)
 		if err != nil {
 			return fail("mcp.json: %v", err)
 		}
-		res, err := testdaemon.CallTool(context.Background(), home, agent, provider.ToolCall{ID: callID, Name: name, Args: json.RawMessage(argsJSON)})
+		res, err := testdaemon.CallTool(context.Background(), socket, agent, provider.ToolCall{ID: callID, Name: name, Args: json.RawMessage(argsJSON)})
 		if err != nil {
 			return fail("tool call: %v", err)
 		}
@@ -147,7 +161,8 @@ func runFakeCursor() int {
 		return result(text)
 	case "ENV":
 		rule, _ := os.ReadFile(filepath.Join(cwd, ".cursor", "rules", "substrat.mdc"))
-		b, _ := json.Marshal(map[string]any{"args": args, "cwd": cwd, "rule": string(rule), "agent": os.Getenv("SUBSTRAT_AGENT_ID")})
+		b, _ := json.Marshal(map[string]any{"args": args, "cwd": cwd, "rule": string(rule), "agent": os.Getenv("SUBSTRAT_AGENT_ID"),
+			"home": os.Getenv("HOME"), "instructions": instructions})
 		return result(string(b))
 	case "GARBAGE":
 		fmt.Println("<html>not json</html>")
@@ -185,8 +200,27 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := filepath.Join(t.TempDir(), "cursor-agent")
-	if err := os.Symlink(exe, cli); err != nil {
+	// As the installer lays it out: bin/cursor-agent links to the CLI in
+	// its versioned package directory.
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "versions", "1", "cursor-agent")
+	if err := os.MkdirAll(filepath.Dir(pkg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(exe, pkg); err != nil {
+		data, err := os.ReadFile(exe)
+		if err == nil {
+			err = os.WriteFile(pkg, data, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := filepath.Join(dir, "bin", "cursor-agent")
+	if err := os.Mkdir(filepath.Dir(cli), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../versions/1/cursor-agent", cli); err != nil {
 		t.Fatal(err)
 	}
 	return &env{d: testdaemon.Start(t), cli: cli, chats: t.TempDir()}
@@ -255,9 +289,9 @@ func TestChatIDAndResume(t *testing.T) {
 	if got.Cwd != cfg.WorkDir || got.Agent != cfg.AgentID || !strings.Contains(got.Rule, "alwaysApply: true") || !strings.Contains(got.Rule, "Be a test agent.") {
 		t.Errorf("cwd %q agent %q rule %q", got.Cwd, got.Agent, got.Rule)
 	}
-	agent, home, err := testdaemon.MCPArgs(MCPConfigPath(cfg.WorkDir))
-	if err != nil || agent != cfg.AgentID || home != e.d.Home {
-		t.Errorf(".cursor/mcp.json: agent %q home %q, %v", agent, home, err)
+	agent, socket, err := testdaemon.MCPArgs(MCPConfigPath(cfg.WorkDir))
+	if err != nil || agent != cfg.AgentID || socket != filepath.Join(e.d.Home, "daemon.sock") {
+		t.Errorf(".cursor/mcp.json: agent %q socket %q, %v", agent, socket, err)
 	}
 	// The second turn resumes the same chat.
 	res = send(t, s, "ENV")
@@ -326,5 +360,66 @@ func TestPromptLikeAFlag(t *testing.T) {
 	s, _, _ := e.create(t)
 	if res := send(t, s, "--help me"); res.Text != "echo: --help me" {
 		t.Errorf("text %q", res.Text)
+	}
+}
+
+// TestSandboxed checks a sandboxed session: the CLI is run by its real
+// path with its package directory, the substrat binary and its own HOME
+// asked of the sandbox, and the network; the MCP config, in that HOME,
+// points at the agent's tool socket; the instructions lead the prompt,
+// since the rule file in the agent directory is not in the sandbox. The
+// hook runs the command as is, so the fake CLI really uses that config.
+func TestSandboxed(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.d.Config(t)
+	cfg.ToolSocket = filepath.Join(e.d.Home, "daemon.sock") // the test daemon serves any agent
+	var (
+		needs provider.SandboxNeeds
+		env   []string
+		prog  string
+	)
+	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+		needs, env, prog = n, cmd.Env, cmd.Path
+		return cmd, nil
+	}
+	s, err := e.provider().Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	res := send(t, s, "ENV")
+	var got struct {
+		Home         string `json:"home"`
+		Rule         string `json:"rule"`
+		Instructions string `json:"instructions"`
+	}
+	if err := json.Unmarshal([]byte(res.Text), &got); err != nil {
+		t.Fatalf("ENV: %q: %v", res.Text, err)
+	}
+	if got.Instructions != "Be a test agent." || got.Rule != "" {
+		t.Errorf("sandboxed instructions %q, rule file %q", got.Instructions, got.Rule)
+	}
+	ahome := filepath.Join(e.d.Home, "providers", "cursor-agent", "homes", cfg.AgentID)
+	real, _ := filepath.EvalSymlinks(e.cli)
+	if prog != real {
+		t.Errorf("ran %s, want the CLI's real path %s", prog, real)
+	}
+	if want := []string{filepath.Dir(real), "/opt/substrat"}; !slices.Equal(needs.ReadOnly, want) ||
+		!slices.Equal(needs.ReadWrite, []string{ahome}) || !needs.Network {
+		t.Errorf("needs %+v", needs)
+	}
+	if got.Home != ahome || !slices.Contains(env, "HOME="+ahome) || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "FAKE_CURSOR_CHATS=") }) {
+		t.Errorf("sandboxed env %q", env)
+	}
+	if _, err := os.Stat(MCPConfigPath(cfg.WorkDir)); err == nil {
+		t.Error("a sandboxed session wrote .cursor/mcp.json into the agent directory")
+	}
+	agent, socket, err := testdaemon.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
+	if err != nil || agent != cfg.AgentID || socket != cfg.ToolSocket {
+		t.Fatalf("the MCP config in the CLI's HOME: agent %q socket %q, %v", agent, socket, err)
+	}
+	// A tool call goes through that config.
+	if res := send(t, s, "CALL list_children {}"); !strings.HasPrefix(res.Text, "tool said: ") {
+		t.Errorf("tool call: %q", res.Text)
 	}
 }

@@ -118,7 +118,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 		"SUBSTRAT_AGENT_NAME=" + s.cfg.Name,
 		"SUBSTRAT_SESSION_ID=" + s.id}
 	if s.cfg.Sandbox != nil {
-		if cmd, err = s.cfg.Sandbox(runCtx, cmd); err != nil {
+		if cmd, err = s.cfg.Sandbox(runCtx, cmd, provider.SandboxNeeds{}); err != nil {
 			inR.Close()
 			inW.Close()
 			outW.Close()

@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -58,6 +59,13 @@ const (
 	stderrQuote      = 2 << 10
 	lineQuote        = 200
 )
+
+// Command is the command of one turn, and what it needs to see inside the
+// agent's sandbox when Config.Sandbox is set.
+type Command struct {
+	proc.Command
+	Needs provider.SandboxNeeds
+}
 
 // Line is what an adapter read in one output line.
 type Line struct {
@@ -93,7 +101,7 @@ type Spec struct {
 	Prepare func(cfg provider.Config) error
 	// Command returns the command of one turn of session id ("" if none
 	// yet).
-	Command func(cfg provider.Config, id, prompt string) (proc.Command, error)
+	Command func(cfg provider.Config, id, prompt string) (Command, error)
 	// Parse reads one non-blank output line. An error means the line is
 	// unreadable; the engine wraps it with provider.ErrProtocol.
 	Parse func(line []byte) (Line, error)
@@ -335,11 +343,12 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if err != nil {
 		return provider.TurnResult{}, err
 	}
-	if s.cfg.Sandbox != nil {
+	if sandbox := s.cfg.Sandbox; sandbox != nil {
 		c.Env = Minimal(c.Env)
-		c.Wrap = s.cfg.Sandbox
+		needs := c.Needs
+		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
 	}
-	pr, err := proc.Start(ctx, c, s.p.spec.MaxLine)
+	pr, err := proc.Start(ctx, c.Command, s.p.spec.MaxLine)
 	if err != nil {
 		return provider.TurnResult{}, fmt.Errorf("starting %s: %w", c.Path, err)
 	}

@@ -32,18 +32,54 @@ func Home(name, home string, cfg provider.Config) (string, error) {
 }
 
 // MCPConfig returns an MCP config ({"mcpServers":{"substrat":…}}) that
-// starts `substrat mcp --agent ID --home HOME`. typ, if set, is the
-// server's "type" ("stdio").
-func MCPConfig(substrat, home, agentID, typ string) []byte {
-	server := map[string]any{
-		"command": substrat,
-		"args":    []string{"mcp", "--agent", agentID, "--home", home},
+// starts `substrat mcp --agent ID --home HOME`, or, when socket is set (a
+// sandboxed agent: provider.Config.ToolSocket), `substrat mcp --agent ID
+// --socket SOCKET`. typ, if set, is the server's "type" ("stdio").
+func MCPConfig(substrat, home, agentID, socket, typ string) []byte {
+	args := []string{"mcp", "--agent", agentID, "--home", home}
+	if socket != "" {
+		args = []string{"mcp", "--agent", agentID, "--socket", socket}
 	}
+	server := map[string]any{"command": substrat, "args": args}
 	if typ != "" {
 		server["type"] = typ
 	}
 	b, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"substrat": server}}, "", "  ")
 	return append(b, '\n')
+}
+
+// AgentHome is the private HOME of one sandboxed agent's CLI under the
+// provider's state directory: <stateDir>/homes/<agent-id>. Unsandboxed
+// sessions of a provider share one HOME; a sandbox shows the CLI only its
+// own agent's conversations.
+func AgentHome(stateDir, agentID string) string {
+	return filepath.Join(stateDir, "homes", agentID)
+}
+
+// Sandboxed returns how a CLI at path runs inside an agent's sandbox: by
+// its real path (symlinks resolved, as the symlink that put it on PATH is
+// not in the sandbox), and what the sandbox must show: the CLI's package
+// directory (a launcher and what it loads beside it), the substrat binary
+// that its MCP config starts (bin, or the running executable) and the
+// files in ro, read-only; its private HOME, read-write; and the network,
+// for its API.
+func Sandboxed(path, bin, home string, ro ...string) (string, provider.SandboxNeeds, error) {
+	prog, err := filepath.EvalSymlinks(path)
+	if err == nil {
+		prog, err = filepath.Abs(prog)
+	}
+	if err != nil {
+		return "", provider.SandboxNeeds{}, fmt.Errorf("the CLI at %s: %w", path, err)
+	}
+	substrat, err := Substrat(bin)
+	if err != nil {
+		return "", provider.SandboxNeeds{}, err
+	}
+	return prog, provider.SandboxNeeds{
+		ReadOnly:  append([]string{filepath.Dir(prog), substrat}, ro...),
+		ReadWrite: []string{home},
+		Network:   true,
+	}, nil
 }
 
 // Substrat returns the substrat binary: bin if set, else the running

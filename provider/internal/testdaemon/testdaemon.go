@@ -147,10 +147,9 @@ func (s *session) Send(ctx context.Context, turn provider.Turn) (provider.TurnRe
 	return s.Session.Send(ctx, turn)
 }
 
-// CallTool makes a tool.call to the daemon of home as `substrat mcp` does;
-// fake CLIs use it.
-func CallTool(ctx context.Context, home, agent string, call provider.ToolCall) (provider.ToolResult, error) {
-	c, err := rpc.Dial(ctx, fsstore.Layout{Home: home}.Socket())
+// CallTool makes a tool.call on socket as `substrat mcp` does.
+func CallTool(ctx context.Context, socket, agent string, call provider.ToolCall) (provider.ToolResult, error) {
+	c, err := rpc.Dial(ctx, socket)
 	if err != nil {
 		return provider.ToolResult{}, err
 	}
@@ -160,9 +159,10 @@ func CallTool(ctx context.Context, home, agent string, call provider.ToolCall) (
 	return res, err
 }
 
-// MCPArgs reads the agent and home from an MCP config's substrat server
-// (the args of `substrat mcp --agent ID --home HOME`).
-func MCPArgs(path string) (agent, home string, err error) {
+// MCPArgs reads the agent and the socket from an MCP config's substrat
+// server: the args of `substrat mcp --agent ID --home HOME` (the socket is
+// then HOME's daemon.sock) or `substrat mcp --agent ID --socket PATH`.
+func MCPArgs(path string) (agent, socket string, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", "", err
@@ -185,11 +185,13 @@ func MCPArgs(path string) (agent, home string, err error) {
 		case "--agent":
 			agent = s.Args[i+1]
 		case "--home":
-			home = s.Args[i+1]
+			socket = fsstore.Layout{Home: s.Args[i+1]}.Socket()
+		case "--socket":
+			socket = s.Args[i+1]
 		}
 	}
-	if agent == "" || home == "" {
-		return "", "", fmt.Errorf("the substrat server lacks --agent or --home: %v", s.Args)
+	if agent == "" || socket == "" {
+		return "", "", fmt.Errorf("the substrat server lacks --agent, or --home or --socket: %v", s.Args)
 	}
-	return agent, home, nil
+	return agent, socket, nil
 }

@@ -1,0 +1,122 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// maxSocketPath is the longest path a Unix socket can be bound at
+// (sun_path, with its NUL).
+const maxSocketPath = 107
+
+// toolSockets are the per-agent sockets of sandboxed agents. The MCP server
+// that a CLI starts inside an agent's sandbox cannot see daemon.sock, and
+// must not: whoever reaches it drives the whole daemon. It gets run/<id>.sock
+// instead, which answers tool.list and tool.call for that one agent and
+// nothing else. A socket is opened the first time a sandboxed process of
+// the agent starts, and closed when the agent leaves the tree or the
+// daemon stops.
+type toolSockets struct {
+	mu     sync.Mutex
+	closed bool
+	byID   map[string]*rpc.Server
+}
+
+// toolSocket returns the path of agent id's tool socket, listening.
+func (c *Core) toolSocket(id string) (string, error) {
+	path := c.store.Layout().ToolSocket(id)
+	ts := &c.sockets
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed {
+		return "", errors.New("the daemon is stopping")
+	}
+	if ts.byID[id] != nil {
+		return path, nil
+	}
+	if len(path) > maxSocketPath {
+		return "", fmt.Errorf("the tool socket path %s is longer than the %d bytes a Unix socket allows; use a shorter --home", path, maxSocketPath)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	// A socket file left by a daemon that died is stale: the daemon's lock
+	// (or, in tests, the only Core) owns run/.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return "", err
+	}
+	srv := rpc.NewServer(c.log)
+	srv.Handle("tool.list", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
+		return Tools(), nil
+	})
+	srv.Handle("tool.call", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
+		var p struct {
+			Agent string            `json:"agent"`
+			Call  provider.ToolCall `json:"call"`
+		}
+		if err := decode(params, &p); err != nil {
+			return nil, err
+		}
+		if p.Agent != "" && p.Agent != id {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "this socket serves agent %s only, not %q", id, p.Agent)
+		}
+		return c.CallTool(ctx, id, p.Call), nil
+	})
+	if ts.byID == nil {
+		ts.byID = map[string]*rpc.Server{}
+	}
+	ts.byID[id] = srv
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			ln.Close() // closed before it served
+			c.log.Debug("tool socket ended", "agent", id, "err", err)
+		}
+	}()
+	return path, nil
+}
+
+// closeToolSocket closes agent id's tool socket, if it has one, and
+// removes the file.
+func (c *Core) closeToolSocket(id string) {
+	ts := &c.sockets
+	ts.mu.Lock()
+	srv := ts.byID[id]
+	delete(ts.byID, id)
+	ts.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+		os.Remove(c.store.Layout().ToolSocket(id))
+	}
+}
+
+// closeToolSockets closes every tool socket; no new one opens.
+func (c *Core) closeToolSockets() {
+	ts := &c.sockets
+	ts.mu.Lock()
+	ts.closed = true
+	ids := make([]string, 0, len(ts.byID))
+	for id := range ts.byID {
+		ids = append(ids, id)
+	}
+	ts.mu.Unlock()
+	for _, id := range ids {
+		c.closeToolSocket(id)
+	}
+}

@@ -1,0 +1,105 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// TestToolSocket checks the socket a sandboxed agent's MCP server gets: it
+// answers tool.list and tool.call for that agent only, and nothing else of
+// the daemon; the sandbox binds it together with what the provider needs,
+// refuses the network a workspace does not grant, and the socket goes away
+// with the agent.
+func TestToolSocket(t *testing.T) {
+	home := t.TempDir()
+	c, _ := newCore(t, home, false)
+	if _, err := c.CreateWorkspace(WorkspaceParams{Name: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	a := mustCreate(t, c, CreateParams{Name: "a", Workspace: "w"})
+	b := mustCreate(t, c, CreateParams{Name: "b"})
+	sock := c.store.Layout().ToolSocket(a.ID)
+
+	hook := c.sandboxFor(nodeOf(t, c, "a").s())
+	if hook == nil || c.sandboxFor(nodeOf(t, c, "b").s()) != nil {
+		t.Fatal("only the agent with a workspace gets a sandbox")
+	}
+	// A provider that needs the network, in a workspace without it.
+	_, err := hook(context.Background(), exec.Command("/bin/true"), provider.SandboxNeeds{ReadOnly: []string{"/opt/cli"}, Network: true})
+	if err == nil || !strings.Contains(err.Error(), "no network access") {
+		t.Fatalf("network refused with %v", err)
+	}
+	state := t.TempDir()
+	cmd, err := hook(context.Background(), exec.Command("/bin/true"),
+		provider.SandboxNeeds{ReadOnly: []string{"/opt/cli", "/usr/lib"}, ReadWrite: []string{state}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(cmd.Args, " ")
+	for _, want := range []string{"--bind " + state + " " + state, "--bind " + sock + " " + sock, "--ro-bind /opt/cli /opt/cli"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("sandbox argv lacks %q: %s", want, args)
+		}
+	}
+	if strings.Contains(args, "/usr/lib /usr/lib") {
+		t.Errorf("a system directory was bound again: %s", args)
+	}
+	if strings.Contains(args, c.store.Layout().Socket()) {
+		t.Errorf("daemon.sock is in the sandbox: %s", args)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := rpc.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var specs []ToolSpec
+	if err := cl.Call(ctx, "tool.list", nil, &specs); err != nil || len(specs) != len(Tools()) {
+		t.Errorf("tool.list: %d tools, %v", len(specs), err)
+	}
+	var res provider.ToolResult
+	if err := cl.Call(ctx, "tool.call", map[string]any{"call": provider.ToolCall{ID: "k1", Name: "list_children"}}, &res); err != nil ||
+		!res.IsError || !strings.Contains(res.Text, "not in a turn") {
+		t.Errorf("tool.call for the socket's own agent: %+v, %v", res, err)
+	}
+	for _, m := range []struct {
+		method string
+		params any
+		code   string
+	}{
+		{"tool.call", map[string]any{"agent": b.ID, "call": provider.ToolCall{ID: "k2", Name: "list_children"}}, rpc.CodeInvalidParams},
+		{"agent.list", nil, rpc.CodeUnknownMethod},
+		{"agent.create", CreateParams{Name: "x"}, rpc.CodeUnknownMethod},
+		{"daemon.stop", nil, rpc.CodeUnknownMethod},
+	} {
+		err := cl.Call(ctx, m.method, m.params, nil)
+		var re *rpc.Error
+		if !errors.As(err, &re) || re.Code != m.code {
+			t.Errorf("%s on the tool socket: %v, want code %s", m.method, err, m.code)
+		}
+	}
+
+	// The socket goes with the agent.
+	if _, err := c.Terminate(ctx, TerminateParams{Ref: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the tool socket of a terminated agent: %v", err)
+	}
+	c.sockets.mu.Lock()
+	left := len(c.sockets.byID)
+	c.sockets.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d tool sockets left open", left)
+	}
+}
