@@ -62,7 +62,7 @@ func (c *FsckCmd) Run(g *Globals) error {
 				fmt.Printf("%-16s hint: %s\n", "", f.Hint)
 			}
 		}
-		fmt.Printf("%d live agents, %d findings, %d problems\n", out.Agents, len(out.Findings), out.Problems)
+		fmt.Printf("%s, %s, %s\n", plural(out.Agents, "live agent"), plural(len(out.Findings), "finding"), plural(out.Problems, "problem"))
 	}
 	if out.Problems > 0 {
 		hint := "run 'substrat fsck --repair' with the daemon stopped"
@@ -81,4 +81,12 @@ func problem(f fsstore.Finding) bool {
 		return false
 	}
 	return !f.Repaired
+}
+
+// plural returns "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

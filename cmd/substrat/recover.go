@@ -39,7 +39,7 @@ func printReport(rep *supervisor.Report) {
 	if rep.Unclean {
 		kind = "after an unclean stop"
 	}
-	fmt.Printf("recovery at %s (%s), %d ms: %d live agents\n", rep.StartedAt.Local().Format("2006-01-02 15:04:05"), kind, rep.DurationMS, rep.Agents)
+	fmt.Printf("recovery at %s (%s), %d ms: %s\n", rep.StartedAt.Local().Format("2006-01-02 15:04:05"), kind, rep.DurationMS, plural(rep.Agents, "live agent"))
 	replayed := 0
 	for _, f := range rep.Findings {
 		if f.Kind == fsstore.FindReplayed {
