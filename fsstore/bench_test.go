@@ -186,7 +186,7 @@ var scanFixture struct {
 func BenchmarkScan10k(b *testing.B) {
 	scanFixture.once.Do(func() {
 		start := time.Now()
-		scanFixture.home, scanFixture.err = buildScanFixture()
+		scanFixture.home, scanFixture.err = buildScanFixture(scanAgents)
 		b.Logf("fixture of %d agents built in %v", scanAgents, time.Since(start))
 	})
 	if scanFixture.err != nil {
@@ -215,10 +215,10 @@ func removeScanFixture() {
 	}
 }
 
-// buildScanFixture writes a home of scanAgents agents directly, without
+// buildScanFixture writes a home of the given number of agents directly, without
 // fsync. Every agent has the same events 2 to scanEvents; its first event
 // and its session.json carry its id.
-func buildScanFixture() (string, error) {
+func buildScanFixture(agents int) (string, error) {
 	home, err := os.MkdirTemp("", "fsstore-scan10k-")
 	if err != nil {
 		return "", err
@@ -263,7 +263,7 @@ func buildScanFixture() (string, error) {
 
 	var g errgroup.Group
 	g.SetLimit(8)
-	for i := 0; i < scanAgents; i++ {
+	for i := 0; i < agents; i++ {
 		g.Go(func() error {
 			id := NewID()
 			a := l.Agent(id)

@@ -2,7 +2,13 @@ package fsstore
 
 import (
 	"io/fs"
+	"os"
+	"runtime"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // BenchmarkCommitCPU measures the CPU time and the allocations of
@@ -69,3 +75,74 @@ func (noFsyncFS) SyncDir(string) error { return nil }
 type noFsyncFile struct{ File }
 
 func (noFsyncFile) Sync() error { return nil }
+
+// BenchmarkScan1k scans a home of 1,000 agents with 100 events each and a
+// snapshot up to date, with a warm cache. For profiling the start-up:
+//
+//	go test ./fsstore -run '^$' -bench Scan1k -benchmem -cpuprofile cpu.out
+//
+// BareRead is the floor: reading every session.json and events.jsonl once
+// with os.ReadFile and as many workers as a scan.
+func BenchmarkScan1k(b *testing.B) {
+	home, err := buildScanFixture(1000)
+	if home != "" {
+		b.Cleanup(func() { os.RemoveAll(home) })
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := mustOpen(b, home, Options{})
+	closeAgents(mustScan(b, s, ScanOptions{Repair: true})) // warm the cache
+	// CPU time (user and system, all threads) tells more than wall time
+	// on a shared machine.
+	cpuMetric := func(b *testing.B, f func()) {
+		b.ReportAllocs()
+		cpu0 := cpuTime()
+		for b.Loop() {
+			f()
+		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	}
+	b.Run("Scan", func(b *testing.B) {
+		cpuMetric(b, func() {
+			res := mustScan(b, s, ScanOptions{Repair: true})
+			if len(res.Agents) != 1000 || len(res.Findings) != 0 {
+				b.Fatalf("scan: %d agents, %d findings", len(res.Agents), len(res.Findings))
+			}
+			closeAgents(res)
+		})
+	})
+	b.Run("BareRead", func(b *testing.B) {
+		entries, err := os.ReadDir(s.layout.AgentsDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpuMetric(b, func() {
+			var g errgroup.Group
+			g.SetLimit(4 * runtime.GOMAXPROCS(0))
+			for _, e := range entries {
+				g.Go(func() error {
+					files := s.layout.Agent(e.Name())
+					for _, p := range []string{files.Session(), files.Events()} {
+						if _, err := os.ReadFile(p); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			if err := g.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+}
+
+// cpuTime is the CPU time the process has used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -696,6 +696,9 @@ func runDamageCase(t *testing.T, tc damageCase) {
 		live = tc.live
 	}
 	assertLive(t, "verify", res, live)
+	// The scan makes its own system calls on OS; through the FS methods
+	// it finds exactly the same.
+	assertSameScan(t, res, mustScan(t, mustOpen(t, f.home, Options{FS: plainFS{OS{}}}), vopts))
 	closeAgents(res)
 	if d := f.damaged.diff(hashTree(t, f.home), ""); len(d) > 0 {
 		t.Fatalf("a scan without Repair changed the home:\n%s", strings.Join(d, "\n"))

@@ -109,9 +109,14 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<
 func readLine(br *bufio.Reader, buf *[]byte, max int) (line []byte, n int64, complete bool, err error) {
 	*buf = (*buf)[:0]
 	tooLong := false
-	for {
+	for first := true; ; first = false {
 		frag, ferr := br.ReadSlice('\n')
 		n += int64(len(frag))
+		if first && ferr == nil && len(frag) <= max {
+			// The common case: the whole line is in br's buffer. It is
+			// valid until the next read, as the caller is told.
+			return frag[:len(frag)-1], n, true, nil
+		}
 		if !tooLong {
 			if len(*buf)+len(frag) > max {
 				tooLong = true
@@ -301,7 +306,13 @@ func openLog(fsys FS, path string, repair bool) (logInfo, error) {
 }
 
 func readLog(fsys FS, path string, visit func(uint64, []byte) error) (logInfo, error) {
-	r, err := fsys.Open(path)
+	r, err := scanOpen(fsys, path)
+	return readOpenedLog(r, err, path, visit)
+}
+
+// readOpenedLog is readLog of a log already opened (or not: err) and
+// closes it.
+func readOpenedLog(r io.ReadCloser, err error, path string, visit func(uint64, []byte) error) (logInfo, error) {
 	if err != nil {
 		return logInfo{}, wrap("open log", path, err, "")
 	}

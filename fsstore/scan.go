@@ -1,18 +1,23 @@
 package fsstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 )
 
 // FindingKind classifies what a scan found.
@@ -109,17 +114,15 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 	if workers <= 0 {
 		workers = 4 * runtime.GOMAXPROCS(0)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
 	removed := false
+	var ids []string // the agent directories, loaded below
 	for _, e := range entries {
 		name := e.Name()
-		path := filepath.Join(dir, name)
 		switch {
 		case strings.HasPrefix(name, TempPrefix):
-			f := Finding{Kind: FindLeftover, Path: path, Detail: "agent directory under construction that never committed"}
+			f := Finding{Kind: FindLeftover, Path: filepath.Join(dir, name), Detail: "agent directory under construction that never committed"}
 			if opts.Repair {
-				if err := s.fs.RemoveAll(path); err != nil {
+				if err := s.fs.RemoveAll(f.Path); err != nil {
 					f.Detail += ": remove failed: " + err.Error()
 				} else {
 					f.Repaired, removed = true, true
@@ -128,22 +131,37 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 			report(f)
 			continue
 		case !IsID(name) || !e.IsDir():
-			report(Finding{Kind: FindNotAgent, Path: path,
+			report(Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
 				Detail: "not an agent directory (the name is not a canonical lower-case UUIDv7 directory); left untouched"})
 			continue
 		}
+		ids = append(ids, name)
+	}
+	// A fixed set of workers takes the directories in turn: a goroutine
+	// per agent would grow a new stack for each.
+	if len(ids) > 0 {
+		res.Agents = make([]*Agent, 0, len(ids))
+	}
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for range min(workers, len(ids)) {
 		g.Go(func() error {
-			if err := gctx.Err(); err != nil {
-				return err
-			}
-			a, fs := s.loadAgent(name, opts)
-			report(fs...)
-			if a != nil {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(ids)) {
+					return nil
+				}
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				a, fs := s.loadAgent(ids[i], opts)
 				mu.Lock()
-				res.Agents = append(res.Agents, a)
+				res.Findings = append(res.Findings, fs...)
+				if a != nil {
+					res.Agents = append(res.Agents, a)
+				}
 				mu.Unlock()
 			}
-			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -178,6 +196,7 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	const tempWhat = "temporary file of an interrupted atomic replace"
 	files := s.layout.Agent(id)
+	sessionPath, eventsPath := files.Session(), files.Events() // each built once
 	var (
 		found []Finding
 		temps []string // atomic-replace leftovers in the agent directory
@@ -201,19 +220,30 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		return nil, append(found, f)
 	}
 
-	entries, err := s.fs.ReadDir(files.Dir)
+	d, err := s.openAgentDir(files.Dir)
+	if err != nil {
+		return keptOut(files.Dir, err)
+	}
+	defer d.close()
+	entries, err := d.readDir("", files.Dir)
 	if err != nil {
 		return keptOut(files.Dir, err)
 	}
 	for _, e := range entries {
-		if isAtomicTemp(e.Name()) {
-			temps = append(temps, filepath.Join(files.Dir, e.Name()))
+		if isAtomicTemp(e.name) {
+			temps = append(temps, filepath.Join(files.Dir, e.name))
 		}
 	}
 
-	// The snapshot.
+	// The snapshot, read into a pooled buffer: nothing decoded from it
+	// keeps a reference to it.
 	var sess *Session
-	data, err := s.fs.ReadFile(files.Session())
+	bufp := snapBufs.Get().(*[]byte)
+	defer snapBufs.Put(bufp)
+	data, err := d.readFile(SessionName, sessionPath, *bufp)
+	if cap(data) <= 1<<20 {
+		*bufp = data[:0]
+	}
 	snapData := data
 	if err == nil {
 		sess, err = DecodeSession(data)
@@ -230,11 +260,11 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 			hint = HintUpgrade
 		}
 		if !opts.Repair || !opts.RebuildSnapshots || errors.Is(err, ErrUnknownVersion) {
-			return keptOut(files.Session(), &Error{Op: "load snapshot", Path: files.Session(), Err: err, Hint: hint})
+			return keptOut(sessionPath, &Error{Op: "load snapshot", Path: sessionPath, Err: err, Hint: hint})
 		}
 		rebuilt, f, rerr := s.rebuildSnapshot(files, id, err)
 		if rerr != nil {
-			return keptOut(files.Session(), rerr)
+			return keptOut(sessionPath, rerr)
 		}
 		found = append(found, f)
 		sess, snapData = rebuilt, nil
@@ -273,19 +303,20 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		replayed++
 		return nil
 	}
-	info, err := readLog(s.fs, files.Events(), visit)
+	r, err := d.open(EventsName, eventsPath)
+	info, err := readOpenedLog(r, err, eventsPath, visit)
 	if err != nil {
 		if errors.Is(err, errNotExist) {
-			err = &Error{Op: "load log", Path: files.Events(), Err: fmt.Errorf("%w: events.jsonl is missing", ErrNotFound), Hint: HintFsck}
+			err = &Error{Op: "load log", Path: eventsPath, Err: fmt.Errorf("%w: events.jsonl is missing", ErrNotFound), Hint: HintFsck}
 		}
-		return keptOut(files.Events(), err)
+		return keptOut(eventsPath, err)
 	}
 	if info.TornLen > 0 {
-		torn = &Finding{Kind: FindTornTail, Path: files.Events(), Agent: id, Offset: info.Size,
+		torn = &Finding{Kind: FindTornTail, Path: eventsPath, Agent: id, Offset: info.Size,
 			Detail: fmt.Sprintf("%d bytes after the last valid event (seq %d): %s", info.TornLen, info.LastSeq, info.TornReason)}
 	}
 	if info.LastSeq == 0 {
-		return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
+		return keptOut(eventsPath, &Error{Op: "load log", Path: eventsPath,
 			Err: fmt.Errorf("%w: events.jsonl holds no valid event", ErrCorrupt), Hint: HintFsck})
 	}
 	if info.LastSeq < sess.LastSeq {
@@ -295,16 +326,16 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		// truth: the state is rebuilt from it, and the finding says so.
 		rebuilt, _, err := s.replayLog(files, id)
 		if err != nil {
-			return keptOut(files.Events(), &Error{Op: "load log", Path: files.Events(),
+			return keptOut(eventsPath, &Error{Op: "load log", Path: eventsPath,
 				Err: fmt.Errorf("%w: session.json reflects event %d but events.jsonl ends at event %d, and the log cannot be replayed: %v",
 					ErrCorrupt, sess.LastSeq, info.LastSeq, err), Hint: HintFsck})
 		}
-		f := Finding{Kind: FindSnapshotAhead, Path: files.Session(), Agent: id,
+		f := Finding{Kind: FindSnapshotAhead, Path: sessionPath, Agent: id,
 			Detail: fmt.Sprintf("session.json reflects event %d but events.jsonl ends at event %d (a copy taken while the daemon wrote, or lost writes); the state is rebuilt from events.jsonl", sess.LastSeq, info.LastSeq)}
 		if opts.Repair {
 			data, err := s.replaceSnapshot(files, rebuilt)
 			if err != nil {
-				return keptOut(files.Session(), err)
+				return keptOut(sessionPath, err)
 			}
 			f.Repaired, snapData = true, data
 			f.Detail += "; the old file is kept as session.json.N.broken"
@@ -318,30 +349,30 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	var (
 		missing, unpublished []string
 		bad                  []BadMessage
+		pending              int // undelivered messages in new/
 	)
 	for _, sub := range []string{InboxTmp, InboxNew, InboxCur} {
-		dir := inbox.Sub(sub)
+		dir, rel := inbox.Sub(sub), InboxDirName+string(filepath.Separator)+sub
 		var err error
 		switch sub {
 		case InboxTmp:
-			var entries []fs.DirEntry
-			entries, err = s.fs.ReadDir(dir)
+			var entries []dirEntry
+			entries, err = d.readDir(rel, dir)
 			for _, e := range entries {
-				unpublished = append(unpublished, filepath.Join(dir, e.Name()))
+				unpublished = append(unpublished, filepath.Join(dir, e.name))
 			}
 		case InboxNew:
-			var rerr error
-			_, bad, rerr = ReadInbox(s.fs, inbox, sub)
-			// Only a failure to list new/ itself matters here; a message
-			// that cannot be read is left for delivery to report.
-			if e := (*Error)(nil); errors.As(rerr, &e) && e.Path == dir {
-				err = e.Err
+			// Counted here, so that recovery does not list it again. A
+			// message that cannot be read is left for delivery to report.
+			var entries []dirEntry
+			if entries, err = d.readDir(rel, dir); err == nil {
+				pending, bad = scanNew(s.fs, inbox, dir, entries)
 			}
 		case InboxCur:
 			// Only its presence matters, and it grows with every
 			// delivered message: do not list it.
-			var fi fs.FileInfo
-			if fi, err = s.fs.Stat(dir); err == nil && !fi.IsDir() {
+			var isDir bool
+			if isDir, err = d.isDir(rel, dir); err == nil && !isDir {
 				err = fmt.Errorf("%w: not a directory", ErrInvalid)
 			}
 		}
@@ -357,8 +388,8 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	// The directory is an agent: repair what needs it.
 	if torn != nil {
 		if opts.Repair && !planted(BugNoTornTailRepair) { // planted bug (faults.go); never set outside the sim's tests
-			if err := cutTail(s.fs, files.Events(), info); err != nil {
-				return keptOut(files.Events(), err)
+			if err := cutTail(s.fs, eventsPath, info); err != nil {
+				return keptOut(eventsPath, err)
 			}
 			torn.Repaired = true
 			torn.Detail += "; cut off, copy kept in " + filepath.Base(files.Broken(info.Size, 0)) + " (or a numbered sibling)"
@@ -366,7 +397,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		found = append(found, *torn)
 	}
 	if replayed > 0 {
-		found = append(found, Finding{Kind: FindReplayed, Path: files.Events(), Agent: id,
+		found = append(found, Finding{Kind: FindReplayed, Path: eventsPath, Agent: id,
 			Detail: fmt.Sprintf("replayed %d events after last_seq %d", replayed, sess.LastSeq), Repaired: true})
 	}
 	for _, p := range temps {
@@ -392,7 +423,8 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 			Detail: b.Reason + "; left in place, not delivered", Hint: "fix or remove the file by hand"})
 	}
 
-	a := newAgent(s, files, cur, info)
+	a := newAgent(s, files, eventsPath, cur, info)
+	a.pending = pending
 	a.snapSeq = sess.LastSeq
 	if snapData != nil {
 		a.snapSum = sha256.Sum256(snapData)
@@ -495,3 +527,310 @@ func (s *Store) rebuildSnapshot(files AgentFiles, id string, cause error) (*Sess
 	return cur, Finding{Kind: FindSnapshotRebuilt, Path: files.Session(), Agent: id, Repaired: true,
 		Detail: fmt.Sprintf("session.json was unreadable (%v); rebuilt from %d events, old file kept as session.json.N.broken", cause, info.LastSeq)}, nil
 }
+
+// A scan reads two small files and lists three directories in each of
+// thousands of agent directories, so the system calls it makes are most of
+// its cost. On the real file system (OS) it makes them itself:
+//
+//   - it opens the agent directory once, lists it through that descriptor
+//     and opens everything else in it relative to it, so that the kernel
+//     does not walk the whole path from the root again for each file;
+//   - it opens files with open, read and close alone: package os also makes
+//     each descriptor non-blocking, offers it to the network poller (which
+//     refuses regular files) and undoes both, and ReadFile adds an fstat;
+//   - it lists a directory into a reused buffer, without the *os.File and
+//     the entry objects of os.ReadDir.
+//
+// The errors are those package os returns, with the same full paths. Any
+// other FS (the simulation's) is used through its methods.
+
+// agentDir reads the files of one agent directory while it is loaded. Each
+// file is named twice: by its path relative to the directory, and by its
+// full path, for errors and for the FS methods.
+type agentDir interface {
+	// readDir lists a directory, sorted by name; rel "" is the agent
+	// directory itself.
+	readDir(rel, path string) ([]dirEntry, error)
+	// readFile reads a file into buf, which it grows as needed, and
+	// returns the bytes read.
+	readFile(rel, path string, buf []byte) ([]byte, error)
+	open(rel, path string) (io.ReadCloser, error)
+	// isDir stats a path, following symbolic links as os.Stat does.
+	isDir(rel, path string) (bool, error)
+	close()
+}
+
+// dirEntry is one entry of a listing: its name and its type bits.
+type dirEntry struct {
+	name string
+	typ  fs.FileMode
+}
+
+// openAgentDir prepares to read the agent directory dir. It fails as
+// os.ReadDir(dir) would if dir cannot be opened.
+func (s *Store) openAgentDir(dir string) (agentDir, error) {
+	if _, ok := s.fs.(OS); !ok {
+		return fsAgentDir{s.fs}, nil
+	}
+	fd, err := openRaw(unix.AT_FDCWD, dir, dir, unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	return &osAgentDir{fd: fd}, nil
+}
+
+// fsAgentDir reads through the FS methods, by full path.
+type fsAgentDir struct{ fsys FS }
+
+func (d fsAgentDir) readDir(_, path string) ([]dirEntry, error) {
+	entries, err := d.fsys.ReadDir(path)
+	if err != nil || len(entries) == 0 {
+		return nil, err
+	}
+	out := make([]dirEntry, len(entries))
+	for i, e := range entries {
+		out[i] = dirEntry{e.Name(), e.Type()}
+	}
+	return out, nil
+}
+
+func (d fsAgentDir) readFile(_, path string, _ []byte) ([]byte, error) { return d.fsys.ReadFile(path) }
+
+func (d fsAgentDir) open(_, path string) (io.ReadCloser, error) { return d.fsys.Open(path) }
+
+func (d fsAgentDir) isDir(_, path string) (bool, error) {
+	fi, err := d.fsys.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return fi.IsDir(), nil
+}
+
+func (fsAgentDir) close() {}
+
+// osAgentDir reads with system calls relative to the directory's
+// descriptor.
+type osAgentDir struct {
+	fd     int
+	listed bool // fd's own position is at the end of its listing
+}
+
+func (d *osAgentDir) readDir(rel, path string) ([]dirEntry, error) {
+	if rel == "" {
+		if !d.listed {
+			d.listed = true
+			return listRaw(d.fd, path)
+		}
+		rel = "."
+	}
+	fd, err := openRaw(d.fd, rel, path, unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return listRaw(fd, path)
+}
+
+func (d *osAgentDir) readFile(rel, path string, buf []byte) ([]byte, error) {
+	fd, err := openRaw(d.fd, rel, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	f := rawFile{fd: fd, name: path}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *osAgentDir) open(rel, path string) (io.ReadCloser, error) {
+	fd, err := openRaw(d.fd, rel, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &rawFile{fd: fd, name: path}, nil
+}
+
+func (d *osAgentDir) isDir(rel, path string) (bool, error) {
+	var st unix.Stat_t
+	for {
+		err := unix.Fstatat(d.fd, rel, &st, 0)
+		if err == nil {
+			return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+		}
+		if err != unix.EINTR {
+			return false, &fs.PathError{Op: "stat", Path: path, Err: err}
+		}
+	}
+}
+
+func (d *osAgentDir) close() { unix.Close(d.fd) }
+
+// openRaw opens rel (relative to dirfd) for reading, as os.Open opens
+// path; flags adds to O_RDONLY|O_CLOEXEC.
+func openRaw(dirfd int, rel, path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, rel, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
+		if err == nil {
+			return fd, nil
+		}
+		if err != unix.EINTR {
+			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+	}
+}
+
+// direntBufs holds the buffers listRaw reads directory entries into.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
+
+// listRaw lists the open directory fd (path is its name, for errors) as
+// os.ReadDir does: sorted by name, without "." and "..", each entry with
+// its type, asking the file system with lstat where the listing does not
+// say.
+func listRaw(fd int, path string) ([]dirEntry, error) {
+	bufp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bufp)
+	buf := *bufp
+	var out []dirEntry
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdirent", Path: path, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		for b := buf[:n]; len(b) > 0; {
+			// struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16,
+			// d_type u8, then the name, NUL-terminated.
+			const nameOff = 19
+			if len(b) < nameOff {
+				break
+			}
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < nameOff || reclen > len(b) {
+				break
+			}
+			rec := b[:reclen]
+			b = b[reclen:]
+			if binary.NativeEndian.Uint64(rec[0:8]) == 0 {
+				continue // a deleted entry
+			}
+			name := rec[nameOff:]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			e := dirEntry{name: string(name)}
+			switch rec[18] {
+			case unix.DT_REG:
+			case unix.DT_DIR:
+				e.typ = fs.ModeDir
+			case unix.DT_LNK:
+				e.typ = fs.ModeSymlink
+			case unix.DT_FIFO:
+				e.typ = fs.ModeNamedPipe
+			case unix.DT_SOCK:
+				e.typ = fs.ModeSocket
+			case unix.DT_CHR:
+				e.typ = fs.ModeDevice | fs.ModeCharDevice
+			case unix.DT_BLK:
+				e.typ = fs.ModeDevice
+			default: // DT_UNKNOWN
+				var st unix.Stat_t
+				if err := unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+					if err == unix.ENOENT {
+						continue // removed meanwhile, as os.ReadDir skips it
+					}
+					return nil, &fs.PathError{Op: "lstat", Path: filepath.Join(path, e.name), Err: err}
+				}
+				e.typ = modeType(st.Mode)
+			}
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// modeType is the fs.FileMode type bits of a stat mode.
+func modeType(m uint32) fs.FileMode {
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return fs.ModeDir
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	}
+	return 0
+}
+
+// scanOpen opens name for reading, as fsys.Open does, with open alone
+// on the real file system.
+func scanOpen(fsys FS, name string) (io.ReadCloser, error) {
+	if _, ok := fsys.(OS); !ok {
+		return fsys.Open(name)
+	}
+	fd, err := openRaw(unix.AT_FDCWD, name, name, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &rawFile{fd: fd, name: name}, nil
+}
+
+// rawFile is a file opened by openRaw, read as an *os.File reads.
+type rawFile struct {
+	fd   int
+	name string
+}
+
+func (f *rawFile) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, err := unix.Read(f.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (f *rawFile) Close() error {
+	if err := unix.Close(f.fd); err != nil {
+		return &fs.PathError{Op: "close", Path: f.name, Err: err}
+	}
+	return nil
+}
+
+// snapBufs holds the buffers session.json is read into.
+var snapBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}

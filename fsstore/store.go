@@ -150,7 +150,7 @@ func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
 			return nil, wrap("create agent", final.Dir, err, "")
 		}
 	}
-	a := newAgent(s, final, sess, logInfo{LastSeq: 1, Size: int64(len(line)), Lines: 1})
+	a := newAgent(s, final, final.Events(), sess, logInfo{LastSeq: 1, Size: int64(len(line)), Lines: 1})
 	a.snapSeq, a.snapSum = 1, sha256.Sum256(snap)
 	return a, nil
 }
@@ -238,6 +238,9 @@ type Agent struct {
 	files AgentFiles
 	log   *Log
 	id    string // never changes
+	// pending is the number of undelivered messages the load found in
+	// inbox/new; set before the Agent is returned, never changed.
+	pending int
 
 	mu      sync.Mutex // guards the fields below
 	sess    *Session
@@ -245,8 +248,10 @@ type Agent struct {
 	snapSum [sha256.Size]byte // hash of the session.json last written or read
 }
 
-func newAgent(s *Store, files AgentFiles, sess *Session, info logInfo) *Agent {
-	return &Agent{store: s, files: files, id: sess.ID, sess: sess, log: newLog(s.fs, files.Events(), info, s.now)}
+// newAgent makes the Agent of a loaded or created directory; events is
+// files.Events(), which the caller has at hand.
+func newAgent(s *Store, files AgentFiles, events string, sess *Session, info logInfo) *Agent {
+	return &Agent{store: s, files: files, id: sess.ID, sess: sess, log: newLog(s.fs, events, info, s.now)}
 }
 
 // ID returns the agent's id.
@@ -379,6 +384,15 @@ func (a *Agent) SnapshotSeq() uint64 {
 	defer a.mu.Unlock()
 	return a.snapSeq
 }
+
+// PendingAtLoad returns the number of undelivered messages (names in
+// inbox/new not also in inbox/cur, counted as CountPending counts them)
+// that the Scan or Load that loaded this Agent found; 0 for one made by
+// CreateAgent. Recovery uses it to queue agents again without listing
+// their inboxes a second time. It is a count as of the load: a message
+// that arrives later is the daemon's to notice (its own sends mark the
+// recipient, and the watcher looks at inboxes it is told of).
+func (a *Agent) PendingAtLoad() int { return a.pending }
 
 // Pending returns the undelivered messages in inbox/new, oldest first, and
 // the files there that are not valid messages.

@@ -86,33 +86,31 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 	rep.Agents = len(nodes)
 
 	for _, n := range sortedNodes(nodes) {
-		path := c.pathOf(n)
 		// Step 5: no provider process survived, so ACTIVE is stale.
 		if n.s().SessionState == fsstore.SessionActive {
 			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
 				Reason: "recovered: the daemon stopped while the session was active"}); err != nil {
-				return nil, fmt.Errorf("recover %s: %w", path, err)
+				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}
-			rep.Suspended = append(rep.Suspended, RecoveredAgent{ID: n.id(), Path: path, Detail: "ACTIVE -> SUSPENDED"})
+			rep.Suspended = append(rep.Suspended, RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
 		}
 		if n.s().AgentState == fsstore.AgentBusy {
 			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle,
 				Reason: "recovered: a turn was cut short; its messages are delivered again"}); err != nil {
-				return nil, fmt.Errorf("recover %s: %w", path, err)
+				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}
 		}
 		// Step 6: what is still in inbox/new (and not in cur/) is
-		// undelivered. Counted, not read: the turn reads it. (Delivered
-		// names left in new/ are swept at turn ends.)
-		pending, err := fsstore.CountPending(c.store.FS(), n.agent.Files().Inbox())
-		if err != nil {
-			return nil, fmt.Errorf("recover %s: %w", path, err)
-		}
-		if pending > 0 && !n.terminated() {
+		// undelivered. The scan counted it as it loaded the agent, so
+		// the inbox is not listed again; the turn reads it. A message
+		// that arrived since is noticed as any other: the daemon's sends
+		// mark their recipient, the watcher the inboxes it is told of.
+		// (Delivered names left in new/ are swept at turn ends.)
+		if pending := n.agent.PendingAtLoad(); pending > 0 && !n.terminated() {
 			c.mu.Lock()
 			n.mail = true
 			c.mu.Unlock()
-			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: path, Messages: pending})
+			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
 		}
 		if n.agent.SnapshotSeq() != n.s().LastSeq {
 			c.snapshot(n)
