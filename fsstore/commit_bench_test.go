@@ -3,7 +3,10 @@ package fsstore
 import (
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,16 +28,19 @@ func BenchmarkCommitCPU(b *testing.B) {
 		name string
 		typ  string
 		data any
+		meta map[string]string // the agent's metadata
 	}{
-		{"sent", EvSent, MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}},
-		{"state", EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}},
-		{"turn", EvTurn, Counters{Turns: 1, InputTokens: 1234, OutputTokens: 567, CostUSD: 0.0123}},
+		{"sent", EvSent, MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}, map[string]string{"team": "a"}},
+		{"state", EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}, map[string]string{"team": "a"}},
+		{"turn", EvTurn, Counters{Turns: 1, InputTokens: 1234, OutputTokens: 567, CostUSD: 0.0123}, map[string]string{"team": "a"}},
+		// As substrat bench appends: an agent without metadata.
+		{"sent-nometa", EvSent, MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}, nil},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			s := mustOpen(b, b.TempDir(), Options{FS: noFsyncFS{OS{}}})
 			a, err := s.CreateAgent(&Session{Name: "bench", Provider: "script",
-				Instructions: "Work on the task you are given and report back.", Metadata: map[string]string{"team": "a"}})
+				Instructions: "Work on the task you are given and report back.", Metadata: c.meta})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -145,4 +151,61 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkAppend64 appends history events from 64 agents at once, each
+// its own goroutine, against 64 bare write+fsync loops on files next to
+// them: the disk's 64-writer limit. Compare their ns/op (lower is better).
+func BenchmarkAppend64(b *testing.B) {
+	const writers = 64
+	s := mustOpen(b, b.TempDir(), Options{})
+	var as []*Agent
+	for i := range writers {
+		a, err := s.CreateAgent(&Session{Name: "w" + strconv.Itoa(i), Provider: "script",
+			Instructions: "Work on the task you are given, report back to your parent, and keep your notes short."})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer a.Close()
+		as = append(as, a)
+	}
+	ref := MessageRef{ID: NewID(), To: User}
+	line := benchLine(b)
+	run := func(b *testing.B, op func(w int) error) {
+		var next atomic.Int64
+		b.SetParallelism(writers / runtime.GOMAXPROCS(0))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			w := int(next.Add(1)-1) % writers
+			for pb.Next() {
+				if err := op(w); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.Run("Commit", func(b *testing.B) {
+		run(b, func(w int) error {
+			_, err := as[w].Commit(EvSent, ref)
+			return err
+		})
+	})
+	b.Run("Bare", func(b *testing.B) {
+		files := make([]*os.File, writers)
+		for w := range files {
+			f, err := os.OpenFile(filepath.Join(as[w].Files().Dir, "bare.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			files[w] = f
+		}
+		run(b, func(w int) error {
+			if _, err := files[w].Write(line); err != nil {
+				return err
+			}
+			return files[w].Sync()
+		})
+	})
 }

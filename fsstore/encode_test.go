@@ -212,3 +212,84 @@ func TestChangesSession(t *testing.T) {
 		t.Error("an unknown type changes the session")
 	}
 }
+
+// FuzzAppendData: what appendData writes without reflection is what
+// encoding/json writes, for every type it knows.
+func FuzzAppendData(f *testing.F) {
+	f.Add("019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", "USER", "turn", int64(1), int64(1234), 0.0123, uint8(0))
+	f.Add("", "", "", int64(-5), int64(0), 1e-7, uint8(3))
+	f.Add("a\"b", "<&>", "\x7f", int64(math.MaxInt64), int64(math.MinInt64), 1e21, uint8(255))
+	f.Add("é", "\u2028", "x\\y", int64(0), int64(7), math.Copysign(0, -1), uint8(7))
+	f.Fuzz(func(t *testing.T, s1, s2, s3 string, n1, n2 int64, x float64, nils uint8) {
+		strs := func(bit uint8) []string {
+			switch {
+			case nils&bit != 0:
+				return nil
+			case nils&(bit<<1) != 0:
+				return []string{}
+			}
+			return []string{s1, s2, s3}[:1+int(uint64(n1)%3)]
+		}
+		for _, v := range []any{
+			MessageRef{ID: s1, To: s2},
+			Delivered{IDs: strs(1)},
+			Waiting{IDs: strs(4)},
+			StateChange{AgentState: AgentState(s1), SessionState: SessionState(s2), Reason: s3},
+			StateChange{Reason: s3},
+			StateChange{SessionState: SessionState(s2)},
+			Counters{Turns: n1, InputTokens: n2, OutputTokens: n1 ^ n2, CostUSD: x},
+			Counters{CostUSD: float64(float32(x)) * 1e-9},
+			Spawned{ChildID: s1, Name: s2, SpawnKey: s3},
+		} {
+			got, ok := appendData(nil, v)
+			want, err := marshal(v, false)
+			if !ok {
+				if err == nil && !needsEscape(v) {
+					t.Errorf("appendData(%#v) gave up; encoding/json writes %s", v, want)
+				}
+				continue
+			}
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("appendData(%#v) = %s; encoding/json: %s, %v", v, got, want, err)
+			}
+		}
+	})
+}
+
+// needsEscape reports whether v holds a string appendData leaves to
+// encoding/json, or a number it refuses.
+func needsEscape(v any) bool {
+	data, _ := json.Marshal(v)
+	var fields map[string]any
+	if json.Unmarshal(data, &fields) != nil {
+		return true
+	}
+	plain := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c > 0x7f || c == '"' || c == '\\' {
+				return false
+			}
+		}
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		switch f := rv.Field(i); f.Kind() {
+		case reflect.String:
+			if !plain(f.String()) {
+				return true
+			}
+		case reflect.Slice:
+			for j := range f.Len() {
+				if !plain(f.Index(j).String()) {
+					return true
+				}
+			}
+		case reflect.Float64:
+			if math.IsNaN(f.Float()) || math.IsInf(f.Float(), 0) {
+				return true
+			}
+		}
+	}
+	return false
+}

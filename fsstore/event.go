@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,9 +71,8 @@ func appendEventLine(dst []byte, seq uint64, ts time.Time, typ string, data []by
 	b := append(dst, seqPrefix...)
 	b = strconv.AppendUint(b, seq, 10)
 	b = append(b, `,"ts":"`...)
-	year := len(b)
-	b = ts.UTC().AppendFormat(b, time.RFC3339Nano)
-	if len(b) < year+5 || b[year+4] != '-' { // as time.Time.MarshalJSON refuses
+	b, ok := appendTime(b, ts)
+	if !ok { // as time.Time.MarshalJSON refuses
 		return dst, fmt.Errorf("event time %v: year outside of range [0,9999]", ts)
 	}
 	b = append(b, `","type":`...)
@@ -94,12 +95,77 @@ func appendEventLine(dst []byte, seq uint64, ts time.Time, typ string, data []by
 
 const hexDigits = "0123456789abcdef"
 
+// appendTime appends t in UTC as RFC 3339 with nanoseconds, trailing zeros
+// trimmed (time.RFC3339Nano, what time.Time.MarshalJSON writes). ok is
+// false for a year outside 0 to 9999, which that refuses.
+func appendTime(b []byte, t time.Time) ([]byte, bool) {
+	t = t.UTC()
+	unix := t.Unix()
+	if c := lastSecond.Load(); c != nil && c.unix == unix {
+		b = append(b, c.text[:]...)
+	} else {
+		year, month, day := t.Date()
+		if year < 0 || year > 9999 {
+			return b, false
+		}
+		hour, min, sec := t.Clock()
+		start := len(b)
+		b = appendDigits(b, year, 4)
+		b = append(b, '-')
+		b = appendDigits(b, int(month), 2)
+		b = append(b, '-')
+		b = appendDigits(b, day, 2)
+		b = append(b, 'T')
+		b = appendDigits(b, hour, 2)
+		b = append(b, ':')
+		b = appendDigits(b, min, 2)
+		b = append(b, ':')
+		b = appendDigits(b, sec, 2)
+		c := &formattedSecond{unix: unix}
+		copy(c.text[:], b[start:])
+		lastSecond.Store(c)
+	}
+	if ns := t.Nanosecond(); ns != 0 {
+		b = append(b, '.')
+		n := 9
+		for ns%10 == 0 {
+			ns /= 10
+			n--
+		}
+		b = appendDigits(b, ns, n)
+	}
+	return append(b, 'Z'), true
+}
+
+// formattedSecond is a second since the epoch as appendTime writes it, up
+// to the seconds: events come many to a second, and the date and clock
+// are the costly part.
+type formattedSecond struct {
+	unix int64
+	text [len("2006-01-02T15:04:05")]byte
+}
+
+var lastSecond atomic.Pointer[formattedSecond]
+
+// appendDigits appends v (not negative) as exactly n (at most 9) decimal
+// digits.
+func appendDigits(b []byte, v, n int) []byte {
+	start := len(b)
+	b = append(b, "000000000"[:n]...)
+	for i := len(b) - 1; i >= start; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
+}
+
 // eventBuf is scratch space for one append: the event's data as JSON and
 // its line. Appends take one from a pool, so that the commit path does not
 // allocate them each time.
 type eventBuf struct {
 	data bytes.Buffer
 	enc  *json.Encoder // writes to data, without HTML escaping, as marshal does
+	fast []byte        // the data, when appendData could write it
 	line []byte
 }
 
@@ -118,22 +184,147 @@ func getEventBuf() *eventBuf { return eventBufs.Get().(*eventBuf) }
 
 // release returns b to the pool. Nothing it returned may be used after.
 func (b *eventBuf) release() {
-	if b.data.Cap() > maxPooledEventBuf || cap(b.line) > maxPooledEventBuf {
+	if b.data.Cap() > maxPooledEventBuf || cap(b.line) > maxPooledEventBuf || cap(b.fast) > maxPooledEventBuf {
 		return
 	}
 	b.data.Reset()
-	b.line = b.line[:0]
+	b.fast, b.line = b.fast[:0], b.line[:0]
 	eventBufs.Put(b)
 }
 
 // encodeData returns v as JSON, the bytes marshal(v, false) returns. They
 // are valid until the next use of b.
 func (b *eventBuf) encodeData(v any) ([]byte, error) {
+	if out, ok := appendData(b.fast[:0], v); ok {
+		b.fast = out
+		return out, nil
+	}
 	b.data.Reset()
 	if err := b.enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.data.Bytes(), []byte{'\n'}), nil
+}
+
+// appendData appends v as JSON without reflection, for the data of the
+// events of every turn and message. It writes what marshal(v, false)
+// writes (field order, omitempty, numbers), which the tests check against
+// encoding/json; ok is false for any other type, and for strings that need
+// escaping, which go through encoding/json.
+func appendData(b []byte, v any) (out []byte, ok bool) {
+	w := jsonWriter{b: b, ok: true}
+	switch d := v.(type) {
+	case MessageRef:
+		w.raw(`{"id":`)
+		w.str(d.ID)
+		w.raw(`,"to":`)
+		w.str(d.To)
+	case Delivered:
+		w.raw(`{"ids":`)
+		w.strs(d.IDs)
+	case Waiting:
+		w.raw(`{"ids":`)
+		w.strs(d.IDs)
+	case StateChange:
+		w.raw(`{`)
+		sep := w.omitEmpty("agent_state", string(d.AgentState), "")
+		sep = w.omitEmpty("session_state", string(d.SessionState), sep)
+		w.omitEmpty("reason", d.Reason, sep)
+	case Counters:
+		w.raw(`{"turns":`)
+		w.b = strconv.AppendInt(w.b, d.Turns, 10)
+		w.raw(`,"input_tokens":`)
+		w.b = strconv.AppendInt(w.b, d.InputTokens, 10)
+		w.raw(`,"output_tokens":`)
+		w.b = strconv.AppendInt(w.b, d.OutputTokens, 10)
+		w.raw(`,"cost_usd":`)
+		w.float(d.CostUSD)
+	case Spawned:
+		w.raw(`{"child_id":`)
+		w.str(d.ChildID)
+		w.raw(`,"name":`)
+		w.str(d.Name)
+		w.omitEmpty("spawn_key", d.SpawnKey, ",")
+	default:
+		return b, false
+	}
+	w.raw(`}`)
+	return w.b, w.ok
+}
+
+// jsonWriter appends JSON to b; ok turns false at the first value it
+// cannot write as encoding/json would.
+type jsonWriter struct {
+	b  []byte
+	ok bool
+}
+
+func (w *jsonWriter) raw(s string) { w.b = append(w.b, s...) }
+
+// str writes a string that needs no escaping: printable ASCII without '"'
+// or '\'. Anything else is left to encoding/json.
+func (w *jsonWriter) str(s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7f || c == '"' || c == '\\' {
+			w.ok = false
+			return
+		}
+	}
+	w.b = append(w.b, '"')
+	w.b = append(w.b, s...)
+	w.b = append(w.b, '"')
+}
+
+// strs writes a []string; nil is null, as encoding/json writes it.
+func (w *jsonWriter) strs(ss []string) {
+	if ss == nil {
+		w.raw("null")
+		return
+	}
+	w.raw("[")
+	for i, s := range ss {
+		if i > 0 {
+			w.raw(",")
+		}
+		w.str(s)
+	}
+	w.raw("]")
+}
+
+// omitEmpty writes the field name: s preceded by sep, unless s is empty
+// (omitempty). It returns the separator of the next field.
+func (w *jsonWriter) omitEmpty(name, s, sep string) string {
+	if s == "" {
+		return sep
+	}
+	w.raw(sep)
+	w.b = append(w.b, '"')
+	w.raw(name)
+	w.raw(`":`)
+	w.str(s)
+	return ","
+}
+
+// float writes a float64 as encoding/json does: like ES6, %f unless the
+// magnitude is below 1e-6 or from 1e21 on, then %e with a short exponent.
+// NaN and infinities, which encoding/json refuses, are left to it.
+func (w *jsonWriter) float(f float64) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		w.ok = false
+		return
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	w.b = strconv.AppendFloat(w.b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 -> e-9
+		if n := len(w.b); n >= 4 && w.b[n-4] == 'e' && w.b[n-3] == '-' && w.b[n-2] == '0' {
+			w.b[n-2] = w.b[n-1]
+			w.b = w.b[:n-1]
+		}
+	}
 }
 
 // appendJSONString appends s as a JSON string, as encoding/json writes it
