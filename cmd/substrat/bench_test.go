@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +84,44 @@ func TestBenchTiny(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("report:\n%s\nprogress:\n%s", report, progress.String())
+	}
+}
+
+// BenchmarkRecover times Core.Recover of a home of 1,000 and 10,000
+// agents with 100 events each, as `substrat bench` does, next to a bare read
+// of the same files, and reports their ratio (the target is at most 2).
+// For profiling:
+//
+//	go test ./cmd/substrat -run '^$' -bench Recover/1k -cpuprofile cpu.out
+func BenchmarkRecover(b *testing.B) {
+	for _, agents := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("%dk", agents/1000), func(b *testing.B) {
+			home := filepath.Join(b.TempDir(), "home")
+			if _, err := buildFixture(home, agents, 100); err != nil {
+				b.Fatal(err)
+			}
+			run := &benchRun{ctx: context.Background()}
+			if _, err := bareRead(home); err != nil { // warm the cache
+				b.Fatal(err)
+			}
+			var read, recov time.Duration
+			for b.Loop() {
+				runtime.GC()
+				t := time.Now()
+				if _, err := bareRead(home); err != nil {
+					b.Fatal(err)
+				}
+				read += time.Since(t)
+				runtime.GC()
+				dt, err := run.recoverOnce(home, agents)
+				if err != nil {
+					b.Fatal(err)
+				}
+				recov += dt
+			}
+			b.ReportMetric(float64(read.Microseconds())/1000/float64(b.N), "read-ms")
+			b.ReportMetric(float64(recov.Microseconds())/1000/float64(b.N), "recover-ms")
+			b.ReportMetric(float64(recov)/float64(read), "x-read")
+		})
 	}
 }
