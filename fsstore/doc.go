@@ -126,5 +126,10 @@
 //
 // Every file operation goes through the FS interface (fs.go), whose
 // production implementation is OS. The simulation package replaces it with
-// a file system that loses what was not fsynced when it "crashes".
+// a file system that loses what was not fsynced when it "crashes". One
+// exception, read-only: on OS, Scan reads each agent directory with its
+// own system calls, relative to one descriptor of the directory
+// (agentdir.go), because start-up time is mostly system calls; its errors
+// read as package os's, and the tests check that a scan through the FS
+// methods finds exactly the same.
 package fsstore
