@@ -53,3 +53,74 @@ func TestDeliveryByLinkAndSweep(t *testing.T) {
 		t.Fatalf("cur/ after the sweep: %v %v", cur, err)
 	}
 }
+
+// The daemon logs a delivery before it links the messages into cur/. A stop
+// between the two leaves them in new/ under a message_delivered event: a
+// scan reports it, a repairing scan finishes the delivery (and does not
+// count them as pending), and a second scan finds nothing more.
+func TestUnfinishedDeliveryIsFinished(t *testing.T) {
+	home := t.TempDir()
+	s := mustOpen(t, home, Options{})
+	a, err := s.CreateAgent(&Session{Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []*Message
+	for _, text := range []string{"one", "two", "three"} {
+		m := &Message{From: User, To: a.ID(), Kind: KindMessage, Text: text}
+		if err := s.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	// Logged as delivered: the first two; the stop comes before the link.
+	if _, err := a.Commit(EvDelivered, Delivered{IDs: []string{ms[0].ID, ms[1].ID}}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	box := a.Files().Inbox()
+
+	before := hashTree(t, home)
+	res := mustScan(t, mustOpen(t, home, Options{}), ScanOptions{})
+	closeAgents(res)
+	if d := before.diff(hashTree(t, home), ""); len(d) != 0 {
+		t.Fatalf("a scan without repair changed the tree: %v", d)
+	}
+	var f *Finding
+	for i := range res.Findings {
+		if res.Findings[i].Kind == FindUnfinishedDelivery {
+			f = &res.Findings[i]
+		}
+	}
+	if f == nil || f.Repaired || f.Agent != a.ID() {
+		t.Fatalf("findings %+v, want an unrepaired unfinished_delivery", res.Findings)
+	}
+
+	res = mustScan(t, mustOpen(t, home, Options{}), ScanOptions{Repair: true})
+	defer closeAgents(res)
+	f = nil
+	for i := range res.Findings {
+		if res.Findings[i].Kind == FindUnfinishedDelivery {
+			f = &res.Findings[i]
+		}
+	}
+	if f == nil || !f.Repaired {
+		t.Fatalf("findings %+v, want a repaired unfinished_delivery", res.Findings)
+	}
+	for i, m := range ms {
+		_, err := os.Stat(box.Path(InboxCur, m.ID))
+		if delivered := err == nil; delivered != (i < 2) {
+			t.Errorf("message %q in cur/: %v, want %v", m.Text, delivered, i < 2)
+		}
+	}
+	if n := findAgent(res, a.ID()).PendingAtLoad(); n != 1 {
+		t.Errorf("pending after the repair: %d, want 1 (the message never delivered)", n)
+	}
+	again := mustScan(t, mustOpen(t, home, Options{}), ScanOptions{Repair: true})
+	defer closeAgents(again)
+	for _, f := range again.Findings {
+		if f.Kind == FindUnfinishedDelivery {
+			t.Errorf("a second scan still finds %+v", f)
+		}
+	}
+}

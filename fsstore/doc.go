@@ -106,12 +106,17 @@
 // inbox/tmp/ and fsyncs it, moves it to inbox/new/ with a rename that never
 // overwrites, and fsyncs new/; only then is the sender answered. A message
 // left in tmp/ was never acknowledged and is removed by the next scan.
-// Delivering it into a turn links it into inbox/cur/ (and fsyncs cur/);
-// its name in new/ stays for ten minutes (DeliveredGrace) and is then
-// removed. A message in new/ that is also in cur/ is delivered. The grace
-// is for backups: rsync lists cur/ before new/, so a message delivered while
-// rsync runs is still found in the copy's new/. Whatever is in new/ and not
-// in cur/ after a crash is undelivered and is delivered again.
+// A message is delivered when the turn that took it has ended: a
+// "message_delivered" event naming it is appended to the log, then the
+// message is linked into inbox/cur/ (and cur/ fsynced); its name in new/
+// stays for ten minutes (DeliveredGrace) and is then removed. A message in
+// new/ that is also in cur/ is delivered. The grace is for backups: rsync
+// lists cur/ before new/, so a message delivered while rsync runs is still
+// found in the copy's new/. Whatever is in new/ and not in cur/ after a
+// crash is undelivered and is delivered again, unless an event after
+// last_seq already records it as delivered (the stop fell between the
+// event and the link): the scan reports that as unfinished_delivery and
+// a repairing scan makes the link.
 //
 // # Scanning
 //

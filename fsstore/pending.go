@@ -44,12 +44,20 @@ func pendingName(fsys FS, b Inbox, name string) (id string, valid, delivered boo
 // to report the files that are not valid messages, as ReadInbox does. A
 // message that cannot be read is counted and not reported: the turn that
 // reads it reports it.
-func scanNew(fsys FS, b Inbox, dir string, entries []dirEntry) (pending int, bad []BadMessage) {
+//
+// delivered holds the ids that events after the snapshot record as
+// delivered (nil when there are none); those of them still pending are
+// returned as unfinished: the delivery was logged but not done.
+func scanNew(fsys FS, b Inbox, dir string, entries []dirEntry, delivered map[string]bool) (pending int, unfinished []string, bad []BadMessage) {
 	for _, e := range entries {
-		id, valid, delivered := pendingName(fsys, b, e.name)
-		if !delivered {
+		id, valid, done := pendingName(fsys, b, e.name)
+		if !done {
 			pending++
+			if valid && delivered[id] {
+				unfinished = append(unfinished, id)
+			}
 		}
+		delivered := done
 		path := filepath.Join(dir, e.name)
 		if !valid || !e.typ.IsRegular() {
 			bad = append(bad, BadMessage{path, "not a message file name (<uuidv7>.json)"})
@@ -70,5 +78,5 @@ func scanNew(fsys FS, b Inbox, dir string, entries []dirEntry) (pending int, bad
 			bad = append(bad, BadMessage{path, err.Error()})
 		}
 	}
-	return pending, bad
+	return pending, unfinished, bad
 }

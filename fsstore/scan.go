@@ -46,6 +46,11 @@ const (
 	// events.jsonl holds. The state is rebuilt from the log; repairing
 	// rewrites session.json and keeps the old one as session.json.N.broken.
 	FindSnapshotAhead FindingKind = "snapshot_ahead"
+	// FindUnfinishedDelivery is a message that an event after the snapshot
+	// records as delivered but that is still in inbox/new only: the daemon
+	// stopped between logging the delivery and linking the message into
+	// cur/. Repairing links it, finishing the delivery.
+	FindUnfinishedDelivery FindingKind = "unfinished_delivery"
 	// FindSnapshotRebuilt is a session.json rebuilt from events.jsonl by
 	// RebuildSnapshots; the old file is kept as session.json.N.broken.
 	FindSnapshotRebuilt FindingKind = "snapshot_rebuilt"
@@ -268,6 +273,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	// The log, replayed from the snapshot on.
 	cur := sess
 	replayed := 0
+	var delivered map[string]bool // ids the replayed events deliver
 	visit := func(seq uint64, line []byte) error {
 		if seq <= sess.LastSeq && !opts.Deep {
 			return nil
@@ -296,6 +302,18 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 		}
 		cur = next
 		replayed++
+		if e.Type == EvDelivered {
+			var d Delivered
+			if err := e.Decode(&d); err != nil {
+				return err
+			}
+			if delivered == nil {
+				delivered = map[string]bool{}
+			}
+			for _, id := range d.IDs {
+				delivered[id] = true
+			}
+		}
 		return nil
 	}
 	r, err := d.open(EventsName, eventsPath)
@@ -344,7 +362,8 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	var (
 		missing, unpublished []string
 		bad                  []BadMessage
-		pending              int // undelivered messages in new/
+		pending              int      // undelivered messages in new/
+		unfinished           []string // of those, the ones the log delivers
 	)
 	for _, sub := range []string{InboxTmp, InboxNew, InboxCur} {
 		dir, rel := inbox.Sub(sub), InboxDirName+string(filepath.Separator)+sub
@@ -361,7 +380,7 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 			// message that cannot be read is left for delivery to report.
 			var entries []dirEntry
 			if entries, err = d.readDir(rel, dir); err == nil {
-				pending, bad = scanNew(s.fs, inbox, dir, entries)
+				pending, unfinished, bad = scanNew(s.fs, inbox, dir, entries, delivered)
 			}
 		case InboxCur:
 			// Only its presence matters, and it grows with every
@@ -412,6 +431,21 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	for _, p := range unpublished {
 		found = append(found, s.removeLeftover(p, id,
 			"message never published (it was not acknowledged to its sender)", opts.Repair))
+	}
+	if len(unfinished) > 0 {
+		f := Finding{Kind: FindUnfinishedDelivery, Path: inbox.Sub(InboxNew), Agent: id,
+			Detail: fmt.Sprintf("messages recorded as delivered in events.jsonl are still only in inbox/new: %s",
+				strings.Join(unfinished, ", "))}
+		if opts.Repair {
+			if err := MarkDelivered(s.fs, inbox, unfinished); err != nil {
+				f.Detail += "; linking them into cur/ failed: " + err.Error()
+			} else {
+				f.Repaired = true
+				f.Detail += "; linked into cur/, which finishes their delivery"
+				pending -= len(unfinished)
+			}
+		}
+		found = append(found, f)
 	}
 	for _, b := range bad {
 		found = append(found, Finding{Kind: FindBadMessage, Path: b.Path, Agent: id,

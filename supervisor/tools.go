@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -101,7 +102,8 @@ type turnTools struct {
 
 	mu       sync.Mutex // guards the fields below
 	spawned  []*node
-	requests []string // messages sent to agents that await a reply
+	requests []string        // messages sent to agents that await a reply
+	checked  map[string]bool // messages check_inbox handed over this turn
 }
 
 func newTurnTools(c *Core, n *node, msgs []*fsstore.Message) *turnTools {
@@ -112,6 +114,14 @@ func newTurnTools(c *Core, n *node, msgs []*fsstore.Message) *turnTools {
 		t.hops = max(t.hops, m.Hops)
 	}
 	return t
+}
+
+// checkedIDs returns the messages check_inbox handed over this turn, in
+// id order. They are delivered when the turn ends, with the prompt's.
+func (t *turnTools) checkedIDs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.checked))
 }
 
 func (t *turnTools) requestsSent() []string {
@@ -554,23 +564,24 @@ func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall) (str
 	if err != nil {
 		return "", storeErr(err)
 	}
+	// The messages picked are delivered when the turn ends, with the
+	// prompt's: a turn cut short (a crash, a failure) leaves them in the
+	// inbox for the next one, as it leaves its prompt's.
 	var picked []*fsstore.Message
-	var ids []string
+	t.mu.Lock()
+	if t.checked == nil {
+		t.checked = map[string]bool{}
+	}
 	for _, m := range msgs {
-		if t.inTurn[m.ID] || (a.Sender != "" && m.FromName != a.Sender && m.From != a.Sender) || (a.Kind != "" && m.Kind != a.Kind) {
+		if t.inTurn[m.ID] || t.checked[m.ID] || (a.Sender != "" && m.FromName != a.Sender && m.From != a.Sender) || (a.Kind != "" && m.Kind != a.Kind) {
 			continue
 		}
 		picked = append(picked, m)
-		ids = append(ids, m.ID)
+		t.checked[m.ID] = true
 	}
+	t.mu.Unlock()
 	if len(picked) == 0 {
 		return "no new messages", nil
-	}
-	if err := t.n.agent.MarkDelivered(ids); err != nil {
-		return "", storeErr(err)
-	}
-	if err := t.c.commit(t.n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
-		return "", err
 	}
 	return RenderPrompt(picked), nil
 }

@@ -127,18 +127,23 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
 		return err
 	}
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
+	// Delivery: the prompt's messages and those check_inbox handed over.
+	// The log first, then the inbox; a crash between the two leaves the
+	// messages in inbox/new under a message_delivered event, and the next
+	// scan finishes the delivery (fsstore FindUnfinishedDelivery).
+	ids := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		ids = append(ids, m.ID)
+	}
+	ids = append(ids, tools.checkedIDs()...)
+	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
+		return err
 	}
 	if err := n.agent.MarkDelivered(ids); err != nil {
 		return storeErr(err)
 	}
 	if _, err := fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now()); err != nil {
 		c.log.Warn("delivered messages not swept from inbox/new", "agent", n.id(), "err", err)
-	}
-	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
-		return err
 	}
 	c.mu.Lock()
 	done := n.terminated()
