@@ -128,6 +128,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	d.srv = rpc.NewServer(log)
+	d.srv.SamePIDNamespace = true // no client from inside a sandbox
 	d.register()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.srv.Serve(ln) }()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
@@ -101,5 +102,33 @@ func TestToolSocket(t *testing.T) {
 	c.sockets.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d tool sockets left open", left)
+	}
+}
+
+// A process in a sandbox that sees daemon.sock (a workspace link that
+// covers the home) still cannot drive the daemon: the daemon refuses peers
+// of another PID namespace. The same client outside the sandbox gets in.
+func TestSandboxCannotDriveDaemon(t *testing.T) {
+	home, sock := startDaemon(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := exec.Command(exe)
+	outside.Env = append(os.Environ(), dialEnv+"="+sock)
+	if out, err := outside.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "status: pid") {
+		t.Fatalf("the client outside a sandbox: %s (%v)", out, err)
+	}
+	spec := bwrap.Spec{Root: t.TempDir(), Mounts: []bwrap.Mount{
+		{Host: home, Target: "/mnt/home", ReadOnly: true},
+		{Host: exe, Target: exe, ReadOnly: true},
+	}, Env: map[string]string{dialEnv: "/mnt/home/daemon.sock"}}
+	inside, err := bwrap.Command(context.Background(), spec, []string{exe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := inside.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "another PID namespace") {
+		t.Fatalf("a client inside a sandbox that sees daemon.sock: %s (%v); want it refused", out, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -26,6 +27,11 @@ type Server struct {
 	Log *slog.Logger
 	// UID is the only peer uid accepted; -1 accepts any (tests only).
 	UID int
+	// SamePIDNamespace refuses peers in another PID namespace than the
+	// server's: processes in an agent's sandbox (bwrap unshares it). They
+	// must not drive the daemon even if a bind exposes its socket; they
+	// have their agent's tool socket, which leaves this off.
+	SamePIDNamespace bool
 
 	mu      sync.Mutex // guards the fields below
 	methods map[string]Handler
@@ -116,15 +122,43 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// peerUID returns the uid of the process at the other end of a Unix socket.
-func peerUID(c net.Conn) (int, error) {
+// checkPeer refuses a peer of another uid, or of another PID namespace
+// when SamePIDNamespace is set.
+func (s *Server) checkPeer(c net.Conn) *Error {
+	if s.UID < 0 && !s.SamePIDNamespace {
+		return nil
+	}
+	cred, err := peerCred(c)
+	if err != nil {
+		return Errorf(CodePermission, "connection refused: cannot tell who the peer is: %v", err)
+	}
+	if s.UID >= 0 && int(cred.Uid) != s.UID {
+		return Errorf(CodePermission, "connection refused: peer uid %d is not the daemon's uid %d", cred.Uid, s.UID)
+	}
+	if s.SamePIDNamespace {
+		own, err := os.Readlink("/proc/self/ns/pid")
+		if err != nil {
+			return nil // no /proc: nothing to compare, and no sandbox either
+		}
+		peer, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cred.Pid))
+		if err != nil || peer != own {
+			return Errorf(CodePermission, "connection refused: the peer (pid %d) runs in another PID namespace, such as an agent's sandbox; "+
+				"sandboxed processes reach only their agent's tools", cred.Pid)
+		}
+	}
+	return nil
+}
+
+// peerCred returns the credentials of the process at the other end of a
+// Unix socket.
+func peerCred(c net.Conn) (*unix.Ucred, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return -1, errors.New("not a unix socket")
+		return nil, errors.New("not a unix socket")
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
@@ -132,12 +166,9 @@ func peerUID(c net.Conn) (int, error) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
-	if cerr != nil {
-		return -1, cerr
-	}
-	return int(cred.Uid), nil
+	return cred, cerr
 }
 
 type connWriter struct {
@@ -166,13 +197,10 @@ func (s *Server) serveConn(c net.Conn) {
 		c.Close()
 	}()
 	cw := &connWriter{w: bufio.NewWriter(c)}
-	if s.UID >= 0 {
-		uid, err := peerUID(c)
-		if err != nil || uid != s.UID {
-			s.Log.Warn("rpc: refused a connection", "peer_uid", uid, "err", err)
-			cw.write(&Response{Error: Errorf(CodePermission, "connection refused: peer uid %d is not the daemon's uid %d", uid, s.UID)})
-			return
-		}
+	if e := s.checkPeer(c); e != nil {
+		s.Log.Warn("rpc: refused a connection", "reason", e.Message)
+		cw.write(&Response{Error: e})
+		return
 	}
 	// A reader goroutine feeds request lines to this loop, and cancels
 	// the connection's context when the client goes away, so that a
