@@ -3,6 +3,7 @@ package bwrap
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,11 +20,11 @@ func cat(parts ...[]string) []string {
 // The fixed fragments of every command line, spelled out.
 var (
 	head    = []string{"/usr/bin/bwrap", "--die-with-parent", "--new-session", "--unshare-all"}
-	caps    = []string{"--cap-drop", "ALL", "--clearenv"}
+	caps    = []string{"--cap-drop", "ALL"}
 	system  = []string{"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr", "--ro-bind-try", "/bin", "/bin", "--ro-bind-try", "/sbin", "/sbin", "--ro-bind-try", "/lib", "/lib", "--ro-bind-try", "/lib64", "/lib64"}
 	etc     = []string{"--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--ro-bind-try", "/etc/alternatives", "/etc/alternatives", "--ro-bind-try", "/etc/passwd", "/etc/passwd", "--ro-bind-try", "/etc/group", "/etc/group", "--ro-bind-try", "/etc/nsswitch.conf", "/etc/nsswitch.conf", "--ro-bind-try", "/etc/localtime", "/etc/localtime", "--ro-bind-try", "/etc/ssl", "/etc/ssl", "--ro-bind-try", "/etc/ca-certificates", "/etc/ca-certificates"}
 	etcNet  = []string{"--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf", "--ro-bind-try", "/etc/hosts", "/etc/hosts"}
-	defEnvW = []string{"--setenv", "HOME", "/workspace", "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--setenv", "TERM", "dumb"}
+	defEnvW = []string{"HOME=/workspace", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=dumb"}
 )
 
 func TestArgv(t *testing.T) {
@@ -32,6 +33,7 @@ func TestArgv(t *testing.T) {
 		spec Spec
 		cmd  []string
 		want []string
+		env  []string // Environ; nil: defEnvW
 	}{
 		{
 			name: "minimal",
@@ -39,10 +41,7 @@ func TestArgv(t *testing.T) {
 			cmd:  []string{"echo", "hi"},
 			want: []string{
 				"/usr/bin/bwrap", "--die-with-parent", "--new-session", "--unshare-all",
-				"--cap-drop", "ALL", "--clearenv",
-				"--setenv", "HOME", "/workspace",
-				"--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-				"--setenv", "TERM", "dumb",
+				"--cap-drop", "ALL",
 				"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 				"--ro-bind", "/usr", "/usr",
 				"--ro-bind-try", "/bin", "/bin",
@@ -67,14 +66,14 @@ func TestArgv(t *testing.T) {
 			name: "network",
 			spec: Spec{Root: "/r", Network: true},
 			cmd:  []string{"curl", "https://example.com"},
-			want: cat(head, []string{"--share-net"}, caps, defEnvW, system, etc, etcNet,
+			want: cat(head, []string{"--share-net"}, caps, system, etc, etcNet,
 				[]string{"--bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "curl", "https://example.com"}),
 		},
 		{
 			name: "read-only root",
 			spec: Spec{Root: "/r", RootReadOnly: true},
 			cmd:  []string{"ls"},
-			want: cat(head, caps, defEnvW, system, etc,
+			want: cat(head, caps, system, etc,
 				[]string{"--ro-bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "ls"}),
 		},
 		{
@@ -85,7 +84,7 @@ func TestArgv(t *testing.T) {
 				{Host: "/data/in/x", Target: "/in/x"},
 			}},
 			cmd: []string{"make"},
-			want: cat(head, caps, defEnvW, system, etc, []string{
+			want: cat(head, caps, system, etc, []string{
 				"--bind", "/r", "/workspace",
 				"--ro-bind", "/data/in", "/in",
 				"--bind", "/data/out", "/workspace/out",
@@ -96,24 +95,15 @@ func TestArgv(t *testing.T) {
 			name: "env sorted, defaults overridable",
 			spec: Spec{Root: "/r", Env: map[string]string{"ZED": "z", "API_KEY": "k=v w", "PATH": "/opt/bin:/usr/bin", "M": ""}},
 			cmd:  []string{"env"},
-			want: cat(head, caps, []string{
-				"--setenv", "API_KEY", "k=v w",
-				"--setenv", "HOME", "/workspace",
-				"--setenv", "M", "",
-				"--setenv", "PATH", "/opt/bin:/usr/bin",
-				"--setenv", "TERM", "dumb",
-				"--setenv", "ZED", "z",
-			}, system, etc, []string{"--bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "env"}),
+			want: cat(head, caps, system, etc, []string{"--bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "env"}),
+			env:  []string{"API_KEY=k=v w", "HOME=/workspace", "M=", "PATH=/opt/bin:/usr/bin", "TERM=dumb", "ZED=z"},
 		},
 		{
 			name: "custom workdir is the root target and HOME",
 			spec: Spec{Root: "/r", Workdir: "/src/proj"},
 			cmd:  []string{"pwd"},
-			want: cat(head, caps, []string{
-				"--setenv", "HOME", "/src/proj",
-				"--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-				"--setenv", "TERM", "dumb",
-			}, system, etc, []string{"--bind", "/r", "/src/proj", "--remount-ro", "/", "--chdir", "/src/proj", "--", "pwd"}),
+			want: cat(head, caps, system, etc, []string{"--bind", "/r", "/src/proj", "--remount-ro", "/", "--chdir", "/src/proj", "--", "pwd"}),
+			env:  []string{"HOME=/src/proj", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=dumb"},
 		},
 	}
 	for _, tt := range tests {
@@ -124,6 +114,18 @@ func TestArgv(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("argv mismatch\n got: %q\nwant: %q", got, tt.want)
+			}
+			for k, v := range tt.spec.Env {
+				if v != "" && slices.Contains(got, v) {
+					t.Errorf("the value of %s is on the command line, where any user can read it: %q", k, got)
+				}
+			}
+			want := tt.env
+			if want == nil {
+				want = defEnvW
+			}
+			if env := Environ(tt.spec); !reflect.DeepEqual(env, want) {
+				t.Errorf("environment mismatch\n got: %q\nwant: %q", env, want)
 			}
 		})
 	}

@@ -29,9 +29,9 @@ func LookPath() (string, error) {
 }
 
 // Command returns a command that runs cmd inside the sandbox s; the caller
-// sets its standard streams and starts it. bwrap runs with an empty
-// environment (the sandbox's environment is passed with --setenv only), in
-// a process group of its own. Cancelling ctx kills the whole group with
+// sets its standard streams and starts it. bwrap runs with the sandbox's
+// environment (Environ) and nothing else, which it hands on to cmd, in a
+// process group of its own. Cancelling ctx kills the whole group with
 // SIGKILL, and bwrap's death kills everything in the sandbox; Wait then
 // returns within WaitDelay even if a pipe is still held open.
 //
@@ -54,7 +54,7 @@ func command(ctx context.Context, s Spec, extra []Mount, cmd []string) (*exec.Cm
 		return nil, err
 	}
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	c.Env = []string{}
+	c.Env = Environ(s)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return killGroup(c.Process) }
 	c.WaitDelay = WaitDelay

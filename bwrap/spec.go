@@ -139,21 +139,7 @@ func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, err
 	if s.Network {
 		argv = append(argv, "--share-net")
 	}
-	argv = append(argv, "--cap-drop", "ALL", "--clearenv")
-
-	env := map[string]string{"PATH": DefaultPath, "HOME": wd, "TERM": "dumb"}
-	for k, v := range s.Env {
-		env[k] = v
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		argv = append(argv, "--setenv", k, env[k])
-	}
-
+	argv = append(argv, "--cap-drop", "ALL")
 	argv = append(argv, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr")
 	for _, d := range systemDirs {
 		argv = append(argv, "--ro-bind-try", d, d)
@@ -176,6 +162,23 @@ func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, err
 	}
 	argv = append(argv, "--remount-ro", "/", "--chdir", wd, "--")
 	return append(argv, cmd...), nil
+}
+
+// Environ returns the environment of the sandbox s, sorted: s.Env with
+// PATH (DefaultPath), HOME (the workdir) and TERM (dumb) unless s.Env sets
+// them. Command gives bwrap exactly this environment, which bwrap hands on;
+// it is not on the command line, where any user could read a secret in it.
+func Environ(s Spec) []string {
+	env := map[string]string{"PATH": DefaultPath, "HOME": s.workdir(), "TERM": "dumb"}
+	for k, v := range s.Env {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func bindFlag(readOnly bool) string {
