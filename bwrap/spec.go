@@ -266,6 +266,18 @@ func ValidateTarget(t string) error {
 	return nil
 }
 
+// SystemVisible reports whether the clean absolute path p lies in the
+// system directories (/usr, /bin, /sbin, /lib, /lib64), which every
+// sandbox shows read-only.
+func SystemVisible(p string) bool {
+	for _, d := range append([]string{"/usr"}, systemDirs...) {
+		if within(d, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // within reports whether the clean path p is base or lies under it.
 func within(base, p string) bool {
 	if base == "/" {

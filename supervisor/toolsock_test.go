@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,31 @@ func TestSandboxCannotDriveDaemon(t *testing.T) {
 	out, err := inside.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "another PID namespace") {
 		t.Fatalf("a client inside a sandbox that sees daemon.sock: %s (%v); want it refused", out, err)
+	}
+}
+
+// addBinds binds what a provider needs at its own path: parents before
+// what lies inside them, system directories skipped, and anything it
+// cannot bind as asked an error rather than a silent gap.
+func TestAddBinds(t *testing.T) {
+	spec := bwrap.Spec{Root: "/ws/root", Mounts: []bwrap.Mount{{Host: "/data", Target: "/opt/taken", ReadOnly: true}}}
+	got, err := addBinds(spec, []string{"/opt/cli", "/usr/lib/node", "/opt/cli"}, []string{"/opt/cli/home/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bwrap.Mount{spec.Mounts[0], {Host: "/opt/cli", Target: "/opt/cli", ReadOnly: true}, {Host: "/opt/cli/home/a", Target: "/opt/cli/home/a"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("addBinds = %+v, want %+v", got, want)
+	}
+	for _, bad := range []struct{ ro, rw []string }{
+		{ro: []string{"relative/pkg"}},
+		{ro: []string{"/etc/claude-code"}},
+		{ro: []string{"/opt/taken"}},
+		{rw: []string{"/usr/local/state"}},
+		{rw: []string{"/workspace"}},
+	} {
+		if _, err := addBinds(spec, bad.ro, bad.rw); err == nil {
+			t.Errorf("addBinds(ro %q, rw %q) succeeded", bad.ro, bad.rw)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/substrat/substrat/bwrap"
@@ -251,8 +252,12 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 				spec.Env[k] = v
 			}
 		}
+		// The program at its own path; a relative one is the workspace's.
 		prog := cmd.Path
-		ro := append([]string{prog}, needs.ReadOnly...)
+		ro := needs.ReadOnly
+		if filepath.IsAbs(prog) {
+			ro = append([]string{prog}, ro...)
+		}
 		rw := needs.ReadWrite
 		if len(needs.ReadOnly)+len(needs.ReadWrite) > 0 {
 			sock, err := c.toolSocket(sess.ID)
@@ -274,28 +279,37 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 }
 
 // addBinds returns spec's mounts plus host paths bound at their own paths:
-// ro read-only, rw read-write. Paths the sandbox already shows (the system
-// directories) and repeats are skipped; a read-write path the sandbox
-// cannot bind is an error.
+// ro read-only, rw read-write, parents before what lies inside them (so
+// that a read-write HOME inside a read-only package is still writable).
+// Read-only paths in the system directories, which the sandbox shows
+// anyway, and repeats are skipped. A path the sandbox cannot bind, or one
+// the workspace already binds something else at, is an error: the
+// provider would not see what it needs.
 func addBinds(spec bwrap.Spec, ro, rw []string) ([]bwrap.Mount, error) {
-	mounts := append([]bwrap.Mount(nil), spec.Mounts...)
-	seen := map[string]bool{}
+	taken := map[string]bool{}
 	for _, g := range spec.Grants() {
-		seen[g.Target] = true
+		taken[g.Target] = true
 	}
+	seen := map[string]bool{}
+	var added []bwrap.Mount
 	add := func(p string, readOnly bool) error {
-		p = filepath.Clean(p)
-		if err := bwrap.ValidateTarget(p); err != nil {
-			if readOnly {
-				return nil // under /usr and the like: visible read-only already
-			}
-			return fmt.Errorf("cannot bind %s read-write into the sandbox: %v", p, err)
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("cannot bind %q into the sandbox: not an absolute path", p)
 		}
-		if seen[p] {
+		p = filepath.Clean(p)
+		if readOnly && bwrap.SystemVisible(p) {
 			return nil
 		}
-		seen[p] = true
-		mounts = append(mounts, bwrap.Mount{Host: p, Target: p, ReadOnly: readOnly})
+		if err := bwrap.ValidateTarget(p); err != nil {
+			return fmt.Errorf("cannot bind %s into the sandbox: %v", p, err)
+		}
+		if taken[p] {
+			return fmt.Errorf("cannot bind %s into the sandbox: the workspace binds something else there", p)
+		}
+		if !seen[p] {
+			seen[p] = true
+			added = append(added, bwrap.Mount{Host: p, Target: p, ReadOnly: readOnly})
+		}
 		return nil
 	}
 	for _, p := range rw {
@@ -308,7 +322,9 @@ func addBinds(spec bwrap.Spec, ro, rw []string) ([]bwrap.Mount, error) {
 			return nil, err
 		}
 	}
-	return mounts, nil
+	depth := func(p string) int { return strings.Count(p, "/") }
+	sort.SliceStable(added, func(i, j int) bool { return depth(added[i].Target) < depth(added[j].Target) })
+	return append(append([]bwrap.Mount(nil), spec.Mounts...), added...), nil
 }
 
 // resolveAgentWorkspace turns the workspace an agent names (for itself or
