@@ -165,7 +165,16 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(filepath.Join(ahome, ".cursor"), 0o700); err != nil {
+		// The HOME is the sandbox's to write: a .cursor that is not a
+		// plain directory (a symlink planted by a turn) is removed rather
+		// than written through.
+		dot := filepath.Join(ahome, ".cursor")
+		if fi, err := os.Lstat(dot); err == nil && !fi.IsDir() {
+			if err := os.Remove(dot); err != nil {
+				return fmt.Errorf("%s: %w", a.opts.Name, err)
+			}
+		}
+		if err := os.MkdirAll(dot, 0o700); err != nil {
 			return fmt.Errorf("%s: %w", a.opts.Name, err)
 		}
 		if err := cli.WriteFile(filepath.Join(ahome, ".cursor", "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "")); err != nil {

@@ -422,4 +422,28 @@ func TestSandboxed(t *testing.T) {
 	if res := send(t, s, "CALL list_children {}"); !strings.HasPrefix(res.Text, "tool said: ") {
 		t.Errorf("tool call: %q", res.Text)
 	}
+	// The HOME is the sandbox's to write. A turn that plants a symlink
+	// there does not make the daemon write through it.
+	elsewhere := t.TempDir()
+	dot := filepath.Join(ahome, ".cursor")
+	if err := os.RemoveAll(dot); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, dot); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := e.provider().Restore(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Stop()
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("the daemon wrote through a symlink the sandbox planted: %v", entries)
+	}
+	if fi, err := os.Lstat(dot); err != nil || !fi.IsDir() {
+		t.Errorf("$HOME/.cursor after a restore: %v, %v", fi, err)
+	}
+	if _, _, err := testdaemon.MCPArgs(filepath.Join(dot, "mcp.json")); err != nil {
+		t.Errorf("the MCP config after a restore: %v", err)
+	}
 }
