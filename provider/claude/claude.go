@@ -245,8 +245,15 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"DISABLE_AUTOUPDATER":                      "1",
 		"CLAUDE_CODE_MAX_RETRIES":                  "2",
 	}, []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"}, a.opts.Env)
-	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs}, nil
+	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
+		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...)}, nil
 }
+
+// sandboxEnv is what of the daemon's environment the CLI keeps in a
+// sandbox: its own settings, and the credentials of the Anthropic API,
+// Bedrock or Vertex.
+var sandboxEnv = []string{"ANTHROPIC_", "CLAUDE_", "DISABLE_", "ENABLE_TOOL_SEARCH=", "MAX_THINKING_TOKENS=",
+	"AWS_", "CLOUD_ML_REGION=", "GOOGLE_APPLICATION_CREDENTIALS=", "VERTEX_REGION_"}
 
 // The stream-json lines.
 type streamLine struct {

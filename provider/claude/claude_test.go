@@ -428,6 +428,7 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	}
 	cfg.ToolSocket = filepath.Join(e.d.Home, "run", cfg.AgentID+".sock")
 	t.Setenv("SUBSTRAT_TEST_SECRET", "do-not-leak")
+	t.Setenv("CURSOR_API_KEY", "not-for-claude")
 	s, err := e.provider().Create(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -437,7 +438,9 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	if len(tracked) != 1 || !slices.Equal(tracked, done) {
 		t.Errorf("tracked %v, done %v", tracked, done)
 	}
-	if len(wrappedEnv) == 0 || slices.ContainsFunc(wrappedEnv, func(kv string) bool { return strings.HasPrefix(kv, "SUBSTRAT_TEST_SECRET=") }) ||
+	if len(wrappedEnv) == 0 || slices.ContainsFunc(wrappedEnv, func(kv string) bool {
+		return strings.HasPrefix(kv, "SUBSTRAT_TEST_SECRET=") || strings.HasPrefix(kv, "CURSOR_API_KEY=")
+	}) ||
 		!slices.Contains(wrappedEnv, "ENABLE_TOOL_SEARCH=false") {
 		t.Errorf("sandboxed env %q", wrappedEnv)
 	}

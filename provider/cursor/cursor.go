@@ -240,7 +240,8 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	}
 	args = append(args, prompt)
 	env := cli.Environ(set, nil, nil, a.opts.Env)
-	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir}, Needs: needs}, nil
+	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir}, Needs: needs,
+		KeepEnv: append([]string{"CURSOR_"}, cli.Names(a.opts.Env)...)}, nil
 }
 
 type streamLine struct {

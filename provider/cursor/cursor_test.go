@@ -373,6 +373,8 @@ func TestSandboxed(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.d.Config(t)
 	cfg.ToolSocket = filepath.Join(e.d.Home, "daemon.sock") // the test daemon serves any agent
+	t.Setenv("CURSOR_API_KEY", "cur-key")
+	t.Setenv("ANTHROPIC_API_KEY", "not-for-cursor")
 	var (
 		needs provider.SandboxNeeds
 		env   []string
@@ -408,7 +410,10 @@ func TestSandboxed(t *testing.T) {
 		!slices.Equal(needs.ReadWrite, []string{ahome}) || !needs.Network {
 		t.Errorf("needs %+v", needs)
 	}
-	if got.Home != ahome || !slices.Contains(env, "HOME="+ahome) || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "FAKE_CURSOR_CHATS=") }) {
+	// The CLI's HOME is the agent's; what Options.Env sets gets in whole;
+	// the daemon's other secrets stay out.
+	if got.Home != ahome || !slices.Contains(env, "HOME="+ahome) || !slices.Contains(env, "FAKE_CURSOR_CHATS="+e.chats) ||
+		!slices.Contains(env, "CURSOR_API_KEY=cur-key") || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "ANTHROPIC_") }) {
 		t.Errorf("sandboxed env %q", env)
 	}
 	if _, err := os.Stat(MCPConfigPath(cfg.WorkDir)); err == nil {

@@ -65,6 +65,9 @@ const (
 type Command struct {
 	proc.Command
 	Needs provider.SandboxNeeds
+	// KeepEnv are the variables (NAME=) and prefixes that the sandbox
+	// lets in besides the common ones (see Minimal): the CLI's own.
+	KeepEnv []string
 }
 
 // Line is what an adapter read in one output line.
@@ -344,7 +347,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		return provider.TurnResult{}, err
 	}
 	if sandbox := s.cfg.Sandbox; sandbox != nil {
-		c.Env = Minimal(c.Env)
+		c.Env = Minimal(c.Env, c.KeepEnv...)
 		needs := c.Needs
 		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
 	}

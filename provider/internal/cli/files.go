@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/renameio/v2"
@@ -140,24 +141,36 @@ func Environ(set, defaults map[string]string, drop []string, extra []string) []s
 	return append(out, extra...)
 }
 
-// minimalPrefixes are the variables a sandboxed CLI keeps: what it needs to
-// run and reach its API.
-var minimalPrefixes = []string{"PATH=", "HOME=", "LANG=", "LC_", "TZ=", "TERM=", "USER=", "TMPDIR=",
-	"ANTHROPIC_", "CLAUDE_", "DISABLE_", "ENABLE_", "CURSOR_", "SUBSTRAT_AGENT_ID=", "NODE_",
-	"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=", "https_proxy=", "no_proxy=", "SSL_CERT_"}
+// minimalPrefixes are the variables every sandboxed CLI keeps: what a
+// program needs to run and to go through a proxy. A name ends in "=", a
+// prefix does not. TMPDIR is not among them: the sandbox has its own /tmp.
+var minimalPrefixes = []string{"PATH=", "HOME=", "LANG=", "LC_", "TZ=", "TERM=", "USER=", "SUBSTRAT_AGENT_ID=",
+	"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=", "https_proxy=", "no_proxy=",
+	"SSL_CERT_FILE=", "SSL_CERT_DIR=", "NODE_EXTRA_CA_CERTS="}
 
 // Minimal keeps only the variables of env a sandboxed CLI needs (the
 // sandbox passes nothing else in, and should not see the daemon's
-// secrets).
-func Minimal(env []string) []string {
+// secrets): the common ones, and those keep names (a name ends in "=", a
+// prefix does not).
+func Minimal(env []string, keep ...string) []string {
 	var out []string
 	for _, kv := range env {
-		for _, p := range minimalPrefixes {
-			if strings.HasPrefix(kv, p) {
-				out = append(out, kv)
-				break
-			}
+		if slices.ContainsFunc(minimalPrefixes, func(p string) bool { return strings.HasPrefix(kv, p) }) ||
+			slices.ContainsFunc(keep, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			out = append(out, kv)
 		}
+	}
+	return out
+}
+
+// Names returns "NAME=" for each NAME=value of env: what Minimal keeps to
+// let env through whole (an adapter's Options.Env, which the user set on
+// purpose).
+func Names(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		out = append(out, k+"=")
 	}
 	return out
 }
