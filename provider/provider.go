@@ -141,6 +141,9 @@ type SandboxNeeds struct {
 	// API). In a workspace without network access the sandbox refuses it
 	// rather than grant the network behind the user's back.
 	Network bool
+	// ToolSocket says the process (its MCP server) must reach
+	// Config.ToolSocket, which the sandbox then binds.
+	ToolSocket bool
 }
 
 // Provider creates and restores sessions.

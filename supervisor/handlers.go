@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -263,18 +262,7 @@ func (d *Daemon) register() {
 		}
 		return c.workspaceInfo(w), nil
 	})
-	handle(d, "tool.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
-		return Tools(), nil
-	})
-	handle(d, "tool.call", func(ctx context.Context, p struct {
-		Agent string            `json:"agent"`
-		Call  provider.ToolCall `json:"call"`
-	}, _ func(any) error) (any, error) {
-		if !fsstore.IsID(p.Agent) {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent must be an agent id, got %q", p.Agent)
-		}
-		return c.CallTool(ctx, p.Agent, p.Call), nil
-	})
+	registerTools(d.srv, c, "")
 	handle(d, "inbox.list", func(ctx context.Context, p struct {
 		All bool `json:"all"`
 	}, _ func(any) error) (any, error) {

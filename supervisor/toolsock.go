@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
@@ -63,22 +64,7 @@ func (c *Core) toolSocket(id string) (string, error) {
 		return "", err
 	}
 	srv := rpc.NewServer(c.log)
-	srv.Handle("tool.list", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
-		return Tools(), nil
-	})
-	srv.Handle("tool.call", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
-		var p struct {
-			Agent string            `json:"agent"`
-			Call  provider.ToolCall `json:"call"`
-		}
-		if err := decode(params, &p); err != nil {
-			return nil, err
-		}
-		if p.Agent != "" && p.Agent != id {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "this socket serves agent %s only, not %q", id, p.Agent)
-		}
-		return c.CallTool(ctx, id, p.Call), nil
-	})
+	registerTools(srv, c, id)
 	if ts.byID == nil {
 		ts.byID = map[string]*rpc.Server{}
 	}
@@ -119,4 +105,30 @@ func (c *Core) closeToolSockets() {
 	for _, id := range ids {
 		c.closeToolSocket(id)
 	}
+}
+
+// registerTools registers tool.list and tool.call on srv: for any agent
+// (daemon.sock, only ""), or for agent only alone (its tool socket).
+func registerTools(srv *rpc.Server, c *Core, only string) {
+	srv.Handle("tool.list", func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
+		return Tools(), nil
+	})
+	srv.Handle("tool.call", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
+		var p struct {
+			Agent string            `json:"agent"`
+			Call  provider.ToolCall `json:"call"`
+		}
+		if err := decode(params, &p); err != nil {
+			return nil, err
+		}
+		switch {
+		case only == "" && !fsstore.IsID(p.Agent):
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent must be an agent id, got %q", p.Agent)
+		case only != "" && p.Agent != "" && p.Agent != only:
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "this socket serves agent %s only, not %q", only, p.Agent)
+		case only != "":
+			p.Agent = only
+		}
+		return c.CallTool(ctx, p.Agent, p.Call), nil
+	})
 }

@@ -41,7 +41,7 @@ func TestToolSocket(t *testing.T) {
 	}
 	state := t.TempDir()
 	cmd, err := hook(context.Background(), exec.Command("/bin/true"),
-		provider.SandboxNeeds{ReadOnly: []string{"/opt/cli", "/usr/lib"}, ReadWrite: []string{state}})
+		provider.SandboxNeeds{ReadOnly: []string{"/opt/cli", "/usr/lib"}, ReadWrite: []string{state}, ToolSocket: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -259,7 +259,7 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 			ro = append([]string{prog}, ro...)
 		}
 		rw := needs.ReadWrite
-		if len(needs.ReadOnly)+len(needs.ReadWrite) > 0 {
+		if needs.ToolSocket {
 			sock, err := c.toolSocket(sess.ID)
 			if err != nil {
 				return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)

@@ -452,7 +452,7 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	chome := filepath.Join(e.d.Home, "providers", "claude", "homes", cfg.AgentID)
 	want := provider.SandboxNeeds{ReadOnly: []string{filepath.Dir(exe), "/usr/local/bin/substrat", mcpPath},
 		ReadWrite: []string{chome}, Network: true}
-	if wrappedCmd != exe || !slices.Equal(needs.ReadOnly, want.ReadOnly) || !slices.Equal(needs.ReadWrite, want.ReadWrite) || !needs.Network {
+	if wrappedCmd != exe || !slices.Equal(needs.ReadOnly, want.ReadOnly) || !slices.Equal(needs.ReadWrite, want.ReadWrite) || !needs.Network || !needs.ToolSocket {
 		t.Errorf("sandboxed %s with needs %+v, want %s with %+v", wrappedCmd, needs, exe, want)
 	}
 	if !slices.Contains(wrappedEnv, "HOME="+chome) {

@@ -407,7 +407,7 @@ func TestSandboxed(t *testing.T) {
 		t.Errorf("ran %s, want the CLI's real path %s", prog, real)
 	}
 	if want := []string{filepath.Dir(real), "/opt/substrat"}; !slices.Equal(needs.ReadOnly, want) ||
-		!slices.Equal(needs.ReadWrite, []string{ahome}) || !needs.Network {
+		!slices.Equal(needs.ReadWrite, []string{ahome}) || !needs.Network || !needs.ToolSocket {
 		t.Errorf("needs %+v", needs)
 	}
 	// The CLI's HOME is the agent's; what Options.Env sets gets in whole;

@@ -62,8 +62,8 @@ func AgentHome(stateDir, agentID string) string {
 // not in the sandbox), and what the sandbox must show: the CLI's package
 // directory (a launcher and what it loads beside it), the substrat binary
 // that its MCP config starts (bin, or the running executable) and the
-// files in ro, read-only; its private HOME, read-write; and the network,
-// for its API.
+// files in ro, read-only; its private HOME, read-write; the network, for
+// its API; and the agent's tool socket, for its MCP server.
 func Sandboxed(path, bin, home string, ro ...string) (string, provider.SandboxNeeds, error) {
 	prog, err := filepath.EvalSymlinks(path)
 	if err == nil {
@@ -77,9 +77,10 @@ func Sandboxed(path, bin, home string, ro ...string) (string, provider.SandboxNe
 		return "", provider.SandboxNeeds{}, err
 	}
 	return prog, provider.SandboxNeeds{
-		ReadOnly:  append([]string{filepath.Dir(prog), substrat}, ro...),
-		ReadWrite: []string{home},
-		Network:   true,
+		ReadOnly:   append([]string{filepath.Dir(prog), substrat}, ro...),
+		ReadWrite:  []string{home},
+		Network:    true,
+		ToolSocket: true,
 	}, nil
 }
 
