@@ -37,7 +37,7 @@ func TestArgv(t *testing.T) {
 	}{
 		{
 			name: "minimal",
-			spec: Spec{Root: "/home/u/ws/root"},
+			spec: Spec{Root: Source{Host: "/home/u/ws/root"}},
 			cmd:  []string{"echo", "hi"},
 			want: []string{
 				"/usr/bin/bwrap", "--die-with-parent", "--new-session", "--unshare-all",
@@ -56,7 +56,7 @@ func TestArgv(t *testing.T) {
 				"--ro-bind-try", "/etc/localtime", "/etc/localtime",
 				"--ro-bind-try", "/etc/ssl", "/etc/ssl",
 				"--ro-bind-try", "/etc/ca-certificates", "/etc/ca-certificates",
-				"--bind", "/home/u/ws/root", "/workspace",
+				"--bind-fd", "3", "/workspace", // the root, opened by Command
 				"--remount-ro", "/",
 				"--chdir", "/workspace",
 				"--", "echo", "hi",
@@ -64,45 +64,45 @@ func TestArgv(t *testing.T) {
 		},
 		{
 			name: "network",
-			spec: Spec{Root: "/r", Network: true},
+			spec: Spec{Root: Source{Host: "/r"}, Network: true},
 			cmd:  []string{"curl", "https://example.com"},
 			want: cat(head, []string{"--share-net"}, caps, system, etc, etcNet,
-				[]string{"--bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "curl", "https://example.com"}),
+				[]string{"--bind-fd", "3", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "curl", "https://example.com"}),
 		},
 		{
 			name: "read-only root",
-			spec: Spec{Root: "/r", RootReadOnly: true},
+			spec: Spec{Root: Source{Host: "/r"}, RootReadOnly: true},
 			cmd:  []string{"ls"},
 			want: cat(head, caps, system, etc,
-				[]string{"--ro-bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "ls"}),
+				[]string{"--ro-bind-fd", "3", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "ls"}),
 		},
 		{
 			name: "ro and rw mounts in order",
-			spec: Spec{Root: "/r", Mounts: []Mount{
-				{Host: "/data/in", Target: "/in", ReadOnly: true},
-				{Host: "/data/out", Target: "/workspace/out"},
-				{Host: "/data/in/x", Target: "/in/x"},
+			spec: Spec{Root: Source{Host: "/r"}, Mounts: []Mount{
+				{Source: Source{Host: "/data/in"}, Target: "/in", ReadOnly: true},
+				{Source: Source{Host: "/data/out"}, Target: "/workspace/out"},
+				{Source: Source{Host: "/data/in/x"}, Target: "/in/x"},
 			}},
 			cmd: []string{"make"},
 			want: cat(head, caps, system, etc, []string{
-				"--bind", "/r", "/workspace",
-				"--ro-bind", "/data/in", "/in",
-				"--bind", "/data/out", "/workspace/out",
-				"--bind", "/data/in/x", "/in/x",
+				"--bind-fd", "3", "/workspace", // descriptors in the order of Grants
+				"--ro-bind-fd", "4", "/in",
+				"--bind-fd", "5", "/workspace/out",
+				"--bind-fd", "6", "/in/x",
 				"--remount-ro", "/", "--chdir", "/workspace", "--", "make"}),
 		},
 		{
 			name: "env sorted, defaults overridable",
-			spec: Spec{Root: "/r", Env: map[string]string{"ZED": "z", "API_KEY": "k=v w", "PATH": "/opt/bin:/usr/bin", "M": ""}},
+			spec: Spec{Root: Source{Host: "/r"}, Env: map[string]string{"ZED": "z", "API_KEY": "k=v w", "PATH": "/opt/bin:/usr/bin", "M": ""}},
 			cmd:  []string{"env"},
-			want: cat(head, caps, system, etc, []string{"--bind", "/r", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "env"}),
+			want: cat(head, caps, system, etc, []string{"--bind-fd", "3", "/workspace", "--remount-ro", "/", "--chdir", "/workspace", "--", "env"}),
 			env:  []string{"API_KEY=k=v w", "HOME=/workspace", "M=", "PATH=/opt/bin:/usr/bin", "TERM=dumb", "ZED=z"},
 		},
 		{
 			name: "custom workdir is the root target and HOME",
-			spec: Spec{Root: "/r", Workdir: "/src/proj"},
+			spec: Spec{Root: Source{Host: "/r"}, Workdir: "/src/proj"},
 			cmd:  []string{"pwd"},
-			want: cat(head, caps, system, etc, []string{"--bind", "/r", "/src/proj", "--remount-ro", "/", "--chdir", "/src/proj", "--", "pwd"}),
+			want: cat(head, caps, system, etc, []string{"--bind-fd", "3", "/src/proj", "--remount-ro", "/", "--chdir", "/src/proj", "--", "pwd"}),
 			env:  []string{"HOME=/src/proj", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=dumb"},
 		},
 	}
@@ -136,7 +136,7 @@ func TestArgvDeterministic(t *testing.T) {
 	for _, k := range strings.Fields("Q W E R T Y U I O P A S D F G H J K L Z X C V B N M") {
 		env[k] = strings.ToLower(k)
 	}
-	s := Spec{Root: "/r", Env: env}
+	s := Spec{Root: Source{Host: "/r"}, Env: env}
 	first, err := Argv("bwrap", s, []string{"true"})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestArgvDeterministic(t *testing.T) {
 }
 
 func TestArgvInvalid(t *testing.T) {
-	ok := Spec{Root: "/r"}
+	ok := Spec{Root: Source{Host: "/r"}}
 	with := func(f func(*Spec)) Spec { s := ok; f(&s); return s }
 	mount := func(m ...Mount) Spec { return with(func(s *Spec) { s.Mounts = m }) }
 	tests := []struct {
@@ -163,24 +163,24 @@ func TestArgvInvalid(t *testing.T) {
 		want string // substring of the error
 	}{
 		{"empty root", Spec{}, []string{"true"}, "root: empty path"},
-		{"relative root", Spec{Root: "ws/root"}, []string{"true"}, `root: "ws/root" is not absolute`},
-		{"dotdot root", Spec{Root: "/home/u/../../etc"}, []string{"true"}, `root: "/home/u/../../etc" contains '..'`},
-		{"unclean root", Spec{Root: "/home//u/"}, []string{"true"}, `root: "/home//u/" is not clean`},
+		{"relative root", Spec{Root: Source{Host: "ws/root"}}, []string{"true"}, `root: "ws/root" is not absolute`},
+		{"dotdot root", Spec{Root: Source{Host: "/home/u/../../etc"}}, []string{"true"}, `root: "/home/u/../../etc" contains '..'`},
+		{"unclean root", Spec{Root: Source{Host: "/home//u/"}}, []string{"true"}, `root: "/home//u/" is not clean`},
 		{"workdir slash", with(func(s *Spec) { s.Workdir = "/" }), []string{"true"}, `workdir: "/" would hide`},
 		{"workdir in usr", with(func(s *Spec) { s.Workdir = "/usr/local/ws" }), []string{"true"}, "workdir: /usr/local/ws would shadow /usr"},
-		{"relative target", mount(Mount{Host: "/d", Target: "d"}), []string{"true"}, `mount 1: target: "d" is not absolute`},
-		{"dotdot target", mount(Mount{Host: "/d", Target: "/workspace/../usr"}), []string{"true"}, `mount 1: target: "/workspace/../usr" contains '..'`},
-		{"root target", mount(Mount{Host: "/d", Target: "/"}), []string{"true"}, `mount 1: target: "/" would hide`},
-		{"usr target", mount(Mount{Host: "/d", Target: "/usr"}), []string{"true"}, "/usr would shadow /usr"},
-		{"lib subdir target", mount(Mount{Host: "/d", Target: "/lib/x"}), []string{"true"}, "/lib/x would shadow /lib"},
-		{"proc target", mount(Mount{Host: "/d", Target: "/proc"}), []string{"true"}, "/proc would shadow /proc"},
-		{"dev target", mount(Mount{Host: "/d", Target: "/dev/shm"}), []string{"true"}, "/dev/shm would shadow /dev"},
-		{"etc target", mount(Mount{Host: "/d", Target: "/etc"}), []string{"true"}, "/etc would shadow /etc"},
-		{"shell dir target", mount(Mount{Host: "/d", Target: "/.substrat-shell/state"}), []string{"true"}, "would shadow /.substrat-shell"},
-		{"target hides root", mount(Mount{Host: "/d", Target: "/workspace"}), []string{"true"}, "would hide the root"},
-		{"duplicate target", mount(Mount{Host: "/d", Target: "/x"}, Mount{Host: "/e", Target: "/x"}), []string{"true"}, "mount 2: target /x is used twice"},
-		{"relative host", mount(Mount{Host: "d", Target: "/x"}), []string{"true"}, `mount 1: host: "d" is not absolute`},
-		{"dotdot host", mount(Mount{Host: "/a/../b", Target: "/x"}), []string{"true"}, `mount 1: host: "/a/../b" contains '..'`},
+		{"relative target", mount(Mount{Source: Source{Host: "/d"}, Target: "d"}), []string{"true"}, `mount 1: target: "d" is not absolute`},
+		{"dotdot target", mount(Mount{Source: Source{Host: "/d"}, Target: "/workspace/../usr"}), []string{"true"}, `mount 1: target: "/workspace/../usr" contains '..'`},
+		{"root target", mount(Mount{Source: Source{Host: "/d"}, Target: "/"}), []string{"true"}, `mount 1: target: "/" would hide`},
+		{"usr target", mount(Mount{Source: Source{Host: "/d"}, Target: "/usr"}), []string{"true"}, "/usr would shadow /usr"},
+		{"lib subdir target", mount(Mount{Source: Source{Host: "/d"}, Target: "/lib/x"}), []string{"true"}, "/lib/x would shadow /lib"},
+		{"proc target", mount(Mount{Source: Source{Host: "/d"}, Target: "/proc"}), []string{"true"}, "/proc would shadow /proc"},
+		{"dev target", mount(Mount{Source: Source{Host: "/d"}, Target: "/dev/shm"}), []string{"true"}, "/dev/shm would shadow /dev"},
+		{"etc target", mount(Mount{Source: Source{Host: "/d"}, Target: "/etc"}), []string{"true"}, "/etc would shadow /etc"},
+		{"shell dir target", mount(Mount{Source: Source{Host: "/d"}, Target: "/.substrat-shell/state"}), []string{"true"}, "would shadow /.substrat-shell"},
+		{"target hides root", mount(Mount{Source: Source{Host: "/d"}, Target: "/workspace"}), []string{"true"}, "would hide the root"},
+		{"duplicate target", mount(Mount{Source: Source{Host: "/d"}, Target: "/x"}, Mount{Source: Source{Host: "/e"}, Target: "/x"}), []string{"true"}, "mount 2: target /x is used twice"},
+		{"relative host", mount(Mount{Source: Source{Host: "d"}, Target: "/x"}), []string{"true"}, `mount 1: host: "d" is not absolute`},
+		{"dotdot host", mount(Mount{Source: Source{Host: "/a/../b"}, Target: "/x"}), []string{"true"}, `mount 1: host: "/a/../b" contains '..'`},
 		{"empty env name", with(func(s *Spec) { s.Env = map[string]string{"": "x"} }), []string{"true"}, "empty name"},
 		{"env name with =", with(func(s *Spec) { s.Env = map[string]string{"A=B": "x"} }), []string{"true"}, `"A=B" contains '='`},
 		{"env value with NUL", with(func(s *Spec) { s.Env = map[string]string{"A": "x\x00y"} }), []string{"true"}, "A contains a NUL"},
@@ -216,12 +216,12 @@ func TestValidateTargetAccepts(t *testing.T) {
 }
 
 func TestGrants(t *testing.T) {
-	s := Spec{Root: "/r", RootReadOnly: true, Workdir: "/w", Mounts: []Mount{{Host: "/a", Target: "/a"}}}
-	want := []Mount{{Host: "/r", Target: "/w", ReadOnly: true}, {Host: "/a", Target: "/a"}}
+	s := Spec{Root: Source{Host: "/r"}, RootReadOnly: true, Workdir: "/w", Mounts: []Mount{{Source: Source{Host: "/a"}, Target: "/a"}}}
+	want := []Mount{{Source: Source{Host: "/r"}, Target: "/w", ReadOnly: true}, {Source: Source{Host: "/a"}, Target: "/a"}}
 	if got := s.Grants(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Grants() = %+v, want %+v", got, want)
 	}
-	if got := (Spec{Root: "/r"}).Grants(); got[0].Target != DefaultWorkdir {
+	if got := (Spec{Root: Source{Host: "/r"}}).Grants(); got[0].Target != DefaultWorkdir {
 		t.Fatalf("default grant target %q", got[0].Target)
 	}
 }

@@ -35,7 +35,15 @@ func LookPath() (string, error) {
 // SIGKILL, and bwrap's death kills everything in the sandbox; Wait then
 // returns within WaitDelay even if a pipe is still held open.
 //
-// It fails with ErrNotInstalled or ErrInvalidSpec.
+// Command opens the source of every bind now (Open) and puts the
+// descriptors in the command's ExtraFiles, where bwrap finds them
+// (--bind-fd); bwrap closes its copies before it runs cmd. The caller
+// closes the command's copies once it has started, or failed to start
+// (CloseFiles); until then they hold what the sandbox will see.
+//
+// It fails with ErrNotInstalled, ErrInvalidSpec, or an error of Open
+// (ErrSymlink, ErrLeaves, a missing path), or when the root is not a
+// directory.
 func Command(ctx context.Context, s Spec, cmd []string) (*exec.Cmd, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
@@ -53,12 +61,52 @@ func command(ctx context.Context, s Spec, extra []Mount, cmd []string) (*exec.Cm
 	if err != nil {
 		return nil, err
 	}
+	files, err := openAll(append(s.Grants(), extra...))
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := IsDir(files[0]); err != nil || !ok {
+		closeAll(files)
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return nil, fmt.Errorf("sandbox root %s: %w", s.Root.Host, err)
+	}
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	c.ExtraFiles = files
 	c.Env = Environ(s)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return killGroup(c.Process) }
 	c.WaitDelay = WaitDelay
 	return c, nil
+}
+
+// openAll opens the source of each mount, in order.
+func openAll(ms []Mount) ([]*os.File, error) {
+	files := make([]*os.File, 0, len(ms))
+	for _, m := range ms {
+		f, err := Open(m.Source)
+		if err != nil {
+			closeAll(files)
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// CloseFiles closes the descriptors a command of this package carries for
+// bwrap (its ExtraFiles). Call it once the command has started, or will
+// not be started; the running sandbox keeps what it bound.
+func CloseFiles(c *exec.Cmd) {
+	closeAll(c.ExtraFiles)
+	c.ExtraFiles = nil
 }
 
 // killGroup sends SIGKILL to the process group led by p.

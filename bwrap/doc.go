@@ -30,6 +30,24 @@
 // Mount targets inside a read-only root must already exist in it: bwrap
 // cannot create a mount point in a read-only bind, and says so.
 //
+// # Binds are made from descriptors
+//
+// A sandboxed process can change what it can write, and a bind made by
+// name binds whatever the name means when bwrap gets to it: swap a bound
+// directory for a symlink to "/" between the check and the bind, and the
+// sandbox gets the host's root. So every bind of a Spec (the root, the
+// mounts, Shell's state) names a Source: its host path, a trusted anchor
+// opened by name (the daemon's home; "/" by default), and how far down
+// symlinks may be followed. Command resolves each source once, with
+// openat2(2) (RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS), keeps the descriptor
+// and hands it to bwrap (--bind-fd, --ro-bind-fd), so what was resolved is
+// what is bound; bwrap checks again after its mount that the mount is the
+// descriptor's file, and dies if not. A source with a symlink where none
+// may be is refused (ErrSymlink), one whose symlink leads out of where it
+// must stay too (ErrLeaves). The system directories and /etc files are
+// still bound by name: no sandbox can write them.
+//
 // CheckLink is the policy for an agent that asks to link a host path: it
-// may only link what its own sandbox already grants.
+// may only link what its own sandbox already grants, resolved beneath the
+// grant the same way.
 package bwrap

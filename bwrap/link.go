@@ -1,18 +1,24 @@
 package bwrap
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // CheckLink decides whether a sandboxed agent whose sandbox grants granted
 // (see Spec.Grants) may link the host path hostPath into another sandbox,
 // read-write if wantWrite. The path must be absolute with no ".."
-// component; it is resolved with filepath.EvalSymlinks, and the resolved
-// path must be, or lie under, the resolved Host of a granted mount, a
-// read-write one if wantWrite. CheckLink returns the resolved path, which
-// is what the caller should bind.
+// component, and lie (by name, or by the real path of the grant) within
+// the Host of a granted mount, a read-write one if wantWrite. It is
+// resolved once, from that grant downward, the way Open resolves a bind
+// source: a symlink below the grant is followed only while it stays below
+// it. CheckLink returns the real path of what it resolved, which is what
+// the caller should store and later bind (with no symlink allowed in it).
 //
 // A refusal wraps ErrLinkRefused and names the path and the reason: not
 // absolute, contains "..", does not exist, is a symlink that leaves the
@@ -36,40 +42,86 @@ func CheckLink(granted []Mount, hostPath string, wantWrite bool) (string, error)
 		}
 	}
 	clean := filepath.Clean(hostPath)
-	resolved, err := filepath.EvalSymlinks(clean)
-	if err != nil {
-		return refuse("cannot be resolved: %v", err)
-	}
 
-	var lexical *Mount // the grant hostPath sits in before resolution
-	readOnly := false
+	var (
+		readOnly bool
+		leaves   *Mount // the grant a symlink left
+		missing  error
+	)
 	for i := range granted {
 		g := &granted[i]
-		if g.Host == "" || !filepath.IsAbs(g.Host) {
+		resolved, err := resolveIn(g.Source, clean)
+		switch {
+		case errors.Is(err, errNotInGrant):
+			continue
+		case errors.Is(err, ErrLeaves):
+			if leaves == nil {
+				leaves = g
+			}
+			continue
+		case err != nil:
+			if missing == nil {
+				missing = err
+			}
+			continue
+		case wantWrite && g.ReadOnly:
+			readOnly = true
 			continue
 		}
-		base := filepath.Clean(g.Host)
-		rbase, err := filepath.EvalSymlinks(base)
-		if err != nil {
-			continue // a grant that is gone grants nothing
-		}
-		if within(rbase, resolved) {
-			if wantWrite && g.ReadOnly {
-				readOnly = true
-				continue
-			}
-			return resolved, nil
-		}
-		if lexical == nil && (within(base, clean) || within(rbase, clean)) {
-			lexical = g
-		}
+		return resolved, nil
 	}
 	switch {
 	case readOnly:
 		return refuse("is granted read-only; it cannot be linked read-write")
-	case lexical != nil:
-		return refuse("is a symlink that leaves %s (it resolves to %s)", lexical.Host, resolved)
+	case leaves != nil:
+		to, _ := filepath.EvalSymlinks(clean) // for the message only
+		return refuse("is a symlink that leaves %s (it resolves to %s)", leaves.Host, to)
+	case missing != nil:
+		return refuse("cannot be resolved: %v", missing)
 	default:
 		return refuse("is not within anything your workspace grants")
 	}
+}
+
+// errNotInGrant: the path does not lie within the grant.
+var errNotInGrant = errors.New("not within the grant")
+
+// resolveIn resolves the clean absolute path p beneath the grant g: g is
+// opened as a bind source, and the part of p below it (by g's name or by
+// its real path) is resolved from that descriptor, following symlinks that
+// stay beneath it. It returns the real path of the result.
+func resolveIn(g Source, p string) (string, error) {
+	if g.validate() != nil {
+		return "", errNotInGrant // a malformed grant grants nothing
+	}
+	dir, err := Open(g)
+	if err != nil {
+		if within(g.Host, p) {
+			return "", err
+		}
+		return "", errNotInGrant
+	}
+	defer dir.Close()
+	base, err := RealPath(dir)
+	if err != nil {
+		return "", err
+	}
+	var r string
+	switch {
+	case within(base, p):
+		r = rel(base, p)
+	case within(g.Host, p):
+		r = rel(g.Host, p)
+	default:
+		return "", errNotInGrant
+	}
+	f, err := openBelow(dir, r, 0)
+	if errors.Is(err, unix.EXDEV) {
+		return "", ErrLeaves
+	}
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer f.Close()
+	return RealPath(f)
 }

@@ -38,10 +38,12 @@ func TestCheckLink(t *testing.T) {
 		}
 	}
 	granted := []Mount{
-		{Host: p("grant-via-link"), Target: "/workspace"},
-		{Host: p("ro"), Target: "/ro", ReadOnly: true},
-		{Host: p("ro/rwsub"), Target: "/ro/rwsub"},
-		{Host: p("gone"), Target: "/gone"}, // missing: grants nothing
+		// A grant named through a symlink in its trusted anchor (as a
+		// workspace root in a home reached through a symlink).
+		{Source: Source{Host: p("grant-via-link"), Anchor: p("grant-via-link")}, Target: "/workspace"},
+		{Source: Source{Host: p("ro")}, Target: "/ro", ReadOnly: true},
+		{Source: Source{Host: p("ro/rwsub")}, Target: "/ro/rwsub"},
+		{Source: Source{Host: p("gone")}, Target: "/gone"}, // missing: grants nothing
 	}
 
 	accept := []struct {
@@ -57,7 +59,6 @@ func TestCheckLink(t *testing.T) {
 		{p("rw/sub/up"), true, p("rw")},
 		{p("grant-via-link/sub"), true, p("rw/sub")},
 		{p("ro/file"), false, p("ro/file")},
-		{p("rw/to-ro"), false, p("ro/file")},
 		{p("ro/rwsub"), true, p("ro/rwsub")},
 	}
 	for _, a := range accept {
@@ -90,7 +91,10 @@ func TestCheckLink(t *testing.T) {
 		{"/etc/passwd", false, "is not within anything your workspace grants"},
 		{p("ro/file"), true, "is granted read-only"},
 		{p("ro"), true, "is granted read-only"},
-		{p("rw/to-ro"), true, "is granted read-only"},
+		// A symlink out of its grant is refused even where it lands in
+		// another grant: each path is resolved beneath one grant.
+		{p("rw/to-ro"), false, "is a symlink that leaves"},
+		{p("rw/to-ro"), true, "is a symlink that leaves"},
 		{p("rw/missing"), false, "cannot be resolved"},
 		{p("gone"), false, "cannot be resolved"},
 	}

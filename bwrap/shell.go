@@ -33,10 +33,11 @@ eval "unset __substrat_cmd; $__substrat_cmd"
 
 // Shell returns a command that runs script with /bin/sh inside the sandbox
 // s, in the shell state left by the previous Shell command with the same
-// stateDir: its working directory and exported variables. stateDir is a
-// host directory kept outside the sandbox's root (it is created if
-// missing) and bound read-write at ShellDir; that is the only place the
-// wrapper writes, so the state persists in a read-only root too.
+// state directory: its working directory and exported variables. The
+// state directory, state.Host, is a host directory kept outside the
+// sandbox's root (it is created if missing) and bound read-write at
+// ShellDir, resolved as state says; that is the only place the wrapper
+// writes, so the state persists in a read-only root too.
 //
 // The environment of s applies where the saved state does not say
 // otherwise: a variable the previous command exported or changed keeps its
@@ -45,17 +46,18 @@ eval "unset __substrat_cmd; $__substrat_cmd"
 // the last to finish wins. The command's exit status is the wrapper's.
 //
 // It fails like Command, and with ErrInvalidSpec when s already mounts
-// something at ShellDir or stateDir is not an absolute clean path.
-func Shell(ctx context.Context, s Spec, stateDir, script string) (*exec.Cmd, error) {
+// something at ShellDir or state is not an absolute clean path within its
+// anchor. Like Command, the caller closes the command's files (CloseFiles).
+func Shell(ctx context.Context, s Spec, state Source, script string) (*exec.Cmd, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	if err := checkPath(stateDir); err != nil {
+	if err := state.validate(); err != nil {
 		return nil, fmt.Errorf("%w: shell state directory: %v", ErrInvalidSpec, err)
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+	if err := os.MkdirAll(state.Host, 0o700); err != nil {
 		return nil, fmt.Errorf("shell state directory: %w", err)
 	}
-	extra := []Mount{{Host: stateDir, Target: ShellDir}}
+	extra := []Mount{{Source: state, Target: ShellDir}}
 	return command(ctx, s, extra, []string{"/bin/sh", "-c", shellScript, "substrat-shell", script})
 }

@@ -16,7 +16,7 @@ func shell(t *testing.T, s Spec, stateDir, script string) result {
 	requireBwrap(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Shell(ctx, s, stateDir, script)
+	c, err := Shell(ctx, s, Source{Host: stateDir}, script)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestShellStatePersists(t *testing.T) {
 				t.Fatal(err)
 			}
 			state := filepath.Join(dir, "shell-state")
-			s := Spec{Root: root, RootReadOnly: readOnly, Env: map[string]string{"GIVEN": "g"}}
+			s := Spec{Root: Source{Host: root}, RootReadOnly: readOnly, Env: map[string]string{"GIVEN": "g"}}
 
 			if r := shell(t, s, state, `cd sub && export FOO="bar baz'q" && BARE=unexported`); r.code != 0 {
 				t.Fatalf("first command: %+v", r)
@@ -64,7 +64,7 @@ func TestShellStatePersists(t *testing.T) {
 func TestShellExitStatus(t *testing.T) {
 	dir, root := newRoot(t)
 	state := filepath.Join(dir, "state")
-	s := Spec{Root: root}
+	s := Spec{Root: Source{Host: root}}
 	for _, tt := range []struct {
 		script string
 		code   int
@@ -93,7 +93,7 @@ func TestShellExitStatus(t *testing.T) {
 func TestShellLostDirectory(t *testing.T) {
 	dir, root := newRoot(t)
 	state := filepath.Join(dir, "state")
-	s := Spec{Root: root}
+	s := Spec{Root: Source{Host: root}}
 	if r := shell(t, s, state, "mkdir gone && cd gone"); r.code != 0 {
 		t.Fatalf("%+v", r)
 	}
@@ -108,11 +108,11 @@ func TestShellLostDirectory(t *testing.T) {
 
 func TestShellArguments(t *testing.T) {
 	_, root := newRoot(t)
-	_, err := Shell(context.Background(), Spec{Root: root}, "relative/state", "true")
+	_, err := Shell(context.Background(), Spec{Root: Source{Host: root}}, Source{Host: "relative/state"}, "true")
 	if !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("relative state dir: %v", err)
 	}
-	_, err = Shell(context.Background(), Spec{Root: root, Mounts: []Mount{{Host: "/x", Target: ShellDir}}}, "/s", "true")
+	_, err = Shell(context.Background(), Spec{Root: Source{Host: root}, Mounts: []Mount{{Source: Source{Host: "/x"}, Target: ShellDir}}}, Source{Host: "/s"}, "true")
 	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "shadow "+ShellDir) {
 		t.Errorf("a mount at %s: %v", ShellDir, err)
 	}

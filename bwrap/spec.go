@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -58,7 +59,7 @@ var reserved = []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/pro
 
 // Mount binds a host path into the sandbox.
 type Mount struct {
-	Host     string // absolute, clean host path
+	Source          // the host side, and how it is resolved
 	Target   string // absolute, clean path inside the sandbox
 	ReadOnly bool
 }
@@ -67,7 +68,7 @@ type Mount struct {
 type Spec struct {
 	// Root is the host directory bound at Workdir: the workspace root.
 	// Required.
-	Root string
+	Root Source
 	// RootReadOnly binds Root read-only.
 	RootReadOnly bool
 	// Mounts are bound after Root, in order; a later mount may sit inside
@@ -98,16 +99,21 @@ func (s Spec) workdir() string {
 // Workdir) first, then the mounts. It is what CheckLink takes.
 func (s Spec) Grants() []Mount {
 	g := make([]Mount, 0, 1+len(s.Mounts))
-	g = append(g, Mount{Host: s.Root, Target: s.workdir(), ReadOnly: s.RootReadOnly})
+	g = append(g, Mount{Source: s.Root, Target: s.workdir(), ReadOnly: s.RootReadOnly})
 	return append(g, s.Mounts...)
 }
 
 // Argv returns the full command line that runs cmd inside the sandbox s,
 // starting with bwrapPath. It touches no file: paths are checked for form
-// only. It fails with ErrInvalidSpec when a path is relative, unclean or
-// has a ".." component, when a target is "/", shadows a system directory,
-// /etc, /proc, /dev or ShellDir, or is used twice, when an environment
-// variable cannot be passed, or when cmd is empty.
+// only. Every bind of the spec is made from a descriptor, --bind-fd N or
+// --ro-bind-fd N, numbered from 3 in the order of Grants: the root, then
+// the mounts. Command opens them (Open) and passes them in that order.
+//
+// It fails with ErrInvalidSpec when a path is relative, unclean or has a
+// ".." component, when a source's anchor or beneath does not contain it,
+// when a target is "/", shadows a system directory, /etc, /proc, /dev or
+// ShellDir, or is used twice, when an environment variable cannot be
+// passed, or when cmd is empty.
 func Argv(bwrapPath string, s Spec, cmd []string) ([]string, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
@@ -153,12 +159,8 @@ func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, err
 		}
 	}
 
-	argv = append(argv, bindFlag(s.RootReadOnly), s.Root, wd)
-	for _, m := range s.Mounts {
-		argv = append(argv, bindFlag(m.ReadOnly), m.Host, m.Target)
-	}
-	for _, m := range extra {
-		argv = append(argv, bindFlag(m.ReadOnly), m.Host, m.Target)
+	for i, m := range append(s.Grants(), extra...) {
+		argv = append(argv, bindFlag(m.ReadOnly), strconv.Itoa(firstFD+i), m.Target)
 	}
 	argv = append(argv, "--remount-ro", "/", "--chdir", wd, "--")
 	return append(argv, cmd...), nil
@@ -181,16 +183,21 @@ func Environ(s Spec) []string {
 	return out
 }
 
+// firstFD is the descriptor number of the first bind source in the
+// sandboxed command: exec.Cmd.ExtraFiles start after stdin, stdout and
+// stderr.
+const firstFD = 3
+
 func bindFlag(readOnly bool) string {
 	if readOnly {
-		return "--ro-bind"
+		return "--ro-bind-fd"
 	}
-	return "--bind"
+	return "--bind-fd"
 }
 
 // validate checks the form of every path and variable of s.
 func (s Spec) validate() error {
-	if err := checkPath(s.Root); err != nil {
+	if err := s.Root.validate(); err != nil {
 		return fmt.Errorf("%w: root: %v", ErrInvalidSpec, err)
 	}
 	wd := s.workdir()
@@ -199,7 +206,7 @@ func (s Spec) validate() error {
 	}
 	seen := map[string]bool{wd: true}
 	for i, m := range s.Mounts {
-		if err := checkPath(m.Host); err != nil {
+		if err := m.Source.validate(); err != nil {
 			return fmt.Errorf("%w: mount %d: host: %v", ErrInvalidSpec, i+1, err)
 		}
 		if err := ValidateTarget(m.Target); err != nil {

@@ -111,8 +111,11 @@ type Config struct {
 	// before attaching pipes, with cmd.Env holding only what the process
 	// needs (the sandbox passes nothing else in), and with needs naming
 	// what else of the host the process must see. It fails if the sandbox
-	// cannot be had: bwrap is not installed, or the workspace does not
-	// allow what needs asks for (the network).
+	// cannot be had: bwrap is not installed, the workspace does not allow
+	// what needs asks for (the network), or a bind source has changed
+	// under it (a symlink where none may be). The command it returns may
+	// carry ExtraFiles, descriptors of what the sandbox binds: the caller
+	// closes them once the command has started, or failed to.
 	Sandbox func(ctx context.Context, cmd *exec.Cmd, needs SandboxNeeds) (*exec.Cmd, error)
 	// ToolSocket, if set, is a Unix socket that serves this agent's
 	// tool.list and tool.call and nothing else. The daemon sets it for

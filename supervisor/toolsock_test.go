@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,19 +40,21 @@ func TestToolSocket(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no network access") {
 		t.Fatalf("network refused with %v", err)
 	}
-	state := t.TempDir()
+	state, cli := t.TempDir(), t.TempDir()
 	cmd, err := hook(context.Background(), exec.Command("/bin/true"),
-		provider.SandboxNeeds{ReadOnly: []string{"/opt/cli", "/usr/lib"}, ReadWrite: []string{state}, ToolSocket: true})
+		provider.SandboxNeeds{ReadOnly: []string{cli, "/usr/lib"}, ReadWrite: []string{state}, ToolSocket: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer bwrap.CloseFiles(cmd)
 	args := strings.Join(cmd.Args, " ")
-	for _, want := range []string{"--bind " + state + " " + state, "--bind " + sock + " " + sock, "--ro-bind /opt/cli /opt/cli"} {
-		if !strings.Contains(args, want) {
-			t.Errorf("sandbox argv lacks %q: %s", want, args)
+	got := fdBinds(t, cmd)
+	for target, want := range map[string]string{state: "rw " + state, sock: "rw " + sock, cli: "ro " + cli} {
+		if got[target] != want {
+			t.Errorf("sandbox binds %s from %q, want %q: %s", target, got[target], want, args)
 		}
 	}
-	if strings.Contains(args, "/usr/lib /usr/lib") {
+	if _, ok := got["/usr/lib"]; ok || strings.Contains(args, "/usr/lib /usr/lib") {
 		t.Errorf("a system directory was bound again: %s", args)
 	}
 	if strings.Contains(args, c.store.Layout().Socket()) {
@@ -120,9 +123,9 @@ func TestSandboxCannotDriveDaemon(t *testing.T) {
 	if out, err := outside.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "status: pid") {
 		t.Fatalf("the client outside a sandbox: %s (%v)", out, err)
 	}
-	spec := bwrap.Spec{Root: t.TempDir(), Mounts: []bwrap.Mount{
-		{Host: home, Target: "/mnt/home", ReadOnly: true},
-		{Host: exe, Target: exe, ReadOnly: true},
+	spec := bwrap.Spec{Root: bwrap.Source{Host: t.TempDir()}, Mounts: []bwrap.Mount{
+		{Source: bwrap.Source{Host: home}, Target: "/mnt/home", ReadOnly: true},
+		{Source: bwrap.Source{Host: exe}, Target: exe, ReadOnly: true},
 	}, Env: map[string]string{dialEnv: "/mnt/home/daemon.sock"}}
 	inside, err := bwrap.Command(context.Background(), spec, []string{exe})
 	if err != nil {
@@ -134,16 +137,45 @@ func TestSandboxCannotDriveDaemon(t *testing.T) {
 	}
 }
 
+// fdBinds maps each target a sandbox command binds from a descriptor to
+// "ro HOST" or "rw HOST", HOST being the real path of the descriptor.
+func fdBinds(t *testing.T, cmd *exec.Cmd) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i, a := range cmd.Args {
+		if (a != "--bind-fd" && a != "--ro-bind-fd") || i+2 >= len(cmd.Args) {
+			continue
+		}
+		n, err := strconv.Atoi(cmd.Args[i+1])
+		if err != nil || n < 3 || n-3 >= len(cmd.ExtraFiles) {
+			t.Fatalf("%s %s: no such descriptor among %d", a, cmd.Args[i+1], len(cmd.ExtraFiles))
+		}
+		host, err := bwrap.RealPath(cmd.ExtraFiles[n-3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		mode := "rw "
+		if a == "--ro-bind-fd" {
+			mode = "ro "
+		}
+		out[cmd.Args[i+2]] = mode + host
+	}
+	return out
+}
+
 // addBinds binds what a provider needs at its own path: parents before
 // what lies inside them, system directories skipped, and anything it
 // cannot bind as asked an error rather than a silent gap.
 func TestAddBinds(t *testing.T) {
-	spec := bwrap.Spec{Root: "/ws/root", Mounts: []bwrap.Mount{{Host: "/data", Target: "/opt/taken", ReadOnly: true}}}
-	got, err := addBinds(spec, []string{"/opt/cli", "/usr/lib/node", "/opt/cli"}, []string{"/opt/cli/home/a"})
+	spec := bwrap.Spec{Root: bwrap.Source{Host: "/ws/root"}, Mounts: []bwrap.Mount{{Source: bwrap.Source{Host: "/data"}, Target: "/opt/taken", ReadOnly: true}}}
+	got, err := addBinds(spec, "/opt/cli/home", []string{"/opt/cli", "/usr/lib/node", "/opt/cli"}, []string{"/opt/cli/home/a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []bwrap.Mount{spec.Mounts[0], {Host: "/opt/cli", Target: "/opt/cli", ReadOnly: true}, {Host: "/opt/cli/home/a", Target: "/opt/cli/home/a"}}
+	want := []bwrap.Mount{spec.Mounts[0],
+		{Source: bwrap.Source{Host: "/opt/cli"}, Target: "/opt/cli", ReadOnly: true},
+		// In the Substrat home: resolved beneath it.
+		{Source: bwrap.Source{Host: "/opt/cli/home/a", Anchor: "/opt/cli/home"}, Target: "/opt/cli/home/a"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("addBinds = %+v, want %+v", got, want)
 	}
@@ -154,7 +186,7 @@ func TestAddBinds(t *testing.T) {
 		{rw: []string{"/usr/local/state"}},
 		{rw: []string{"/workspace"}},
 	} {
-		if _, err := addBinds(spec, bad.ro, bad.rw); err == nil {
+		if _, err := addBinds(spec, "/home", bad.ro, bad.rw); err == nil {
 			t.Errorf("addBinds(ro %q, rw %q) succeeded", bad.ro, bad.rw)
 		}
 	}

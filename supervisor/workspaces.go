@@ -98,7 +98,7 @@ type WorkspaceInfo struct {
 func (c *Core) workspaceInfo(w *workspace.Workspace) WorkspaceInfo {
 	root := c.store.Layout().WorkspaceRoot(w.Scope, w.Name)
 	if spec, err := w.Spec(c.store.Layout()); err == nil {
-		root = spec.Root
+		root = spec.Root.Host
 	}
 	return WorkspaceInfo{Workspace: w, Ref: w.Ref(), Root: root, Users: c.workspaceUsers(w.Scope, w.Name)}
 }
@@ -170,7 +170,11 @@ func (c *Core) LinkWorkspace(p LinkParams) (*workspace.Workspace, error) {
 	if !filepath.IsAbs(p.Source) {
 		return nil, invalidParams("source %q must be an absolute host path", p.Source)
 	}
-	w, err := c.ws.Link(scope, name, workspace.Link{HostPath: p.Source, MountPath: p.Target, Mode: p.Mode})
+	src, err := workspace.ResolveHostPath(p.Source)
+	if err != nil {
+		return nil, workspaceErr(err)
+	}
+	w, err := c.ws.Link(scope, name, workspace.Link{HostPath: src, MountPath: p.Target, Mode: p.Mode})
 	return w, workspaceErr(err)
 }
 
@@ -266,7 +270,7 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 			}
 			rw = append(append([]string(nil), rw...), sock)
 		}
-		if spec.Mounts, err = addBinds(spec, ro, rw); err != nil {
+		if spec.Mounts, err = addBinds(spec, c.store.Layout().Home, ro, rw); err != nil {
 			return nil, err
 		}
 		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
@@ -285,7 +289,12 @@ func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *
 // anyway, and repeats are skipped. A path the sandbox cannot bind, or one
 // the workspace already binds something else at, is an error: the
 // provider would not see what it needs.
-func addBinds(spec bwrap.Spec, ro, rw []string) ([]bwrap.Mount, error) {
+//
+// A path in the Substrat home (a CLI's HOME, its MCP config, the tool
+// socket) is resolved beneath the home, with no symlink below it; any
+// other (the CLI's package, the substrat binary; providers name them with
+// their symlinks resolved) with no symlink at all.
+func addBinds(spec bwrap.Spec, home string, ro, rw []string) ([]bwrap.Mount, error) {
 	taken := map[string]bool{}
 	for _, g := range spec.Grants() {
 		taken[g.Target] = true
@@ -308,7 +317,11 @@ func addBinds(spec bwrap.Spec, ro, rw []string) ([]bwrap.Mount, error) {
 		}
 		if !seen[p] {
 			seen[p] = true
-			added = append(added, bwrap.Mount{Host: p, Target: p, ReadOnly: readOnly})
+			src := bwrap.Source{Host: p}
+			if p != home && strings.HasPrefix(p, home+"/") {
+				src.Anchor = home
+			}
+			added = append(added, bwrap.Mount{Source: src, Target: p, ReadOnly: readOnly})
 		}
 		return nil
 	}
@@ -539,8 +552,8 @@ func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall) (strin
 	if filepath.IsAbs(a.Subdir) || slices.Contains(strings.Split(a.Subdir, "/"), "..") {
 		return "", fmt.Errorf("subdir %q must be relative, without '..'", a.Subdir)
 	}
-	root := []bwrap.Mount{{Host: spec.Root, Target: bwrap.DefaultWorkdir, ReadOnly: spec.RootReadOnly}}
-	resolved, err := bwrap.CheckLink(root, filepath.Join(spec.Root, a.Subdir), a.Mode == workspace.ModeRW)
+	root := spec.Grants()[:1]
+	resolved, err := bwrap.CheckLink(root, filepath.Join(spec.Root.Host, a.Subdir), a.Mode == workspace.ModeRW)
 	if err != nil {
 		return "", err
 	}

@@ -208,7 +208,7 @@ func (c *WorkspaceExecCmd) Run(g *Globals) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cmd, err := bwrap.Shell(ctx, spec, w.StateDir(layout), shellQuote(args))
+	cmd, err := bwrap.Shell(ctx, spec, w.ShellState(layout), shellQuote(args))
 	if errors.Is(err, bwrap.ErrNotInstalled) {
 		return fail(err.Error(), bwrap.InstallHint)
 	}
@@ -216,7 +216,11 @@ func (c *WorkspaceExecCmd) Run(g *Globals) error {
 		return err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err = cmd.Run()
+	err = cmd.Start()
+	bwrap.CloseFiles(cmd) // the sandbox holds what it bound
+	if err == nil {
+		err = cmd.Wait()
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return &exitError{code: ee.ExitCode(), msg: fmt.Sprintf("the command exited with status %d", ee.ExitCode())}

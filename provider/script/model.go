@@ -136,6 +136,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
+	proc.CloseExtraFiles(cmd)
 	if err != nil {
 		inW.Close()
 		if ctx.Err() != nil {

@@ -42,11 +42,20 @@
 //
 // # Escapes
 //
-// Paths that end up bound into a sandbox are checked twice: when they are
-// stored (a link's host path is resolved; a view's subdir must resolve
-// inside the source root) and again by Workspace.Spec just before a sandbox
-// is built, because a process with write access could have replaced a
-// directory with a symlink in between. Whether an agent may link a host
-// path at all is bwrap.CheckLink's decision, against the grants of the
-// agent's own workspace.
+// A process in one sandbox can write what its workspace grants, and so can
+// swap a directory that another sandbox binds for a symlink to "/". No
+// path is therefore trusted by name when it is bound. Spec names, for each
+// bind, how bwrap.Command resolves it as the sandbox is built: a root/
+// beneath the home, with no symlink below it; a view's subdir beneath the
+// source's root/, following only symlinks that stay inside it; a link's
+// host path with no symlink in it at all. The descriptors it opens are
+// what bwrap binds (see package bwrap).
+//
+// A link's host path is stored as a real path: Store.Link refuses one
+// with a symlink in it. An agent's link comes resolved by bwrap.CheckLink
+// (beneath the grant of its own workspace that the path lies in); a path
+// a user names is resolved first with ResolveHostPath. Spec also looks at
+// the host by name, to fail early with a message that says what to do (a
+// link whose path has become a symlink: unlink it and link it again), but
+// only the resolution at build time is the guarantee.
 package workspace

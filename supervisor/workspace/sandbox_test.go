@@ -88,7 +88,7 @@ func TestWorkspaceSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	shell := func(script string) (string, int) {
-		c, err := bwrap.Shell(ctx, vspec, v.StateDir(l), script)
+		c, err := bwrap.Shell(ctx, vspec, v.ShellState(l), script)
 		return sandboxRun(t, c, err)
 	}
 	if _, code := shell("cd sub && export STEP=one"); code != 0 {

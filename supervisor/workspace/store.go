@@ -10,8 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -204,20 +208,44 @@ func (s *Store) prepareViewLocked(v View) (View, error) {
 	return v, nil
 }
 
-// resolveLink checks l's form and resolves its host path, which must exist.
+// resolveLink checks l's form and that its host path exists and is a real
+// path: no component of it a symlink. A path that goes through a symlink
+// is refused, never resolved here, because by the time it is resolved a
+// sandboxed process may have swapped a directory in it for a symlink to
+// "/". An agent's link comes resolved by bwrap.CheckLink; a path a user
+// names is resolved first with ResolveHostPath.
 func resolveLink(l Link) (Link, error) {
 	if err := checkHostPath(l.HostPath); err != nil {
 		return Link{}, fmt.Errorf("%w: link host_path: %v", ErrInvalid, err)
 	}
-	resolved, err := filepath.EvalSymlinks(l.HostPath)
-	if err != nil {
-		return Link{}, fmt.Errorf("%w: link host_path %s: %v", ErrNotFound, l.HostPath, err)
-	}
-	l.HostPath = resolved
 	if err := ValidateLink(l); err != nil {
 		return Link{}, err
 	}
+	f, err := bwrap.Open(bwrap.Source{Host: l.HostPath})
+	switch {
+	case errors.Is(err, bwrap.ErrSymlink):
+		return Link{}, fmt.Errorf("%w: link host_path: %v", ErrEscape, err)
+	case err != nil:
+		return Link{}, fmt.Errorf("%w: link host_path %s: %v", ErrNotFound, l.HostPath, err)
+	}
+	f.Close()
 	return l, nil
+}
+
+// ResolveHostPath resolves the symlinks of a host path a user names for a
+// link (the user may name any host path); Store.Link takes the result.
+func ResolveHostPath(p string) (string, error) {
+	if hasDotDot(p) {
+		return "", fmt.Errorf("%w: link host_path: %q contains '..'", ErrInvalid, p)
+	}
+	if err := checkHostPath(filepath.Clean(p)); err != nil {
+		return "", fmt.Errorf("%w: link host_path: %v", ErrInvalid, err)
+	}
+	resolved, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: link host_path %s: %v", ErrNotFound, p, err)
+	}
+	return resolved, nil
 }
 
 // Get reads the workspace scope/name. It fails with ErrNotFound when there
@@ -358,13 +386,31 @@ func removeAll(fsys fsstore.FS, dir string) error {
 	if fsys.RemoveAll(dir) == nil {
 		return nil
 	}
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(p, dirPerm)
-		}
-		return nil
-	})
+	if f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0); err == nil {
+		makeWritable(f)
+		f.Close()
+	}
 	return fsys.RemoveAll(dir)
+}
+
+// makeWritable makes the directory d and every directory under it
+// writable by its owner. It walks by descriptor, each directory opened
+// relative to its parent without following a symlink, because a process
+// in a sandbox that binds part of the tree may swap a directory for a
+// symlink while the walk runs, and a chmod by name would then change a
+// host directory outside the tree.
+func makeWritable(d *os.File) {
+	d.Chmod(dirPerm)
+	names, _ := d.Readdirnames(-1)
+	for _, name := range names {
+		fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // not a directory, a symlink, or gone
+		}
+		sub := os.NewFile(uintptr(fd), filepath.Join(d.Name(), name))
+		makeWritable(sub)
+		sub.Close()
+	}
 }
 
 // Link adds l to the workspace scope/name and returns the workspace as

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -201,7 +202,16 @@ func TestLinkUnlink(t *testing.T) {
 	if _, err := s.Create(Workspace{Scope: UserScope, Name: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := s.Link(UserScope, "w", Link{HostPath: filepath.Join(host, "alias"), MountPath: "/data", Mode: ModeRW})
+	// The store takes real paths only: a path through a symlink is refused
+	// (it could be swapped before it is stored); a user's path is resolved
+	// first.
+	_, err := s.Link(UserScope, "w", Link{HostPath: filepath.Join(host, "alias"), MountPath: "/data", Mode: ModeRW})
+	wantErr(t, err, ErrEscape, filepath.Join(host, "alias")+" is a symlink")
+	resolved, err := ResolveHostPath(filepath.Join(host, "alias"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Link(UserScope, "w", Link{HostPath: resolved, MountPath: "/data", Mode: ModeRW})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +287,7 @@ func TestCreateView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Root != filepath.Join(root, "sub") || spec.RootReadOnly {
+	if want := (bwrap.Source{Host: filepath.Join(root, "sub"), Anchor: l.Home, Beneath: root}); spec.Root != want || spec.RootReadOnly {
 		t.Errorf("view spec root %q ro=%v", spec.Root, spec.RootReadOnly)
 	}
 
@@ -286,7 +296,7 @@ func TestCreateView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec, err := whole.Spec(l); err != nil || spec.Root != root || !spec.RootReadOnly {
+	if spec, err := whole.Spec(l); err != nil || spec.Root != (bwrap.Source{Host: root, Anchor: l.Home}) || !spec.RootReadOnly {
 		t.Errorf("whole-root ro view spec %+v, %v", spec, err)
 	}
 
@@ -346,7 +356,7 @@ func TestSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Root != l.WorkspaceRoot(UserScope, "w") || spec.RootReadOnly || !spec.Network || spec.Workdir != "" || spec.Env != nil {
+	if spec.Root != (bwrap.Source{Host: l.WorkspaceRoot(UserScope, "w"), Anchor: l.Home}) || spec.RootReadOnly || !spec.Network || spec.Workdir != "" || spec.Env != nil {
 		t.Errorf("spec %+v", spec)
 	}
 	if len(spec.Mounts) != 2 ||
@@ -354,8 +364,8 @@ func TestSpec(t *testing.T) {
 		spec.Mounts[1].Host != filepath.Join(host, "rw") || spec.Mounts[1].Target != "/workspace/out" || spec.Mounts[1].ReadOnly {
 		t.Errorf("mounts %+v", spec.Mounts)
 	}
-	if got := w.StateDir(l); got != filepath.Join(l.WorkspaceDir(UserScope, "w"), "shell-state") {
-		t.Errorf("StateDir = %s", got)
+	if got := w.ShellState(l); got != (bwrap.Source{Host: filepath.Join(l.WorkspaceDir(UserScope, "w"), "shell-state"), Anchor: l.Home}) {
+		t.Errorf("ShellState = %+v", got)
 	}
 }
 
@@ -568,5 +578,37 @@ func TestWorkspaceJSONRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, &w) {
 		t.Errorf("round trip: %+v, want %+v", back, &w)
+	}
+}
+
+// makeWritable, the retry of a delete, makes the tree's directories
+// writable and never follows a symlink out of it (a sandbox that binds
+// part of the tree could plant one).
+func TestMakeWritableStaysInside(t *testing.T) {
+	base := t.TempDir()
+	tree, outside := filepath.Join(base, "tree"), filepath.Join(base, "outside")
+	mkdirs(t, filepath.Join(tree, "a", "b"), outside)
+	if err := os.Symlink(outside, filepath.Join(tree, "a", "out")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{outside, filepath.Join(tree, "a", "b"), filepath.Join(tree, "a")} {
+		if err := os.Chmod(d, 0o500); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	makeWritable(f)
+	f.Close()
+	for d, want := range map[string]os.FileMode{tree: 0o700, filepath.Join(tree, "a"): 0o700, filepath.Join(tree, "a", "b"): 0o700, outside: 0o500} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o, want %o", d, got, want)
+		}
 	}
 }

@@ -209,9 +209,17 @@ func (w *Workspace) Validate() error {
 // the view's mode), its links as mounts in order, and the network if
 // network_access. Env is left for the caller to fill.
 //
-// It checks the host again: the root must exist, a view's root must still
-// resolve inside the source's root/ and each link's host path must still
-// resolve to itself; otherwise it fails with ErrNotFound or ErrEscape.
+// Each bind says how bwrap.Command resolves it when the sandbox is built,
+// which is what holds against a process that swaps a directory for a
+// symlink: a root/ is found beneath the home (the anchor), with no
+// symlink below it; a view's subdir beneath the source's root/, following
+// only symlinks that stay inside it; a link's host path, stored with its
+// symlinks resolved, with no symlink anywhere.
+//
+// Spec also looks at the host by name now, so that a missing root or a
+// link that has become a symlink fails early with a message that says
+// what to do (ErrNotFound, ErrEscape); that look is advice, the
+// resolution at build time is the guarantee.
 func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 	s := bwrap.Spec{Network: w.NetworkAccess}
 	if w.View == nil {
@@ -219,13 +227,13 @@ func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 		if err := isDir(root); err != nil {
 			return bwrap.Spec{}, fmt.Errorf("%w: workspace %s has no root directory: %v", ErrNotFound, w.Ref(), err)
 		}
-		s.Root = root
+		s.Root = bwrap.Source{Host: root, Anchor: l.Home}
 	} else {
-		root, err := viewRoot(l, *w.View)
+		src, err := viewSource(l, *w.View)
 		if err != nil {
 			return bwrap.Spec{}, fmt.Errorf("view %s: %w", w.Ref(), err)
 		}
-		s.Root, s.RootReadOnly = root, w.View.Mode == ModeRO
+		s.Root, s.RootReadOnly = src, w.View.Mode == ModeRO
 	}
 	for _, k := range w.Links {
 		resolved, err := filepath.EvalSymlinks(k.HostPath)
@@ -236,14 +244,30 @@ func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 			return bwrap.Spec{}, fmt.Errorf("%w: workspace %s: link at %s: %s now resolves to %s; unlink it and link it again",
 				ErrEscape, w.Ref(), k.MountPath, k.HostPath, resolved)
 		}
-		s.Mounts = append(s.Mounts, bwrap.Mount{Host: k.HostPath, Target: k.MountPath, ReadOnly: k.Mode == ModeRO})
+		s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: k.HostPath}, Target: k.MountPath, ReadOnly: k.Mode == ModeRO})
 	}
 	return s, nil
 }
 
-// StateDir is where bwrap.Shell keeps w's shell state: beside root/, never
-// inside it, so that it works for read-only views.
-func (w *Workspace) StateDir(l fsstore.Layout) string { return l.WorkspaceState(w.Scope, w.Name) }
+// ShellState is where bwrap.Shell keeps w's shell state: beside root/,
+// never inside it, so that it works for read-only views; found beneath the
+// home like a root/.
+func (w *Workspace) ShellState(l fsstore.Layout) bwrap.Source {
+	return bwrap.Source{Host: l.WorkspaceState(w.Scope, w.Name), Anchor: l.Home}
+}
+
+// viewSource returns how the root of a view is found: the source's root/
+// beneath the home, and the subdir beneath that root/.
+func viewSource(l fsstore.Layout, v View) (bwrap.Source, error) {
+	if _, err := viewRoot(l, v); err != nil { // advice: early, clear errors
+		return bwrap.Source{}, err
+	}
+	base := l.WorkspaceRoot(v.SourceScope, v.SourceName)
+	if v.Subdir == "" {
+		return bwrap.Source{Host: base, Anchor: l.Home}, nil
+	}
+	return bwrap.Source{Host: filepath.Join(base, v.Subdir), Anchor: l.Home, Beneath: base}, nil
+}
 
 // viewRoot resolves the host directory a view binds as its root and checks
 // that it lies inside the source's root/.

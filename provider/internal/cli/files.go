@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/google/renameio/v2"
 
@@ -99,16 +101,43 @@ func Substrat(bin string) (string, error) {
 
 // WriteFile replaces path with data atomically (a temp file in the same
 // directory, renamed), unless it already holds data. The directory must
-// exist.
+// exist and be a real directory, not a symlink to one.
+//
+// The files it writes may sit where a sandboxed CLI can write between
+// turns (its private HOME): whatever is at path is never followed or read
+// beyond len(data)+1 bytes (a symlink to /dev/zero, a FIFO), and the
+// rename replaces it, whatever it is.
 func WriteFile(path string, data []byte) error {
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+	if holds(path, data) {
 		return nil
 	}
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); err != nil {
+	fi, err := os.Lstat(dir)
+	if err != nil {
 		return err
 	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s)", dir, fi.Mode().Type())
+	}
 	return renameio.WriteFile(path, data, 0o600, renameio.WithTempDir(dir))
+}
+
+// holds reports whether path is a regular file holding exactly data. It
+// opens path without following a symlink or blocking on a FIFO, and reads
+// at most len(data)+1 bytes.
+func holds(path string, data []byte) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+		return false
+	}
+	buf := make([]byte, len(data)+1)
+	n, _ := io.ReadFull(f, buf)
+	return n == len(data) && bytes.Equal(buf[:n], data)
 }
 
 // Environ returns the daemon's environment with set replacing, defaults

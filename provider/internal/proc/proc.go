@@ -42,7 +42,8 @@ type Command struct {
 	Stdin string // written to stdin, which is then closed
 	// Wrap, if set, turns the command into the one to start (a sandbox:
 	// provider.Config.Sandbox). It gets the command before any pipe is
-	// attached.
+	// attached. The ExtraFiles of the command it returns are closed once
+	// it has started.
 	Wrap func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error)
 }
 
@@ -94,6 +95,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
 	outW.Close()
+	CloseExtraFiles(cmd)
 	if err != nil {
 		outR.Close()
 		kill()
@@ -108,6 +110,16 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 	// holds the pipe open.
 	p.unblock = context.AfterFunc(runCtx, func() { outR.SetReadDeadline(time.Unix(1, 0)) })
 	return p, nil
+}
+
+// CloseExtraFiles closes the descriptors a sandbox put in cmd.ExtraFiles
+// for bwrap to bind (provider.Config.Sandbox); call it once cmd has
+// started or failed to: the started process has its own copies.
+func CloseExtraFiles(cmd *exec.Cmd) {
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	cmd.ExtraFiles = nil
 }
 
 // Pid is the process id (and process group id) of the command.
