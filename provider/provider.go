@@ -71,9 +71,22 @@ type Usage struct {
 // (a readable form of its result). Chunks are for watching a turn; the
 // turn's outcome is its TurnResult.
 type Chunk struct {
-	Kind string `json:"kind"` // "text", "tool_call", "tool_result"
+	Kind string `json:"kind"` // one of the Chunk kinds below
+	// Tool names the tool of a ChunkDenied.
+	Tool string `json:"tool,omitempty"`
 	Text string `json:"text"`
 }
+
+// Chunk kinds.
+const (
+	ChunkText       = "text"        // assistant text
+	ChunkToolCall   = "tool_call"   // "name {json args}"
+	ChunkToolResult = "tool_result" // the result text; "error: ..." for a failure
+	// ChunkDenied is a tool call the provider's own permission rules
+	// refused; Text says why. The turn goes on (the model sees the
+	// refusal as the tool's result), and the daemon records it.
+	ChunkDenied = "denied"
+)
 
 // Turn is one prompt sent to a session.
 type Turn struct {

@@ -55,9 +55,12 @@
 // MCP servers: a substrat server that failed fails the turn), assistant
 // (text and tool_use blocks, streamed as chunks), user (tool results) and
 // result (the final text, usage with cache tokens counted as input, and
-// total_cost_usd). Other types are skipped. A line that is not a JSON
-// object with a type is a provider.ErrProtocol. A failed result whose text
-// reads like an overloaded or 429/5xx API is retried with --resume.
+// total_cost_usd), and system/permission_denied (a tool the CLI refused,
+// streamed as a provider.ChunkDenied; the turn goes on). Other types and
+// subtypes are skipped, and a field of a shape this adapter does not
+// expect is left out: only a line that is not JSON at all is a
+// provider.ErrProtocol. A failed result whose text reads like an
+// overloaded or 429/5xx API is retried with --resume.
 package claude
 
 import (
@@ -255,7 +258,9 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 var sandboxEnv = []string{"ANTHROPIC_", "CLAUDE_", "DISABLE_", "ENABLE_TOOL_SEARCH=", "MAX_THINKING_TOKENS=",
 	"AWS_", "CLOUD_ML_REGION=", "GOOGLE_APPLICATION_CREDENTIALS=", "VERTEX_REGION_"}
 
-// The stream-json lines.
+// streamLine is one stream-json line. Fields whose shape differs between
+// line types (message is an object in assistant and user lines and a
+// string in system/permission_denied) are kept raw and read per type.
 type streamLine struct {
 	Type       string `json:"type"`
 	Subtype    string `json:"subtype"`
@@ -264,14 +269,19 @@ type streamLine struct {
 		Name   string `json:"name"`
 		Status string `json:"status"`
 	} `json:"mcp_servers"`
-	Message *struct {
-		Content []contentBlock `json:"content"`
-	} `json:"message"`
-	Result       *string  `json:"result"`
-	IsError      bool     `json:"is_error"`
-	Errors       []string `json:"errors"`
-	Usage        *usage   `json:"usage"`
-	TotalCostUSD float64  `json:"total_cost_usd"`
+	Message      json.RawMessage `json:"message"`
+	Result       *string         `json:"result"`
+	IsError      bool            `json:"is_error"`
+	Errors       []string        `json:"errors"`
+	Usage        *usage          `json:"usage"`
+	TotalCostUSD float64         `json:"total_cost_usd"`
+	// system/permission_denied
+	ToolName       string `json:"tool_name"`
+	DecisionReason string `json:"decision_reason"`
+}
+
+type message struct {
+	Content []contentBlock `json:"content"`
 }
 
 type contentBlock struct {
@@ -292,47 +302,42 @@ type usage struct {
 
 const toolPrefix = "mcp__substrat__"
 
+// parse reads one line. Only a line that is not JSON is an error: the CLI
+// adds line types and fields from one version to the next, so a line of a
+// type this adapter does not know is skipped, and a field of an
+// unexpected shape is left out (encoding/json fills the others and says
+// which one it could not read).
 func parse(b []byte) (cli.Line, error) {
-	if b[0] != '{' {
-		return cli.Line{}, errors.New("not a JSON object")
-	}
 	var l streamLine
 	if err := json.Unmarshal(b, &l); err != nil {
-		return cli.Line{}, fmt.Errorf("not a valid message (%v)", err)
-	}
-	if l.Type == "" {
-		return cli.Line{}, errors.New("no type")
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
+		}
 	}
 	var out cli.Line
 	switch l.Type {
 	case "system":
-		if l.Subtype != "init" {
-			return out, nil
-		}
-		out.SessionID = l.SessionID
-		for _, s := range l.MCPServers {
-			if s.Name == "substrat" && (s.Status == "failed" || s.Status == "needs-auth") {
-				out.Final = &cli.Final{Err: fmt.Errorf("the substrat MCP server did not start (status %q): the agent tools are unreachable; see the CLI's MCP log under its HOME", s.Status)}
-			}
-		}
+		return parseSystem(l), nil
 	case "assistant", "user":
-		if l.Message == nil {
+		var m message
+		if json.Unmarshal(l.Message, &m) != nil {
 			return out, nil
 		}
-		for _, c := range l.Message.Content {
+		for _, c := range m.Content {
 			switch c.Type {
 			case "text":
 				if l.Type == "assistant" {
-					out.Chunks = append(out.Chunks, provider.Chunk{Kind: "text", Text: c.Text})
+					out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkText, Text: c.Text})
 				}
 			case "tool_use":
-				out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_call", Text: strings.TrimPrefix(c.Name, toolPrefix) + " " + string(c.Input)})
+				out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolCall, Text: strings.TrimPrefix(c.Name, toolPrefix) + " " + string(c.Input)})
 			case "tool_result":
 				text := resultText(c.Content)
 				if c.IsError {
 					text = "error: " + text
 				}
-				out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_result", Text: text})
+				out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolResult, Text: text})
 			}
 		}
 	case "result":
@@ -356,6 +361,34 @@ func parse(b []byte) (cli.Line, error) {
 		out.Final = f
 	}
 	return out, nil
+}
+
+// parseSystem reads a system line: init (the session id; a substrat MCP
+// server that failed fails the turn) and permission_denied (a tool the
+// CLI refused: the turn goes on, the denial is reported). Other subtypes
+// are skipped.
+func parseSystem(l streamLine) cli.Line {
+	var out cli.Line
+	switch l.Subtype {
+	case "init":
+		out.SessionID = l.SessionID
+		for _, s := range l.MCPServers {
+			if s.Name == "substrat" && (s.Status == "failed" || s.Status == "needs-auth") {
+				out.Final = &cli.Final{Err: fmt.Errorf("the substrat MCP server did not start (status %q): the agent tools are unreachable; see the CLI's MCP log under its HOME", s.Status)}
+			}
+		}
+	case "permission_denied":
+		var text string
+		json.Unmarshal(l.Message, &text)
+		if text == "" {
+			text = l.DecisionReason
+		}
+		if l.DecisionReason != "" && l.DecisionReason != text {
+			text += " (" + l.DecisionReason + ")"
+		}
+		out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkDenied, Tool: l.ToolName, Text: text})
+	}
+	return out
 }
 
 // resultText reads a tool_result's content: a string or text blocks.

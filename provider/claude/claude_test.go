@@ -385,13 +385,32 @@ func TestParseRealLines(t *testing.T) {
 	if err != nil || l.Final == nil || l.Final.Text != "hi" || l.Final.Usage != (provider.Usage{InputTokens: 100, OutputTokens: 20, CostUSD: 0.0008}) {
 		t.Errorf("result: %+v, %v", l.Final, err)
 	}
-	for _, bad := range []string{`not json`, `{"no":"type"}`, `{"type":`, `[1]`} {
+	// Only what is not JSON at all is unreadable.
+	for _, bad := range []string{`not json`, `{"type":`, `{"type":"result"} trailing`} {
 		if _, err := parse([]byte(bad)); err == nil {
 			t.Errorf("parse(%q) succeeded", bad)
 		}
 	}
-	if l, err := parse([]byte(`{"type":"rate_limit_event","x":1}`)); err != nil || l.Final != nil || len(l.Chunks) != 0 {
-		t.Errorf("an unknown type is not skipped: %+v, %v", l, err)
+	// JSON of a type or shape the adapter does not know is skipped, and a
+	// field of an unexpected shape does not lose the others.
+	for _, odd := range []string{`{"no":"type"}`, `[1]`, `"text"`, `{"type":"rate_limit_event","x":1}`,
+		`{"type":"assistant","message":"a string"}`, `{"type":"user","message":{"content":"not blocks"}}`,
+		`{"type":"system","subtype":"hook_started","hook_name":"x"}`, `{"type":"system","subtype":"compact_boundary","compact_metadata":{}}`,
+		`{"type":7}`} {
+		if l, err := parse([]byte(odd)); err != nil || l.Final != nil || len(l.Chunks) != 0 {
+			t.Errorf("parse(%q) = %+v, %v; want it skipped", odd, l, err)
+		}
+	}
+	if l, err := parse([]byte(`{"type":"result","subtype":"success","result":"ok","usage":"odd","total_cost_usd":"x"}`)); err != nil || l.Final == nil || l.Final.Text != "ok" {
+		t.Errorf("a result with odd usage: %+v, %v", l, err)
+	}
+	// A tool the CLI refused: a denial chunk, and the turn goes on. The
+	// line as the pinned CLI prints it (message is a string here).
+	denied := `{"type":"system","subtype":"permission_denied","tool_name":"Write","tool_use_id":"toolu_w1","decision_reason_type":"workingDir","decision_reason":"Path is outside allowed working directories","message":"Claude requested permissions to write to /x/y.txt, but you haven't granted it yet.","uuid":"u","session_id":"s"}`
+	l, err = parse([]byte(denied))
+	if err != nil || l.Final != nil || len(l.Chunks) != 1 || l.Chunks[0].Kind != provider.ChunkDenied || l.Chunks[0].Tool != "Write" ||
+		l.Chunks[0].Text != "Claude requested permissions to write to /x/y.txt, but you haven't granted it yet. (Path is outside allowed working directories)" {
+		t.Errorf("permission_denied: %+v, %v", l, err)
 	}
 }
 

@@ -260,16 +260,16 @@ type streamLine struct {
 	Usage    map[string]json.RawMessage `json:"usage"`
 }
 
+// parse reads one line. Only a line that is not JSON is an error: a line
+// of a type this adapter does not know is skipped, and a field of an
+// unexpected shape is left out (encoding/json fills the others).
 func parse(b []byte) (cli.Line, error) {
-	if b[0] != '{' {
-		return cli.Line{}, errors.New("not a JSON object")
-	}
 	var l streamLine
 	if err := json.Unmarshal(b, &l); err != nil {
-		return cli.Line{}, fmt.Errorf("not a valid message (%v)", err)
-	}
-	if l.Type == "" {
-		return cli.Line{}, errors.New("no type")
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
+		}
 	}
 	var out cli.Line
 	switch l.Type {
@@ -281,7 +281,7 @@ func parse(b []byte) (cli.Line, error) {
 		if l.Message != nil {
 			for _, c := range l.Message.Content {
 				if c.Type == "text" {
-					out.Chunks = append(out.Chunks, provider.Chunk{Kind: "text", Text: c.Text})
+					out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkText, Text: c.Text})
 				}
 			}
 		}
@@ -289,9 +289,9 @@ func parse(b []byte) (cli.Line, error) {
 		kind, text := toolCallText(l.ToolCall, l.Subtype == "completed")
 		switch l.Subtype {
 		case "started":
-			out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_call", Text: kind + " " + text})
+			out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolCall, Text: kind + " " + text})
 		case "completed":
-			out.Chunks = append(out.Chunks, provider.Chunk{Kind: "tool_result", Text: kind + " -> " + text})
+			out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolResult, Text: kind + " -> " + text})
 		}
 	case "result":
 		out.SessionID = l.SessionID

@@ -452,3 +452,24 @@ func TestSandboxed(t *testing.T) {
 		t.Errorf("the MCP config after a restore: %v", err)
 	}
 }
+
+// Only a line that is not JSON fails a turn; unknown types and odd shapes
+// are skipped without losing the rest of the line.
+func TestParseTolerant(t *testing.T) {
+	for _, bad := range []string{`not json`, `{"type":`} {
+		if _, err := parse([]byte(bad)); err == nil {
+			t.Errorf("parse(%q) succeeded", bad)
+		}
+	}
+	for _, odd := range []string{`{"no":"type"}`, `[1]`, `{"type":"thinking","subtype":"delta","text":"x"}`,
+		`{"type":"assistant","message":"a string"}`, `{"type":"tool_call","subtype":"started","tool_call":"x"}`} {
+		l, err := parse([]byte(odd))
+		if err != nil || l.Final != nil {
+			t.Errorf("parse(%q) = %+v, %v; want it skipped", odd, l, err)
+		}
+	}
+	l, err := parse([]byte(`{"type":"result","subtype":"success","result":"done","session_id":"c1","usage":"odd"}`))
+	if err != nil || l.Final == nil || l.Final.Text != "done" || l.SessionID != "c1" {
+		t.Errorf("a result with odd usage: %+v, %v", l, err)
+	}
+}
