@@ -123,6 +123,29 @@ func Open(s Source) (*os.File, error) {
 	return f, nil
 }
 
+// OpenBelow opens the clean relative path r ("." for dir itself) beneath
+// the directory dir with O_PATH, following a symlink only while it stays
+// beneath dir, as Open does below a Source's Beneath. It fails with
+// ErrLeaves when a symlink or ".." leads out, and with the errno
+// otherwise (wrapped in an *os.PathError). The result can be a directory
+// for openat(2), or be reopened through ReopenPath.
+func OpenBelow(dir *os.File, r string) (*os.File, error) {
+	f, err := openBelow(dir, r, 0)
+	switch {
+	case errors.Is(err, unix.EXDEV):
+		return nil, fmt.Errorf("%w: %s leads out of %s", ErrLeaves, r, dir.Name())
+	case err != nil:
+		return nil, &os.PathError{Op: "open", Path: r, Err: err}
+	}
+	return f, nil
+}
+
+// ReopenPath opens the file that the O_PATH descriptor f refers to with
+// flags (through /proc/self/fd, which names the file itself, not a path).
+func ReopenPath(f *os.File, flags int) (*os.File, error) {
+	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), flags|unix.O_CLOEXEC, 0)
+}
+
 // rel is p relative to the directory base it lies in; "." for base itself.
 func rel(base, p string) string {
 	if p == base {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 )
 
 // shellScript is the wrapper Shell runs with /bin/sh -c; $1 is the user's
@@ -15,14 +16,21 @@ import (
 // written to a temporary file and renamed, so a killed command leaves the
 // old state or the new one. It writes only under ShellDir, never into the
 // root, so it works when the root is read-only.
-const shellScript = `__substrat_save() {
+var shellScript = ShellWrapper(ShellDir)
+
+// ShellWrapper returns the wrapper script of Shell with its state kept in
+// the directory stateDir (a path as the shell sees it): for a shell that
+// runs outside a sandbox, with /bin/sh -c WRAPPER substrat-shell SCRIPT.
+func ShellWrapper(stateDir string) string {
+	stateDir = "'" + strings.ReplaceAll(stateDir, "'", `'\''`) + "'"
+	return `__substrat_save() {
 	__substrat_cwd=$PWD
 	export __substrat_cwd
-	export -p >` + ShellDir + `/state.tmp && /bin/mv -f ` + ShellDir + `/state.tmp ` + ShellDir + `/state
+	export -p >` + stateDir + `/state.tmp && /bin/mv -f ` + stateDir + `/state.tmp ` + stateDir + `/state
 }
 trap '__substrat_status=$?; set +eu; __substrat_save; exit $__substrat_status' EXIT
-if [ -f ` + ShellDir + `/state ]; then
-	. ` + ShellDir + `/state
+if [ -f ` + stateDir + `/state ]; then
+	. ` + stateDir + `/state
 	cd -- "${__substrat_cwd:-$HOME}" 2>/dev/null || echo "substrat: cannot return to $__substrat_cwd; starting in $PWD" >&2
 	unset __substrat_cwd
 fi
@@ -30,6 +38,7 @@ __substrat_cmd=$1
 shift
 eval "unset __substrat_cmd; $__substrat_cmd"
 `
+}
 
 // Shell returns a command that runs script with /bin/sh inside the sandbox
 // s, in the shell state left by the previous Shell command with the same

@@ -1,0 +1,140 @@
+package worktools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/substrat/substrat/bwrap"
+)
+
+// Shell limits.
+const (
+	// DefaultShellTimeout is how long a command may run unless the call
+	// says otherwise; MaxShellTimeout is the most it may ask for.
+	DefaultShellTimeout = 2 * time.Minute
+	MaxShellTimeout     = 10 * time.Minute
+	// Output beyond MaxShellOutput bytes is cut in the middle: the first
+	// quarter and the last three quarters are kept.
+	MaxShellOutput = 64 << 10
+)
+
+// Shell runs command with /bin/sh in the place: in the sandbox through
+// bwrap.Shell, or in the directory, in the working directory and with the
+// exported variables the previous call left. stdout and stderr are
+// returned together, capped at MaxShellOutput with a note of what was
+// cut, followed by the exit status. A command still running after timeout
+// (DefaultShellTimeout if zero, at most MaxShellTimeout) is killed with
+// its process group, and the output says so. An error means the command
+// could not be started.
+func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration) (string, error) {
+	if strings.TrimSpace(command) == "" {
+		return "", fmt.Errorf("%w: empty command", ErrInvalid)
+	}
+	if timeout <= 0 {
+		timeout = DefaultShellTimeout
+	}
+	timeout = min(timeout, MaxShellTimeout)
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd, err := pl.shellCommand(runCtx, command)
+	if err != nil {
+		return "", err
+	}
+	out := &capped{max: MaxShellOutput}
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Start()
+	bwrap.CloseFiles(cmd)
+	if err != nil {
+		return "", fmt.Errorf("starting the shell: %w", err)
+	}
+	err = cmd.Wait()
+	text := out.String()
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	var ee *exec.ExitError
+	switch {
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		text += fmt.Sprintf("[killed after %s: the command ran past its timeout]", timeout)
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case err == nil:
+		text += "[exit status 0]"
+	case errors.As(err, &ee):
+		text += fmt.Sprintf("[exit status %d]", ee.ExitCode())
+	case errors.Is(err, exec.ErrWaitDelay):
+		text += "[exit status 0; a background process kept the output open and was killed]"
+	default:
+		return "", err
+	}
+	return text, nil
+}
+
+// shellCommand builds the command of Shell.
+func (pl Place) shellCommand(ctx context.Context, command string) (*exec.Cmd, error) {
+	if pl.Sandbox != nil {
+		return bwrap.Shell(ctx, *pl.Sandbox, pl.ShellState, command)
+	}
+	if pl.Dir == "" {
+		return nil, fmt.Errorf("%w: the agent has no working directory", ErrInvalid)
+	}
+	if err := os.MkdirAll(pl.ShellState.Host, 0o700); err != nil {
+		return nil, fmt.Errorf("shell state directory: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", bwrap.ShellWrapper(pl.ShellState.Host), "substrat-shell", command)
+	cmd.Dir = pl.Dir
+	cmd.Env = pl.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = bwrap.WaitDelay
+	return cmd, nil
+}
+
+// capped keeps the first quarter and the last three quarters of max bytes
+// of what is written to it, and counts what it drops.
+type capped struct {
+	max int
+
+	mu   sync.Mutex // guards the fields below
+	head []byte
+	tail []byte // a window of the last bytes, up to 2x its size before a trim
+	cut  int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(p)
+	if room := c.max/4 - len(c.head); room > 0 {
+		k := min(room, len(p))
+		c.head = append(c.head, p[:k]...)
+		p = p[k:]
+	}
+	c.tail = append(c.tail, p...)
+	if keep := c.max - c.max/4; len(c.tail) > 2*keep {
+		c.cut += len(c.tail) - keep
+		c.tail = append(c.tail[:0], c.tail[len(c.tail)-keep:]...)
+	}
+	return n, nil
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tail, cut := c.tail, c.cut
+	if keep := c.max - c.max/4; len(tail) > keep {
+		cut += len(tail) - keep
+		tail = tail[len(tail)-keep:]
+	}
+	if cut == 0 {
+		return string(c.head) + string(tail)
+	}
+	return fmt.Sprintf("%s\n[... %d bytes of output cut ...]\n%s", c.head, cut, tail)
+}
