@@ -31,7 +31,34 @@ const (
 	EvUnsubscribed = "unsubscribed"  // data: Unsubscribed
 	EvTurnFailed   = "turn_failed"   // data: TurnFailed (history only)
 	EvEditRefused  = "edit_refused"  // data: EditRefused (history only)
+	EvPermissions  = "permissions"   // data: Permissions, the whole setting
+	EvWorkDir      = "work_dir"      // data: WorkDirChange
+	EvToolDenied   = "tool_denied"   // data: ToolDenied (history only)
+	EvWork         = "work"          // data: Work, a work tool's call and result (history only)
 )
+
+// WorkDirChange sets the agent's working directory (a migration of an
+// agent created before it had one).
+type WorkDirChange struct {
+	WorkDir string `json:"work_dir"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// ToolDenied records a tool call the provider's own permission rules
+// refused; the turn went on.
+type ToolDenied struct {
+	Tool   string `json:"tool"`
+	Reason string `json:"reason"`
+}
+
+// Work records one call of a work tool (shell, read_file, write_file,
+// edit_file) run by the daemon, and its result, cut to a few KiB.
+type Work struct {
+	Tool    string `json:"tool"`
+	Args    string `json:"args"`
+	Result  string `json:"result"`
+	IsError bool   `json:"is_error,omitempty"`
+}
 
 // EditRefused records a hand edit of session.json that was not adopted.
 type EditRefused struct {
@@ -116,6 +143,7 @@ type Edit struct {
 	Instructions *string            `json:"instructions,omitempty"`
 	Model        *string            `json:"model,omitempty"`
 	Metadata     *map[string]string `json:"metadata,omitempty"`
+	Permissions  *Permissions       `json:"permissions,omitempty"`
 }
 
 // MessageRef names a message sent by this agent.
@@ -143,7 +171,7 @@ type Spawned struct {
 func changesSession(typ string) bool {
 	switch typ {
 	case EvCreated, EvState, EvProvider, EvTurn, EvMetadata, EvPool, EvBudget, EvGate, EvWaiting,
-		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited:
+		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited, EvPermissions, EvWorkDir:
 		return true
 	}
 	return false
@@ -310,6 +338,19 @@ func apply(s *Session, e Event, v any) (*Session, error) {
 			if d.Metadata != nil {
 				n.Metadata = maps.Clone(*d.Metadata)
 			}
+			if d.Permissions != nil {
+				n.Permissions = d.Permissions.Clone()
+			}
+		}
+	case EvPermissions:
+		var d Permissions
+		if err = e.Decode(&d); err == nil {
+			n.Permissions = &d
+		}
+	case EvWorkDir:
+		var d WorkDirChange
+		if err = e.Decode(&d); err == nil {
+			n.WorkDir = d.WorkDir
 		}
 	}
 	if err != nil {

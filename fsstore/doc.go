@@ -38,6 +38,25 @@
 // output_tokens, cost_usd}, created_at, updated_at, and last_seq: the seq of
 // the last event the snapshot reflects. Unknown fields are refused.
 //
+// Where the agent works and what it may do there:
+//
+//   - workspace: "scope/name" of its workspace, when its provider runs in
+//     a bwrap sandbox (with the workspace root as working directory);
+//   - work_dir: otherwise, the absolute host directory its provider runs
+//     in, which the user chose at create (the store is never a provider's
+//     working directory). An agent created before work_dir existed, with
+//     neither, is given HOME/scratch/<id> (made then) by a "work_dir"
+//     event the next time the daemon loads it;
+//   - permissions {mode, allowed_tools, disallowed_tools}: mode is one of
+//     default, acceptEdits, plan, dontAsk or bypassPermissions, as the
+//     Claude Code CLI names them (other providers map them onto their own
+//     settings); the tool lists are rules passed through ("Bash(git *)").
+//     Children inherit it. An agent created without a mode gets
+//     bypassPermissions in a sandbox (the sandbox is the boundary) and
+//     default (the CLI's safe mode) outside one. It may be changed by hand
+//     (an "edited" event) or with 'substrat agent permissions' (a
+//     "permissions" event).
+//
 // It is only ever replaced whole: a temporary file ".session.json<digits>"
 // is written in the same directory and fsynced, renamed over session.json,
 // and the directory is fsynced. A reader sees the old file or the new one,
@@ -59,10 +78,13 @@
 //
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
-// (counters, added), "metadata" and "edited" (a hand edit that was adopted);
-// see apply.go for their data. Other types ("message_sent",
-// "message_delivered", "spawned", and any the daemon adds) are history and
-// leave the snapshot as it is. Replaying every event from "created" on
+// (counters, added), "metadata", "edited" (a hand edit that was adopted),
+// "permissions", "work_dir" and the orchestration events (pool, budget,
+// gate, waiting, reminders, subscriptions); see apply.go for their data.
+// Other types ("message_sent", "message_delivered", "spawned",
+// "tool_denied" (a tool call the provider's own rules refused), "work" (a
+// work tool the daemon ran: tool, args, result cut to a few KiB), and any
+// the daemon adds) are history and leave the snapshot as it is. Replaying every event from "created" on
 // yields the snapshot, so session.json can be rebuilt from the log.
 //
 // # Damage and what is done about it

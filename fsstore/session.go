@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -79,6 +80,8 @@ type Session struct {
 	Model             string            `json:"model,omitempty"`
 	Instructions      string            `json:"instructions,omitempty"`
 	Workspace         string            `json:"workspace,omitempty"`
+	WorkDir           string            `json:"work_dir,omitempty"`
+	Permissions       *Permissions      `json:"permissions,omitempty"`
 	AgentState        AgentState        `json:"agent_state"`
 	SessionState      SessionState      `json:"session_state"`
 	StateReason       string            `json:"state_reason,omitempty"`
@@ -100,6 +103,61 @@ type Session struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	LastSeq   uint64    `json:"last_seq"`
+}
+
+// Permissions say what an agent's provider lets it do with its own tools
+// (the agent tools over MCP are always allowed).
+type Permissions struct {
+	// Mode is a permission mode as the Claude Code CLI names them (see
+	// PermissionModes); other providers map it onto their own settings.
+	Mode string `json:"mode"`
+	// AllowedTools and DisallowedTools are passed through as rules
+	// ("Bash(git *)", "Edit").
+	AllowedTools    []string `json:"allowed_tools,omitempty"`
+	DisallowedTools []string `json:"disallowed_tools,omitempty"`
+}
+
+// Permission modes. ModeFull (bypassPermissions) is what an agent in a
+// bwrap sandbox gets by default, where the sandbox is the boundary;
+// ModeDefault, the CLI's safe mode, what an agent outside one gets.
+const (
+	ModeDefault     = "default"
+	ModeAcceptEdits = "acceptEdits"
+	ModePlan        = "plan"
+	ModeDontAsk     = "dontAsk"
+	ModeFull        = "bypassPermissions"
+)
+
+// PermissionModes are the modes a Permissions may name.
+var PermissionModes = []string{ModeDefault, ModeAcceptEdits, ModePlan, ModeDontAsk, ModeFull}
+
+// Validate checks the mode and the rules.
+func (p *Permissions) Validate() error {
+	if !slices.Contains(PermissionModes, p.Mode) {
+		return fmt.Errorf("%w: permission mode %q is not one of %s", ErrInvalid, p.Mode, strings.Join(PermissionModes, ", "))
+	}
+	for _, r := range slices.Concat(p.AllowedTools, p.DisallowedTools) {
+		if strings.TrimSpace(r) == "" || strings.ContainsAny(r, "\x00\n\r") {
+			return fmt.Errorf("%w: tool rule %q is empty or holds a control character", ErrInvalid, r)
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy of p (nil for nil).
+func (p *Permissions) Clone() *Permissions {
+	if p == nil {
+		return nil
+	}
+	return &Permissions{Mode: p.Mode, AllowedTools: slices.Clone(p.AllowedTools), DisallowedTools: slices.Clone(p.DisallowedTools)}
+}
+
+// Equal reports whether p and q say the same.
+func (p *Permissions) Equal(q *Permissions) bool {
+	if p == nil || q == nil {
+		return p == q
+	}
+	return p.Mode == q.Mode && slices.Equal(p.AllowedTools, q.AllowedTools) && slices.Equal(p.DisallowedTools, q.DisallowedTools)
 }
 
 // Budget limits what an agent's subtree may spend. Zero means no limit.
@@ -202,6 +260,14 @@ func (s *Session) Validate() error {
 	if s.Permits < 0 {
 		return fmt.Errorf("%w: negative permits", ErrInvalid)
 	}
+	if s.WorkDir != "" && (!filepath.IsAbs(s.WorkDir) || filepath.Clean(s.WorkDir) != s.WorkDir || strings.ContainsRune(s.WorkDir, 0)) {
+		return fmt.Errorf("%w: work_dir %q is not an absolute, clean path", ErrInvalid, s.WorkDir)
+	}
+	if s.Permissions != nil {
+		if err := s.Permissions.Validate(); err != nil {
+			return err
+		}
+	}
 	c := s.Counters
 	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 {
 		return fmt.Errorf("%w: negative counter", ErrInvalid)
@@ -220,6 +286,7 @@ func (s *Session) Clone() *Session {
 		b := *s.Budget
 		c.Budget = &b
 	}
+	c.Permissions = s.Permissions.Clone()
 	if s.Metadata != nil {
 		c.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {
