@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+
+	"github.com/substrat/substrat/fsstore"
 )
 
 // Errors returned by providers and sessions. Adapters wrap them with detail.
@@ -109,8 +111,18 @@ type Config struct {
 	Name         string
 	Model        string
 	Instructions string
-	// WorkDir is where provider processes run: the agent's directory.
+	// WorkDir is the agent's working directory on the host, where its
+	// provider processes run when Sandbox is not set: a directory the
+	// user chose, never the store. With Sandbox set, processes run in the
+	// sandbox's working directory (the workspace root, /workspace) and
+	// WorkDir is only where bwrap itself starts.
 	WorkDir string
+	// Permissions say what the provider's own tools may do; the agent
+	// tools are always allowed. An adapter maps Mode onto its CLI's own
+	// settings; full tool permission (ModeFull) is what an agent in a
+	// sandbox gets by default, and outside one only when the user asked
+	// for it. The zero value means the safe default mode.
+	Permissions Permissions
 	// Home is the Substrat home (for `substrat mcp --home` and for
 	// fsstore.Layout.ProviderDir, where a provider keeps its own state).
 	Home string
@@ -142,6 +154,19 @@ type Config struct {
 	// so that after a kill -9 of the daemon the next start reaps them.
 	Track func(pid int) (done func())
 }
+
+// Permissions is an agent's permission setting, as session.json keeps it
+// (mode, allowed_tools, disallowed_tools).
+type Permissions = fsstore.Permissions
+
+// Permission modes, as the Claude Code CLI names them.
+const (
+	ModeDefault     = fsstore.ModeDefault
+	ModeAcceptEdits = fsstore.ModeAcceptEdits
+	ModePlan        = fsstore.ModePlan
+	ModeDontAsk     = fsstore.ModeDontAsk
+	ModeFull        = fsstore.ModeFull
+)
 
 // SandboxNeeds is what a provider process needs to see inside the agent's
 // sandbox besides the workspace. Paths are host paths, bound at the same
