@@ -66,6 +66,11 @@ type Usage struct {
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
 	CostUSD      float64 `json:"cost_usd"`
+	// TokensUnknown and CostUnknown say the provider did not report the
+	// turn's tokens or its cost: the zero above then means unknown, and
+	// the daemon shows it as unknown, never as zero.
+	TokensUnknown bool `json:"tokens_unknown,omitempty"`
+	CostUnknown   bool `json:"cost_unknown,omitempty"`
 }
 
 // Chunk is a piece of streamed turn output: Kind "text" (assistant text),
