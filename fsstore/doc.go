@@ -58,10 +58,19 @@
 //     "permissions" event).
 //
 // It is only ever replaced whole: a temporary file ".session.json<digits>"
-// is written in the same directory and fsynced, renamed over session.json,
-// and the directory is fsynced. A reader sees the old file or the new one,
-// never a mix. A crash can leave the temporary file behind; it is removed on
-// the next scan.
+// is written in the same directory and fsynced, exchanged with
+// session.json in one atomic step (renameat2 RENAME_EXCHANGE), and the
+// directory is fsynced. A reader sees the old file or the new one, never a
+// mix. The file that comes out of the exchange is checked: if it is not
+// the one the daemon last wrote or adopted, it is a hand edit that landed
+// in between, and it is put back at once (with any newer edit renamed
+// over the snapshot meanwhile), so that no edit is replaced unseen; the
+// daemon then adopts or refuses it. What remains: a crash in the
+// microseconds between the exchange and the put-back, when an edit landed
+// just before, leaves that edit in the temporary file. A crash can leave
+// the temporary file behind; it is removed on the next scan. Where the
+// file system cannot exchange names, the daemon checks the file and then
+// renames over it, which an edit renamed in between can still lose.
 //
 // # events.jsonl
 //

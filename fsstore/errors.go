@@ -15,6 +15,7 @@ var (
 	ErrInvalid        = errors.New("fsstore: invalid")
 	ErrClosed         = errors.New("fsstore: closed")
 	ErrHandEdited     = errors.New("fsstore: session.json was changed on disk since it was last read")
+	ErrNoExchange     = errors.New("fsstore: the file system cannot exchange two names atomically")
 )
 
 // Error describes a failed store operation on one path, with a hint naming

@@ -19,8 +19,9 @@ import (
 //
 //   - Data written through a File is durable only after File.Sync returns.
 //   - A directory entry created, renamed or removed by Create, Mkdir,
-//     Rename, RenameNoReplace, Link, Remove, RemoveAll or WriteFileAtomic is
-//     durable only after SyncDir of the directory that holds it returns.
+//     Rename, RenameNoReplace, Exchange, Link, Remove, RemoveAll or
+//     WriteFileAtomic is durable only after SyncDir of the directory that
+//     holds it returns.
 //   - WriteFileAtomic writes a temporary file in the target's directory,
 //     fsyncs it and renames it over the target. It does not fsync the
 //     directory; callers do (see writeFileDurable).
@@ -39,14 +40,12 @@ type FS interface {
 	// OpenAppend opens an existing file for appending.
 	OpenAppend(name string) (File, error)
 	WriteFileAtomic(name string, data []byte, perm fs.FileMode) error
-	// WriteFileAtomicIf is WriteFileAtomic that calls ok after the
-	// temporary file is fsynced and just before the rename, and replaces
-	// nothing (removing the temporary file) if ok fails. It keeps the
-	// window in which a concurrent writer's content can be replaced to
-	// the rename itself.
-	WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok func() error) error
 	Mkdir(name string, perm fs.FileMode) error
 	Rename(oldname, newname string) error
+	// Exchange swaps the files (or directories) a and b atomically, both
+	// of which must exist. It fails with an error satisfying
+	// errors.Is(err, ErrNoExchange) where the file system cannot.
+	Exchange(a, b string) error
 	// RenameNoReplace renames oldname to newname, failing with an error
 	// satisfying errors.Is(err, fs.ErrExist) if newname exists.
 	RenameNoReplace(oldname, newname string) error
@@ -94,23 +93,16 @@ func (OS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
 	return renameio.WriteFile(name, data, perm, renameio.WithTempDir(filepath.Dir(name)))
 }
 
-func (OS) WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok func() error) error {
-	t, err := renameio.NewPendingFile(name, renameio.WithTempDir(filepath.Dir(name)),
-		renameio.WithPermissions(perm), renameio.WithExistingPermissions())
-	if err != nil {
-		return err
+// Exchange uses renameat2(RENAME_EXCHANGE).
+func (OS) Exchange(a, b string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
+		return &os.LinkError{Op: "exchange", Old: a, New: b, Err: ErrNoExchange}
 	}
-	defer t.Cleanup()
-	if _, err := t.Write(data); err != nil {
-		return err
-	}
-	if err := t.Sync(); err != nil {
-		return err
-	}
-	if err := ok(); err != nil {
-		return err
-	}
-	return t.CloseAtomicallyReplace() // its fsync finds nothing left to write
+	return &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
 }
 
 // RenameNoReplace uses renameat2(RENAME_NOREPLACE). File systems that do not

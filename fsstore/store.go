@@ -323,21 +323,12 @@ func (a *Agent) Snapshot() error {
 	if err != nil {
 		return err
 	}
-	unchanged := func() error {
-		if a.snapSum == ([sha256.Size]byte{}) {
-			return nil
-		}
-		disk, err := a.store.fs.ReadFile(a.files.Session())
-		if err != nil || sha256.Sum256(disk) != a.snapSum {
-			return ErrHandEdited
-		}
-		return nil
-	}
 	path := a.files.Session()
-	if err := a.store.fs.WriteFileAtomicIf(path, data, filePerm, unchanged); err != nil {
-		return wrap("snapshot", path, err, "")
+	err = replaceSnapshot(a.store.fs, path, data, a.snapSum)
+	if serr := a.store.fs.SyncDir(a.files.Dir); err == nil {
+		err = serr
 	}
-	if err := a.store.fs.SyncDir(a.files.Dir); err != nil {
+	if err != nil {
 		return wrap("snapshot", path, err, "")
 	}
 	a.snapSeq, a.snapSum = a.sess.LastSeq, sha256.Sum256(data)

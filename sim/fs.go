@@ -34,16 +34,16 @@ const SectorSize = 512
 //
 //   - File data (Write, Truncate) is volatile until File.Sync, or SyncDir
 //     of the file's own path, copies it to the durable state.
-//   - Directory entries (Create, Mkdir, Rename, RenameNoReplace, Link,
-//     Remove, RemoveAll, and the rename of WriteFileAtomic) are volatile
+//   - Directory entries (Create, Mkdir, Rename, RenameNoReplace, Exchange,
+//     Link, Remove, RemoveAll, and the rename of WriteFileAtomic) are volatile
 //     until SyncDir of the directory that holds them. The model is per
 //     directory: fsyncing a file does not make its name durable, and a
 //     rename across directories is durable only once both directories are
 //     fsynced (with only the destination synced, the file has both names
 //     after a crash; with only the source, it has neither).
-//   - WriteFileAtomic and WriteFileAtomicIf create a temporary file
-//     ".<base><digits>" beside the target, write and fsync it, and rename
-//     it over the target; they do not fsync the directory.
+//   - WriteFileAtomic creates a temporary file ".<base><digits>" beside
+//     the target, writes and fsyncs it, and renames it over the target; it
+//     does not fsync the directory.
 //
 // Crash drops every volatile state, reverting each directory to its
 // durable entries and each file to its durable data. With a random source
@@ -321,13 +321,6 @@ func (f *FS) OpenAppend(name string) (fsstore.File, error) {
 // WriteFileAtomic replaces name: a temporary file beside it is created,
 // written, fsynced and renamed over it. The directory is not fsynced.
 func (f *FS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
-	return f.WriteFileAtomicIf(name, data, perm, nil)
-}
-
-// WriteFileAtomicIf is WriteFileAtomic that calls ok (if not nil) after the
-// temporary file is fsynced, and removes it and replaces nothing if ok
-// fails.
-func (f *FS) WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok func() error) error {
 	f.mu.Lock()
 	f.tempSeq++
 	tmp := filepath.Join(filepath.Dir(name), "."+filepath.Base(name)+strconv.FormatInt(f.tempSeq, 10))
@@ -341,9 +334,6 @@ func (f *FS) WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok fu
 		err = t.Sync()
 	}
 	t.Close()
-	if err == nil && ok != nil {
-		err = ok()
-	}
 	if err == nil {
 		err = f.Rename(tmp, name)
 	}
@@ -351,6 +341,34 @@ func (f *FS) WriteFileAtomicIf(name string, data []byte, perm fs.FileMode, ok fu
 		f.Remove(tmp)
 	}
 	return err
+}
+
+// Exchange swaps the entries a and b, as renameat2(RENAME_EXCHANGE) does.
+// Like a rename, the change is volatile until both directories are synced.
+func (f *FS) Exchange(a, b string) error {
+	if err := f.enter("exchange", a+" <-> "+b); err != nil {
+		return err
+	}
+	defer f.mu.Unlock()
+	lerr := func(err error) error { return &os.LinkError{Op: "exchange", Old: a, New: b, Err: err} }
+	adir, abase, err := f.parentLocked(a)
+	if err != nil {
+		return lerr(err)
+	}
+	bdir, bbase, err := f.parentLocked(b)
+	if err != nil {
+		return lerr(err)
+	}
+	an, bn := adir.entries[abase], bdir.entries[bbase]
+	if an == nil || bn == nil {
+		return lerr(syscall.ENOENT)
+	}
+	if (an.dir && f.insideLocked(bdir, an)) || (bn.dir && f.insideLocked(adir, bn)) {
+		return lerr(syscall.EINVAL)
+	}
+	adir.entries[abase], bdir.entries[bbase] = bn, an
+	an.ctime, bn.ctime = f.now(), f.now()
+	return nil
 }
 
 // Mkdir creates a directory.

@@ -184,16 +184,21 @@ func TestFSWriteFileAtomic(t *testing.T) {
 		t.Errorf("the temporary file is left: %v", entries)
 	}
 
-	// A refused replace changes nothing.
-	refuse := errors.New("no")
-	if err := g.WriteFileAtomicIf("/d/s", []byte("newer"), 0o600, func() error { return refuse }); !errors.Is(err, refuse) {
-		t.Fatalf("WriteFileAtomicIf: %v", err)
+	// An exchange swaps two names; like a rename, it is volatile until
+	// the directory is synced.
+	must(t, g.WriteFileAtomic("/d/t", []byte("other"), 0o600))
+	must(t, g.SyncDir("/d"))
+	must(t, g.Exchange("/d/s", "/d/t"))
+	if content(g, "/d/s") != "other" || content(g, "/d/t") != "new" {
+		t.Errorf("after Exchange: s=%q t=%q", content(g, "/d/s"), content(g, "/d/t"))
 	}
-	if got := content(g, "/d/s"); got != "new" {
-		t.Errorf("a refused replace changed the file to %q", got)
+	if err := g.Exchange("/d/s", "/d/none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Exchange with a missing name: %v", err)
 	}
-	if entries, _ := g.ReadDir("/d"); len(entries) != 1 {
-		t.Errorf("a refused replace left %v", entries)
+	c := g.Clone()
+	c.Crash(nil)
+	if content(c, "/d/s") != "new" || content(c, "/d/t") != "other" {
+		t.Errorf("an unsynced exchange survived a crash: s=%q t=%q", content(c, "/d/s"), content(c, "/d/t"))
 	}
 }
 
