@@ -3,6 +3,7 @@ package fsstore
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -108,6 +109,9 @@ func (d *osAgentDir) readFile(rel, path string, buf []byte) ([]byte, error) {
 	f := rawFile{fd: fd, name: path}
 	buf = buf[:0]
 	for {
+		if len(buf) > MaxFileSize {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (more than %d bytes)", ErrFileTooLarge, MaxFileSize)}
+		}
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
@@ -146,17 +150,61 @@ func (d *osAgentDir) isDir(rel, path string) (bool, error) {
 func (d *osAgentDir) close() { unix.Close(d.fd) }
 
 // openRaw opens rel (relative to dirfd) for reading, as os.Open opens
-// path; flags adds to O_RDONLY|O_CLOEXEC.
+// path; flags adds to O_RDONLY|O_CLOEXEC. A file (flags without
+// O_DIRECTORY) is opened without following a symlink and without blocking
+// (a FIFO would block open and read forever), and must be a regular file:
+// anything else fails with ErrNotRegular, so that a FIFO, a device or a
+// symlink to /dev/zero put in the store by hand is reported as damage
+// rather than wedging the reader.
 func openRaw(dirfd int, rel, path string, flags int) (int, error) {
+	file := flags&unix.O_DIRECTORY == 0
+	if file {
+		flags |= unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY
+	}
 	for {
 		fd, err := unix.Openat(dirfd, rel, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
-		if err == nil {
-			return fd, nil
+		if err == unix.EINTR {
+			continue
 		}
-		if err != unix.EINTR {
+		if err == unix.ELOOP && file {
+			return -1, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a symlink", ErrNotRegular)}
+		}
+		if err != nil {
 			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 		}
+		if !file {
+			return fd, nil
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, &fs.PathError{Op: "stat", Path: path, Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(fd)
+			return -1, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %s", ErrNotRegular, typeName(modeType(st.Mode)))}
+		}
+		return fd, nil
 	}
+}
+
+// typeName names the type bits of a file mode, for messages.
+func typeName(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	case t&fs.ModeSymlink != 0:
+		return "a symlink"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	}
+	return "not a regular file"
 }
 
 // direntBufs holds the buffers listRaw reads directory entries into.
@@ -291,6 +339,15 @@ func (f *rawFile) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+}
+
+// Seek sets the offset of the next Read.
+func (f *rawFile) Seek(offset int64, whence int) (int64, error) {
+	n, err := unix.Seek(f.fd, offset, whence)
+	if err != nil {
+		return 0, &fs.PathError{Op: "seek", Path: f.name, Err: err}
+	}
+	return n, nil
 }
 
 func (f *rawFile) Close() error {

@@ -103,13 +103,23 @@
 // match, or a zero-filled tail left by a power loss. It is the trace of an
 // append that never returned, so nothing acknowledged is in it. When the log
 // is opened for the daemon it is cut off: the bytes are first copied to
-// events.jsonl.<offset>.broken (fsynced), then the log is truncated to its
-// valid prefix and fsynced.
+// events.jsonl.<offset>.broken (fsynced; a tail over 2 MiB keeps its first
+// and last MiB, with a line between them saying how many bytes were left
+// out), then the log is truncated to its valid prefix and fsynced. The
+// tail is read from the end of the valid prefix, never the whole log.
 //
 // A damaged line followed by a valid one, or a valid line whose seq is not
 // the next one, is corruption. It is never skipped or repaired: the agent is
 // kept out of the live tree, the directory is left untouched, and the error
 // (a *CorruptError) names the file, the line and its byte offset.
+//
+// Every file of the store is opened without following a symlink and
+// without blocking, and must be a regular file: a FIFO, a device, a socket
+// or a symlink (to /dev/zero, say) where session.json, events.jsonl or a
+// message should be is damage, reported like any other, and files are
+// read up to a size limit (64 MiB). An agent directory in agents/ that is
+// a symlink (to a directory on another disk) is not an agent directory:
+// it is reported and left alone, at start and while the daemon runs.
 //
 // A session.json that is missing, is not valid JSON, or fails validation
 // keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a

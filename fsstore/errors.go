@@ -16,6 +16,8 @@ var (
 	ErrClosed         = errors.New("fsstore: closed")
 	ErrHandEdited     = errors.New("fsstore: session.json was changed on disk since it was last read")
 	ErrNoExchange     = errors.New("fsstore: the file system cannot exchange two names atomically")
+	ErrNotRegular     = errors.New("fsstore: not a regular file")
+	ErrFileTooLarge   = errors.New("fsstore: file too large")
 )
 
 // Error describes a failed store operation on one path, with a hint naming

@@ -71,8 +71,22 @@ type OS struct{}
 
 var _ FS = OS{}
 
-func (OS) ReadFile(name string) ([]byte, error)       { return os.ReadFile(name) }
-func (OS) Open(name string) (io.ReadCloser, error)    { return os.Open(name) }
+// MaxFileSize bounds what ReadFile reads of one file of the store
+// (session.json with its state blob, a message): a file that grows without
+// end cannot make a reader take all memory.
+const MaxFileSize = 64 << 20
+
+// ReadFile reads a regular file: never through a symlink, never from a
+// FIFO or a device (ErrNotRegular), and at most MaxFileSize bytes
+// (ErrFileTooLarge).
+func (OS) ReadFile(name string) ([]byte, error) {
+	d := osAgentDir{fd: unix.AT_FDCWD}
+	return d.readFile(name, name, nil)
+}
+
+// Open opens a regular file for reading, as ReadFile would.
+func (OS) Open(name string) (io.ReadCloser, error) { return scanOpen(OS{}, name) }
+
 func (OS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
 func (OS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
 func (OS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }

@@ -328,17 +328,21 @@ func readOpenedLog(r io.ReadCloser, err error, path string, visit func(uint64, [
 	return info, nil
 }
 
+// brokenKeep is how much of each end of a torn tail the .broken copy
+// keeps: a tail of garbage can be as long as the disk (a sparse zero tail
+// after a power loss), and the copy is for reading, not for recovery.
+const brokenKeep = 1 << 20
+
 // cutTail keeps a copy of the torn tail in events.jsonl.<offset>.broken,
-// then truncates the log to its valid prefix and fsyncs it.
+// then truncates the log to its valid prefix and fsyncs it. The tail is
+// read from where the valid prefix ends, never the whole log; a tail
+// longer than two MiB keeps its first and last MiB, with a line between
+// them saying how many bytes were left out.
 func cutTail(fsys FS, path string, info logInfo) error {
-	data, err := fsys.ReadFile(path)
+	tail, err := readTail(fsys, path, info.Size)
 	if err != nil {
 		return wrap("repair log", path, err, "")
 	}
-	if int64(len(data)) < info.Size {
-		return wrap("repair log", path, fmt.Errorf("file shrank while being repaired"), "")
-	}
-	tail := data[info.Size:]
 	files := AgentFiles{Dir: dirOf(path)}
 	var broken string
 	for n := 0; ; n++ {
@@ -367,6 +371,59 @@ func cutTail(fsys FS, path string, info logInfo) error {
 		return wrap("repair log", path, err, "")
 	}
 	return f.Close()
+}
+
+// readTail returns what of the file follows byte off: all of it up to
+// 2*brokenKeep bytes, else the first and the last brokenKeep bytes with a
+// line between them that says how much was left out. It seeks past off
+// where the file can, and reads through it where it cannot.
+func readTail(fsys FS, path string, off int64) ([]byte, error) {
+	r, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if sk, ok := r.(io.Seeker); ok {
+		if _, err := sk.Seek(off, io.SeekStart); err != nil {
+			return nil, err
+		}
+	} else if n, err := io.CopyN(io.Discard, r, off); err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("file shrank while being repaired (%d bytes, its valid events end at %d)", n, off)
+		}
+		return nil, err
+	}
+	head := make([]byte, 2*brokenKeep)
+	n, err := io.ReadFull(r, head)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return head[:n], nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Longer than 2 MiB: keep a ring of the last brokenKeep bytes.
+	ring := make([]byte, brokenKeep)
+	copy(ring, head[brokenKeep:])
+	pos, skipped := 0, int64(0)
+	buf := make([]byte, 64<<10)
+	for {
+		m, err := r.Read(buf)
+		for _, b := range [][]byte{buf[:m]} {
+			for len(b) > 0 {
+				k := copy(ring[pos:], b)
+				pos, b, skipped = (pos+k)%brokenKeep, b[k:], skipped+int64(k)
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := append(head[:brokenKeep:brokenKeep], fmt.Sprintf("\n[substrat: %d bytes of the torn tail left out here]\n", skipped)...)
+	out = append(out, ring[pos:]...)
+	return append(out, ring[:pos]...), nil
 }
 
 // writeFileDurable replaces name atomically and fsyncs its directory, so the

@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -390,5 +391,52 @@ func TestErrors(t *testing.T) {
 	}
 	if wrap("op", "p", nil, "") != nil || Hint(errors.New("plain")) != "" {
 		t.Error("wrap(nil) or Hint(plain)")
+	}
+}
+
+// A torn tail far longer than its .broken copy keeps (a sparse zero tail
+// after a power loss, say) is cut without reading the log into memory,
+// and the copy keeps its first and last MiB and says what it left out.
+func TestCutLongTail(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.CreateAgent(&Session{Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := a.Files().Events()
+	valid, err := os.Stat(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	const tail = 64 << 20 // sparse: a hole, then a marker
+	f, err := os.OpenFile(events, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("END"), valid.Size()+tail-3); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	res, err := s.Scan(context.Background(), ScanOptions{Repair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Agents) != 1 {
+		t.Fatalf("findings %+v", res.Findings)
+	}
+	if fi, _ := os.Stat(events); fi.Size() != valid.Size() {
+		t.Fatalf("log is %d bytes after the cut, want %d", fi.Size(), valid.Size())
+	}
+	broken, err := os.ReadFile(a.Files().Broken(valid.Size(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := fmt.Sprintf("\n[substrat: %d bytes of the torn tail left out here]\n", tail-2*brokenKeep)
+	if len(broken) != 2*brokenKeep+len(note) || !bytes.Contains(broken, []byte(note)) || !bytes.HasSuffix(broken, []byte("END")) {
+		t.Fatalf("the .broken copy is %d bytes, ends %q", len(broken), broken[len(broken)-8:])
 	}
 }

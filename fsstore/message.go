@@ -155,8 +155,12 @@ func ReadInbox(fsys FS, b Inbox, sub string) ([]*Message, []BadMessage, error) {
 		name := e.Name()
 		path := filepath.Join(b.Sub(sub), name)
 		id, ok := strings.CutSuffix(name, MessageExt)
-		if !ok || !IsID(id) || !e.Type().IsRegular() {
+		if !ok || !IsID(id) {
 			bad = append(bad, BadMessage{path, "not a message file name (<uuidv7>.json)"})
+			continue
+		}
+		if !e.Type().IsRegular() {
+			bad = append(bad, BadMessage{path, ErrNotRegular.Error() + ": " + typeName(e.Type())})
 			continue
 		}
 		if sub == InboxNew {
@@ -167,6 +171,10 @@ func ReadInbox(fsys FS, b Inbox, sub string) ([]*Message, []BadMessage, error) {
 		data, err := fsys.ReadFile(path)
 		if errors.Is(err, errNotExist) {
 			continue // delivered meanwhile
+		}
+		if errors.Is(err, ErrNotRegular) || errors.Is(err, ErrFileTooLarge) {
+			bad = append(bad, BadMessage{path, err.Error()})
+			continue
 		}
 		if err != nil {
 			return nil, nil, wrap("read inbox", path, err, "")

@@ -59,8 +59,12 @@ func scanNew(fsys FS, b Inbox, dir string, entries []dirEntry, delivered map[str
 		}
 		delivered := done
 		path := filepath.Join(dir, e.name)
-		if !valid || !e.typ.IsRegular() {
+		if !valid {
 			bad = append(bad, BadMessage{path, "not a message file name (<uuidv7>.json)"})
+			continue
+		}
+		if !e.typ.IsRegular() {
+			bad = append(bad, BadMessage{path, ErrNotRegular.Error() + ": " + typeName(e.typ)})
 			continue
 		}
 		if delivered {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -129,6 +130,11 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 				}
 			}
 			report(f)
+			continue
+		case IsID(name) && e.Type()&iofs.ModeSymlink != 0:
+			report(Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
+				Detail: "a symlink, not an agent directory: agent directories must be real directories in agents/ " +
+					"(move the directory itself back); left untouched"})
 			continue
 		case !IsID(name) || !e.IsDir():
 			report(Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
