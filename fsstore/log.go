@@ -149,6 +149,7 @@ type Log struct {
 	fs   FS
 	path string
 	now  func() time.Time
+	open *openLogs // nil: no bound
 
 	mu      sync.Mutex // guards the fields below
 	f       File       // nil until the first append, and after a failure
@@ -158,8 +159,8 @@ type Log struct {
 	closed  bool
 }
 
-func newLog(fsys FS, path string, info logInfo, now func() time.Time) *Log {
-	return &Log{fs: fsys, path: path, now: now, lastSeq: info.LastSeq, size: info.Size}
+func newLog(fsys FS, path string, info logInfo, now func() time.Time, open *openLogs) *Log {
+	return &Log{fs: fsys, path: path, now: now, open: open, lastSeq: info.LastSeq, size: info.Size}
 }
 
 // Path returns the path of the log file.
@@ -193,6 +194,7 @@ func (l *Log) Append(typ string, data any) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
+	l.touched()
 	var d json.RawMessage
 	if raw != nil {
 		d = bytes.Clone(raw) // raw is eb's, which goes back to the pool
@@ -238,8 +240,33 @@ func (l *Log) appendData(typ string, data []byte, eb *eventBuf) (uint64, time.Ti
 	return seq, ts, nil
 }
 
+// touched tells the bound on open logs that l's file is open and in use,
+// and closes the files of the logs it evicts. It holds no log's mutex but
+// one victim's at a time.
+func (l *Log) touched() {
+	if l.open == nil {
+		return
+	}
+	for _, v := range l.open.touch(l) {
+		v.closeIdle()
+	}
+}
+
+// closeIdle closes l's file until its next append reopens it.
+func (l *Log) closeIdle() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
 func (l *Log) failLocked(err error) {
 	l.failed = err
+	if l.open != nil {
+		l.open.forget(l)
+	}
 	if l.f != nil {
 		l.f.Close()
 		l.f = nil
@@ -280,6 +307,9 @@ func (l *Log) reopenLocked() error {
 
 // Close closes the file. Appends after Close fail with ErrClosed.
 func (l *Log) Close() error {
+	if l.open != nil {
+		l.open.forget(l)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true

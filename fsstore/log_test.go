@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -438,5 +439,57 @@ func TestCutLongTail(t *testing.T) {
 	note := fmt.Sprintf("\n[substrat: %d bytes of the torn tail left out here]\n", tail-2*brokenKeep)
 	if len(broken) != 2*brokenKeep+len(note) || !bytes.Contains(broken, []byte(note)) || !bytes.HasSuffix(broken, []byte("END")) {
 		t.Fatalf("the .broken copy is %d bytes, ends %q", len(broken), broken[len(broken)-8:])
+	}
+}
+
+// A store keeps at most MaxOpenLogs logs open: appending to more closes
+// the least recently used, which reopen at their next append, and the
+// process's descriptors do not grow with the number of agents.
+func TestOpenLogsBounded(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{MaxOpenLogs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := func() int {
+		entries, _ := os.ReadDir("/proc/self/fd")
+		return len(entries)
+	}
+	var agents []*Agent
+	for range 12 {
+		a, err := s.CreateAgent(&Session{Name: "a" + strconv.Itoa(len(agents)), Provider: "script"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, a)
+	}
+	before := fds()
+	for round := range 3 {
+		for i, a := range agents {
+			if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+				t.Fatalf("round %d, agent %d: %v", round, i, err)
+			}
+			if n := s.OpenLogs(); n > 4 {
+				t.Fatalf("%d logs open, want at most 4", n)
+			}
+		}
+	}
+	if d := fds() - before; d > 4 {
+		t.Fatalf("%d more descriptors after appending to 12 agents, want at most 4", d)
+	}
+	for _, a := range agents {
+		if got := a.Session().Counters.Turns; got != 3 {
+			t.Fatalf("turns %d, want 3", got)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.OpenLogs(); n != 0 {
+		t.Fatalf("%d logs open after Close", n)
+	}
+	// Every append reached the disk, in order.
+	res, err := s.Scan(context.Background(), ScanOptions{Deep: true})
+	if err != nil || len(res.Agents) != 12 {
+		t.Fatalf("scan: %d agents, %v, %+v", len(res.Agents), err, res.Findings)
 	}
 }

@@ -18,6 +18,11 @@ type Options struct {
 	// reminders and subscriptions; default NewID (random UUIDv7). The
 	// simulation passes a seeded one, so that a run can be replayed.
 	NewID func() string
+	// MaxOpenLogs bounds the events.jsonl files kept open for appending
+	// (the least recently used are closed, and reopened when appended
+	// to again); default DefaultMaxOpenLogs. A daemon sizes it by its
+	// descriptor limit.
+	MaxOpenLogs int
 }
 
 // Store is a home directory of agents.
@@ -26,6 +31,7 @@ type Store struct {
 	layout Layout
 	now    func() time.Time
 	newID  func() string
+	logs   *openLogs
 }
 
 // Open prepares the home directory (creating it 0700 and its agents/,
@@ -45,7 +51,7 @@ func Open(home string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, wrap("open", home, err, "")
 	}
-	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID}
+	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs)}
 	if err := s.mkdirAll(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}
@@ -85,6 +91,9 @@ func (s *Store) mkdirAll(dir string) error {
 	}
 	return s.fs.SyncDir(filepath.Dir(dir)) // a new home survives a crash (found by sim, seed 1)
 }
+
+// OpenLogs returns how many events.jsonl files are open for appending.
+func (s *Store) OpenLogs() int { return s.logs.open() }
 
 // NewID returns a new id from the store's generator.
 func (s *Store) NewID() string { return s.newID() }
@@ -251,7 +260,7 @@ type Agent struct {
 // newAgent makes the Agent of a loaded or created directory; events is
 // files.Events(), which the caller has at hand.
 func newAgent(s *Store, files AgentFiles, events string, sess *Session, info logInfo) *Agent {
-	return &Agent{store: s, files: files, id: sess.ID, sess: sess, log: newLog(s.fs, events, info, s.now)}
+	return &Agent{store: s, files: files, id: sess.ID, sess: sess, log: newLog(s.fs, events, info, s.now, s.logs)}
 }
 
 // ID returns the agent's id.
@@ -300,6 +309,7 @@ func (a *Agent) Commit(typ string, data any) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.log.touched()
 	// a.sess is this Agent's own (every reader gets a copy), so a
 	// history event updates it in place.
 	next.LastSeq, next.UpdatedAt = seq, ts
