@@ -32,6 +32,14 @@ type Server struct {
 	// must not drive the daemon even if a bind exposes its socket; they
 	// have their agent's tool socket, which leaves this off.
 	SamePIDNamespace bool
+	// MaxConns bounds the connections served at once; one more is told
+	// so and closed. Default DefaultMaxConns.
+	MaxConns int
+	// FirstRequest bounds how long a new connection may stay silent
+	// before its first request; default DefaultFirstRequest. Later
+	// requests may come as slowly as they like (a tool bridge idles
+	// between calls; watches stream for hours).
+	FirstRequest time.Duration
 
 	mu      sync.Mutex // guards the fields below
 	methods map[string]Handler
@@ -44,6 +52,12 @@ type Server struct {
 
 	inflight sync.WaitGroup // calls between dispatch and their final reply
 }
+
+// Defaults of Server.
+const (
+	DefaultMaxConns     = 512
+	DefaultFirstRequest = 10 * time.Second
+)
 
 // NewServer returns a server accepting only the current uid.
 func NewServer(log *slog.Logger) *Server {
@@ -59,7 +73,9 @@ func (s *Server) Handle(method string, h Handler) {
 	s.methods[method] = h
 }
 
-// Serve accepts connections until Close. It returns nil after Close.
+// Serve accepts connections until Close. It returns nil after Close. An
+// error of Accept (out of descriptors, say) does not stop it: it waits, 5
+// ms at first and up to a second, as net/http does, and accepts again.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -68,20 +84,32 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
+	var delay time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
-			if closed {
+			if closed || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+				s.Log.Warn("rpc: accept failed; retrying", "err", err)
+			} else {
+				delay = min(2*delay, time.Second)
 			}
-			return err
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return nil
+			}
+			continue
+		}
+		if delay != 0 {
+			s.Log.Info("rpc: accepting again")
+			delay = 0
 		}
 		s.mu.Lock()
 		if s.closed {
@@ -89,11 +117,28 @@ func (s *Server) Serve(ln net.Listener) error {
 			c.Close()
 			return nil
 		}
+		max := s.MaxConns
+		if max <= 0 {
+			max = DefaultMaxConns
+		}
+		if len(s.conns) >= max {
+			s.mu.Unlock()
+			go refuse(c, Errorf(CodeUnavailable, "the daemon serves %d connections already; try again when some are done", max))
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serveConn(c)
 	}
+}
+
+// refuse writes e to c and closes it, without waiting long for a peer
+// that does not read.
+func refuse(c net.Conn, e *Error) {
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	(&connWriter{w: bufio.NewWriter(c)}).write(&Response{Error: e})
+	c.Close()
 }
 
 // Close stops accepting, cancels running handlers and lets them write
@@ -209,15 +254,23 @@ func (s *Server) serveConn(c net.Conn) {
 	defer cancel()
 	lines := make(chan []byte)
 	var readErr error
+	first := s.FirstRequest
+	if first <= 0 {
+		first = DefaultFirstRequest
+	}
+	c.SetReadDeadline(time.Now().Add(first))
 	go func() {
 		defer close(lines)
 		br := bufio.NewReaderSize(c, 64<<10)
-		for {
+		for n := 0; ; n++ {
 			line, err := readLine(br)
 			if err != nil {
 				readErr = err
 				cancel()
 				return
+			}
+			if n == 0 {
+				c.SetReadDeadline(time.Time{})
 			}
 			select {
 			case lines <- line:
@@ -253,8 +306,13 @@ func (s *Server) serveConn(c net.Conn) {
 		s.call(ctx, cw, &req, h)
 		s.inflight.Done()
 	}
-	if errors.Is(readErr, errLineTooLong) {
+	var ne net.Error
+	switch {
+	case errors.Is(readErr, errLineTooLong):
 		cw.write(&Response{Error: Errorf(CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
+	case errors.As(readErr, &ne) && ne.Timeout():
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		cw.write(&Response{Error: Errorf(CodeInvalidRequest, "no request within %s of connecting; closing the connection", first)})
 	}
 }
 
