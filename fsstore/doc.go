@@ -159,6 +159,28 @@
 // event and the link): the scan reports that as unfinished_delivery and
 // a repairing scan makes the link.
 //
+// # Archive
+//
+// Archiving an agent makes archive/<id> and leaves agents/<id> in place
+// for an hour (ArchiveGrace): archive/.tmp-<id> is built with a hard link
+// to every file of agents/<id> (the same inodes; nothing is copied), each
+// directory fsynced, renamed to archive/<id> without overwriting, and
+// archive/ fsynced. An agent whose directory is in both agents/ and
+// archive/ is archived: it is not loaded, the scan reports the agents/
+// copy as archived_copy (not a problem), and a repairing scan, or the
+// daemon's sweep, removes it once the grace is over (renamed to
+// agents/.tmp-<id> first, so that a crash leaves a leftover, never half
+// an agent). The grace is for backups: a copy of the home made while the
+// daemon runs (rsync lists the directories, then copies the files) finds
+// the agent whole in agents/, in archive/, or in both, at every instant of
+// an archive; a rename from one to the other could make it find neither.
+// A copy can still hold one whole copy and one partial one (the files of
+// agents/<id> vanished while the grace ended during a copy that ran longer
+// than it): the whole one is used, and a repairing scan removes the
+// partial one and says so (partial_copy). Moving an agent directory by
+// hand is a rename, with that window: make it with the daemon's archive,
+// or keep backups and hand moves apart.
+//
 // # Scanning
 //
 // Scan reads every agent directory in parallel: it removes leftovers, cuts

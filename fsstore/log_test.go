@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAppendRefusedAfterUncutTail: a scan without Repair leaves a torn tail
@@ -298,18 +300,51 @@ func TestArchiveAgent(t *testing.T) {
 	if d := before.diff(hashTree(t, f.l.ArchivedAgentDir(idB)), ""); len(d) > 0 {
 		t.Errorf("archived directory differs:\n%s", strings.Join(d, "\n"))
 	}
-	if exists(f.B.Dir) {
-		t.Error("the agent is still in agents/")
+	// agents/<id> stays for ArchiveGrace, the same files (hard links),
+	// for copies of the home in progress; the agent is archived.
+	if d := before.diff(hashTree(t, f.B.Dir), ""); len(d) > 0 {
+		t.Errorf("agents/ copy changed:\n%s", strings.Join(d, "\n"))
 	}
-	if err := f.s.ArchiveAgent(idB); !errors.Is(err, ErrNotFound) {
+	a1, _ := os.Stat(f.B.Events())
+	a2, _ := os.Stat(filepath.Join(f.l.ArchivedAgentDir(idB), EventsName))
+	if !os.SameFile(a1, a2) {
+		t.Error("the archived log is not a hard link of the live one")
+	}
+	if err := f.s.ArchiveAgent(idB); !errors.Is(err, ErrExists) {
 		t.Errorf("second ArchiveAgent: %v", err)
 	}
 	if err := f.s.ArchiveAgent("notes"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ArchiveAgent(notes): %v", err)
 	}
-	res := mustScan(t, f.s, ScanOptions{})
+	res := mustScan(t, f.s, ScanOptions{Repair: true})
 	closeAgents(res)
 	assertLive(t, "after archive", res, []string{idA})
+	if !hasFinding(res, FindArchivedCopy, f.B.Dir) || !exists(f.B.Dir) {
+		t.Errorf("within the grace: findings %+v, agents/ copy exists %v", res.Findings, exists(f.B.Dir))
+	}
+	if a, fs := f.s.Load(idB, false); a != nil || len(fs) != 1 || fs[0].Kind != FindArchivedCopy {
+		t.Errorf("Load of an archived agent's copy: %v, %+v", a, fs)
+	}
+	// After the grace, the sweep (and a repairing scan) removes it.
+	removed, err := f.s.SweepArchived(time.Now().Add(ArchiveGrace + time.Minute))
+	if err != nil || len(removed) != 1 || removed[0] != idB || exists(f.B.Dir) {
+		t.Fatalf("SweepArchived: %v, %v; agents/ copy exists %v", removed, err, exists(f.B.Dir))
+	}
+	if d := before.diff(hashTree(t, f.l.ArchivedAgentDir(idB)), ""); len(d) > 0 {
+		t.Errorf("archived directory changed by the sweep:\n%s", strings.Join(d, "\n"))
+	}
+	if err := f.s.ArchiveAgent(idB); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ArchiveAgent after the sweep: %v", err)
+	}
+}
+
+func hasFinding(res *ScanResult, kind FindingKind, path string) bool {
+	for _, f := range res.Findings {
+		if f.Kind == kind && f.Path == path {
+			return true
+		}
+	}
+	return false
 }
 
 func TestIsID(t *testing.T) {
@@ -491,5 +526,66 @@ func TestOpenLogsBounded(t *testing.T) {
 	res, err := s.Scan(context.Background(), ScanOptions{Deep: true})
 	if err != nil || len(res.Agents) != 12 {
 		t.Fatalf("scan: %d agents, %v, %+v", len(res.Agents), err, res.Findings)
+	}
+}
+
+// What a copy of the home finds of an agent that moved during the copy:
+// one whole copy and one partial one. The whole one is used, and
+// repairing removes the partial one, saying so.
+func TestArchivedPairs(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		partial     string // "live" or "archive"
+		wantLive    bool
+		wantRemoved func(l Layout) string
+	}{
+		{"partial agents/ copy", "live", false, func(l Layout) string { return l.AgentDir(idB) }},
+		{"partial archive/ copy", "archive", true, func(l Layout) string { return l.ArchivedAgentDir(idB) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			if err := f.s.ArchiveAgent(idB); err != nil {
+				t.Fatal(err)
+			}
+			partial := f.B.Dir
+			if c.partial == "archive" {
+				partial = f.l.ArchivedAgentDir(idB)
+			}
+			// What rsync leaves of a directory whose files vanished: the
+			// directories, not the files.
+			for _, name := range []string{SessionName, EventsName} {
+				if err := os.Remove(filepath.Join(partial, name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res := mustScan(t, f.s, ScanOptions{})
+			closeAgents(res)
+			want := []string{idA}
+			if c.wantLive {
+				want = []string{idA, idB}
+			}
+			assertLive(t, "before repair", res, want)
+			if !hasFinding(res, FindPartialCopy, partial) {
+				t.Fatalf("findings %+v", res.Findings)
+			}
+			res = mustScan(t, f.s, ScanOptions{Repair: true})
+			closeAgents(res)
+			assertLive(t, "after repair", res, want)
+			if exists(c.wantRemoved(f.l)) {
+				t.Fatalf("the partial copy %s was not removed", c.wantRemoved(f.l))
+			}
+			for _, x := range res.Findings {
+				if x.Kind == FindPartialCopy && !x.Repaired {
+					t.Fatalf("unrepaired: %+v", x)
+				}
+			}
+			res = mustScan(t, f.s, ScanOptions{})
+			closeAgents(res)
+			for _, x := range res.Findings {
+				if x.Kind == FindPartialCopy {
+					t.Fatalf("after repair, still %+v", x)
+				}
+			}
+		})
 	}
 }

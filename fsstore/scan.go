@@ -143,6 +143,24 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 		}
 		ids = append(ids, name)
 	}
+	// An agent in archive/ too is archived (or was moving when a copy of
+	// the home was taken): see archivedPair.
+	if archived, err := s.archivedIDs(); err != nil {
+		return nil, err
+	} else if len(archived) > 0 {
+		kept := ids[:0]
+		for _, id := range ids {
+			if archived[id] {
+				load, f := s.archivedPair(id, s.now(), opts.Repair)
+				report(f)
+				if !load {
+					continue
+				}
+			}
+			kept = append(kept, id)
+		}
+		ids = kept
+	}
 	// A fixed set of workers takes the directories in turn: a goroutine
 	// per agent would grow a new stack for each.
 	if len(ids) > 0 {

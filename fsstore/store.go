@@ -215,28 +215,15 @@ func (s *Store) Load(id string, repair bool) (*Agent, []Finding) {
 		return nil, []Finding{{Kind: FindNotAgent, Path: s.layout.AgentDir(id),
 			Detail: "not an agent directory (the name is not a canonical lower-case UUIDv7)"}}
 	}
-	return s.loadAgent(id, ScanOptions{Repair: repair})
-}
-
-// ArchiveAgent moves agents/<id> to archive/<id> without overwriting, and
-// fsyncs both directories.
-func (s *Store) ArchiveAgent(id string) error {
-	if !IsID(id) {
-		return wrap("archive", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
-	}
-	src, dst := s.layout.AgentDir(id), s.layout.ArchivedAgentDir(id)
-	if err := s.fs.RenameNoReplace(src, dst); err != nil {
-		if errors.Is(err, errNotExist) {
-			err = fmt.Errorf("%w: agent %s", ErrNotFound, id)
-		} else if errors.Is(err, errExist) {
-			err = fmt.Errorf("%w: %s", ErrExists, dst)
+	if _, err := s.fs.Stat(s.layout.ArchivedAgentDir(id)); err == nil {
+		load, f := s.archivedPair(id, s.now(), repair)
+		if !load {
+			return nil, []Finding{f}
 		}
-		return wrap("archive", src, err, "")
+		a, fs := s.loadAgent(id, ScanOptions{Repair: repair})
+		return a, append([]Finding{f}, fs...)
 	}
-	if err := s.fs.SyncDir(s.layout.ArchiveDir()); err != nil {
-		return wrap("archive", dst, err, "")
-	}
-	return wrap("archive", src, s.fs.SyncDir(s.layout.AgentsDir()), "")
+	return s.loadAgent(id, ScanOptions{Repair: repair})
 }
 
 // Agent is a live agent: its directory, its open log and its current

@@ -64,8 +64,13 @@ func ReadFacts(fsys fsstore.FS, home string) (*Facts, error) {
 				return nil, err
 			}
 			a.Archived = where == l.ArchiveDir()
-			if f.Agents[a.ID] != nil {
-				return nil, fmt.Errorf("agent %s is both in agents/ and archive/", a.ID)
+			if prev := f.Agents[a.ID]; prev != nil {
+				// An archive keeps agents/<id> (hard links of the same
+				// files) for fsstore.ArchiveGrace: the agent is archived,
+				// and both copies hold the same.
+				if !a.Archived || !bytes.Equal(prev.Log, a.Log) {
+					return nil, fmt.Errorf("agent %s is both in agents/ and archive/, and the two differ", a.ID)
+				}
 			}
 			f.Agents[a.ID] = a
 		}
@@ -354,7 +359,8 @@ func checkHealthy(p *problems, when string, w *world, recovered bool, acked *Fac
 		return
 	}
 	for _, f := range res.Findings {
-		if f.Kind != fsstore.FindReplayed {
+		// An archive keeps agents/<id> for a grace: not damage.
+		if f.Kind != fsstore.FindReplayed && f.Kind != fsstore.FindArchivedCopy {
 			p.add("%s, the scan found %s at %s: %s", when, f.Kind, f.Path, f.Detail)
 		}
 	}

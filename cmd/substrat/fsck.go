@@ -77,7 +77,7 @@ func (c *FsckCmd) Run(g *Globals) error {
 // problem reports whether a finding still needs action.
 func problem(f fsstore.Finding) bool {
 	switch f.Kind {
-	case fsstore.FindReplayed, fsstore.FindOrphan, fsstore.FindNotAgent, fsstore.FindSnapshotRebuilt:
+	case fsstore.FindReplayed, fsstore.FindOrphan, fsstore.FindNotAgent, fsstore.FindSnapshotRebuilt, fsstore.FindArchivedCopy:
 		return false
 	}
 	return !f.Repaired
