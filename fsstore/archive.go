@@ -234,4 +234,3 @@ func removedOr(err error, what string) string {
 	}
 	return "; removed " + what
 }
-
