@@ -43,6 +43,7 @@ type CLI struct {
 	Inbox     InboxCmd     `cmd:"" help:"Read the messages agents sent to USER."`
 	Recover   RecoverCmd   `cmd:"" help:"Print the report of the last start-up recovery."`
 	Fsck      FsckCmd      `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
+	Backup    BackupCmd    `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`
 	Demo      DemoCmd      `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
 	Bench     BenchCmd     `cmd:"" help:"Measure Substrat against this disk's own limits and against SQLite (make bench)."`
 	Mcp       McpCmd       `cmd:"" help:"Serve an agent's tools over MCP on stdio (started by provider CLIs)."`

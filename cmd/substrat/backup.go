@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/substrat/substrat/fsstore"
+)
+
+// BackupCmd copies the home to DEST the safe way while the daemon runs.
+type BackupCmd struct {
+	Dest  string   `arg:"" help:"Where the copy goes (a directory; made if missing). Remote rsync targets (host:path) are copied but not checked." type:"path"`
+	Rsync []string `help:"Extra rsync arguments (e.g. --bwlimit=10m)." placeholder:"ARG"`
+}
+
+// BackupResult is backup's JSON output.
+type BackupResult struct {
+	Home     string            `json:"home"`
+	Dest     string            `json:"dest"`
+	Vanished bool              `json:"vanished"` // rsync exit 24: files vanished during the copy, as expected of a live home
+	Checked  bool              `json:"checked"`
+	Agents   int               `json:"agents"`
+	Archived int               `json:"archived"`
+	Findings []fsstore.Finding `json:"findings"`
+	Problems int               `json:"problems"`
+}
+
+// Run copies with rsync -a, then checks (and repairs) the copy as fsck
+// --repair would, and says what it holds.
+func (c *BackupCmd) Run(g *Globals) error {
+	rsync, err := exec.LookPath("rsync")
+	if err != nil {
+		return fail("rsync is not installed; substrat backup copies with it",
+			"install it (sudo apt-get install rsync), or stop the daemon and copy the home with cp -a")
+	}
+	if _, err := os.Stat(g.Home); err != nil {
+		return fail(fmt.Sprintf("no home at %s: %v", g.Home, err), "give --home")
+	}
+	remote := strings.Contains(c.Dest, ":") && !strings.HasPrefix(c.Dest, "/")
+	dest := c.Dest
+	if !remote {
+		if abs, err := filepath.Abs(dest); err == nil {
+			dest = abs
+		}
+		if dest == g.Home || strings.HasPrefix(dest, strings.TrimSuffix(g.Home, "/")+"/") {
+			return fail(fmt.Sprintf("the copy %s would be inside the home %s", dest, g.Home), "copy to a directory outside the home")
+		}
+	}
+	// daemon.sock and daemon.lock belong to the running daemon, not to a
+	// copy; everything else is copied as is.
+	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/"}, c.Rsync...)
+	args = append(args, strings.TrimSuffix(g.Home, "/")+"/", strings.TrimSuffix(dest, "/")+"/")
+	cmd := exec.Command(rsync, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	out := BackupResult{Home: g.Home, Dest: dest, Findings: []fsstore.Finding{}}
+	if !g.JSON {
+		fmt.Fprintf(os.Stderr, "copying %s to %s with rsync -a...\n", g.Home, dest)
+	}
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee) && ee.ExitCode() == 24:
+		// "Partial transfer due to vanished source files": a live home
+		// changes while it is copied (delivered messages swept, temporary
+		// files renamed). What vanished was not needed: see fsstore/doc.go.
+		out.Vanished = true
+	case err != nil:
+		return fail(fmt.Sprintf("rsync failed: %v", err), "see rsync's message above")
+	}
+	if remote {
+		if g.JSON {
+			printJSON(out)
+		} else {
+			fmt.Printf("copied %s to %s (not checked: a remote copy; run 'substrat fsck --repair' there)\n", g.Home, dest)
+		}
+		return nil
+	}
+	store, err := fsstore.Open(dest, fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	res, err := store.Scan(context.Background(), fsstore.ScanOptions{Repair: true, Deep: true, RebuildSnapshots: true})
+	if err != nil {
+		return err
+	}
+	out.Checked, out.Agents = true, len(res.Agents)
+	for _, a := range res.Agents {
+		a.Close()
+	}
+	if entries, err := os.ReadDir(fsstore.Layout{Home: dest}.ArchiveDir()); err == nil {
+		for _, e := range entries {
+			if fsstore.IsID(e.Name()) && e.IsDir() {
+				out.Archived++
+			}
+		}
+	}
+	out.Findings = append(out.Findings, res.Findings...)
+	for _, f := range res.Findings {
+		if problem(f) {
+			out.Problems++
+		}
+	}
+	if g.JSON {
+		printJSON(out)
+	} else {
+		for _, f := range out.Findings {
+			if f.Kind != fsstore.FindReplayed {
+				fmt.Printf("%-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
+			}
+		}
+		note := ""
+		if out.Vanished {
+			note = " (rsync said files vanished during the copy: expected while the daemon runs)"
+		}
+		fmt.Printf("copied %s to %s%s\nthe copy holds %s and %s in archive/, %s\n",
+			g.Home, dest, note, plural(out.Agents, "live agent"), plural(out.Archived, "agent"), plural(out.Problems, "problem"))
+	}
+	if out.Problems > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("the copy in %s has %d problem(s)", dest, out.Problems),
+			hint: "see the findings above; the live home is untouched"}
+	}
+	return nil
+}
