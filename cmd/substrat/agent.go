@@ -35,11 +35,11 @@ type AgentCmd struct {
 // AgentCreateCmd creates an agent.
 type AgentCreateCmd struct {
 	Name         string  `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
-	Provider     string  `help:"Provider: script (default), claude, cursor-agent, openai." default:"script"`
+	Provider     string  `help:"Provider: script (default), claude, cursor-agent, openai." default:"script" predictor:"provider"`
 	Model        string  `help:"Model; for the script provider, a path to a model script."`
 	Instructions string  `help:"The agent's instructions (system prompt)."`
-	Workspace    string  `help:"Workspace to run in."`
-	Parent       string  `help:"Parent agent ref; without it the agent is a root."`
+	Workspace    string  `help:"Workspace to run in." predictor:"workspace"`
+	Parent       string  `help:"Parent agent ref; without it the agent is a root." predictor:"agent"`
 	Pool         string  `help:"Slot pool of the agent's session (default: the default pool)."`
 	BudgetTokens int64   `help:"Token budget for the agent's subtree."`
 	BudgetCost   float64 `help:"Cost budget (USD) for the agent's subtree."`
@@ -139,7 +139,7 @@ func drawTree(list []supervisor.AgentInfo) string {
 
 // AgentInspectCmd shows one agent.
 type AgentInspectCmd struct {
-	Ref string `arg:"" help:"The agent: a name, a path (root/child) or an id."`
+	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path (root/child) or an id."`
 }
 
 // Run prints the agent.
@@ -206,7 +206,7 @@ func oneLine(s string, max int) string {
 
 // AgentSendCmd sends a message.
 type AgentSendCmd struct {
-	Ref     string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref     string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Message string `arg:"" help:"The message text; - reads it from standard input."`
 	NoWait  bool   `help:"Return once the message is stored, without waiting for the turn."`
 }
@@ -267,7 +267,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 
 // AgentAttachCmd follows one agent.
 type AgentAttachCmd struct {
-	Ref   string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref   string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Until string `help:"Exit after the first event of this type (e.g. turn_done)." placeholder:"TYPE"`
 }
 
@@ -278,7 +278,7 @@ func (c *AgentAttachCmd) Run(g *Globals) error {
 
 // AgentTerminateCmd ends agents.
 type AgentTerminateCmd struct {
-	Ref       string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref       string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Recursive bool   `short:"r" help:"Terminate the whole subtree, leaves first."`
 }
 
@@ -302,7 +302,7 @@ func (c *AgentTerminateCmd) Run(g *Globals) error {
 
 // AgentArchiveCmd archives a subtree.
 type AgentArchiveCmd struct {
-	Ref string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 }
 
 // Run archives.
@@ -322,7 +322,7 @@ func (c *AgentArchiveCmd) Run(g *Globals) error {
 
 // AgentBudgetCmd sets a budget.
 type AgentBudgetCmd struct {
-	Ref    string  `arg:"" help:"The agent: a name, a path or an id."`
+	Ref    string  `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Tokens int64   `help:"Token budget (input plus output) for the subtree; 0 for none."`
 	Cost   float64 `help:"Cost budget in USD for the subtree; 0 for none."`
 }
@@ -341,7 +341,7 @@ func (c *AgentBudgetCmd) Run(g *Globals) error {
 }
 
 type gateArgs struct {
-	Ref       string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref       string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Recursive bool   `short:"r" help:"Apply to the whole subtree."`
 }
 

@@ -79,7 +79,7 @@ func e2eReply(req fakeapi.Request) fakeapi.Out {
 // e2eDaemon runs `substrat daemon run` as a child, so that it can be
 // SIGKILLed.
 type e2eDaemon struct {
-	t    *testing.T
+	t    testing.TB
 	home string
 	env  []string
 	cmd  *exec.Cmd

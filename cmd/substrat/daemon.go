@@ -191,7 +191,7 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 
 // DaemonWatchCmd follows live events.
 type DaemonWatchCmd struct {
-	Agent string `arg:"" optional:"" help:"Only this agent (a name, path or id)."`
+	Agent string `arg:"" optional:"" predictor:"agent" help:"Only this agent (a name, path or id)."`
 	Until string `help:"Exit after the first event of this type (e.g. turn_done)." placeholder:"TYPE"`
 }
 
@@ -252,7 +252,7 @@ func (w watchLine) String() string {
 
 // DaemonLogCmd prints an agent's events.
 type DaemonLogCmd struct {
-	Agent string `arg:"" help:"The agent (a name, path or id)."`
+	Agent string `arg:"" predictor:"agent" help:"The agent (a name, path or id)."`
 }
 
 // Run prints every event of the agent.

@@ -36,18 +36,19 @@ type Globals struct {
 type CLI struct {
 	Globals
 
-	Daemon    DaemonCmd    `cmd:"" help:"Start, stop and watch the daemon."`
-	Agent     AgentCmd     `cmd:"" help:"Create, list, inspect and talk to agents."`
-	Session   SessionCmd   `cmd:"" help:"List and manage provider sessions."`
-	Workspace WorkspaceCmd `cmd:"" help:"Manage sandboxed workspaces and run commands in them."`
-	Inbox     InboxCmd     `cmd:"" help:"Read the messages agents sent to USER."`
-	Recover   RecoverCmd   `cmd:"" help:"Print the report of the last start-up recovery."`
-	Fsck      FsckCmd      `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
-	Backup    BackupCmd    `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`
-	Demo      DemoCmd      `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
-	Bench     BenchCmd     `cmd:"" help:"Measure Substrat against this disk's own limits and against SQLite (make bench)."`
-	Mcp       McpCmd       `cmd:"" help:"Serve an agent's tools over MCP on stdio (started by provider CLIs)."`
-	Version   VersionCmd   `cmd:"" help:"Print the version."`
+	Daemon     DaemonCmd     `cmd:"" help:"Start, stop and watch the daemon."`
+	Agent      AgentCmd      `cmd:"" help:"Create, list, inspect and talk to agents."`
+	Session    SessionCmd    `cmd:"" help:"List and manage provider sessions."`
+	Workspace  WorkspaceCmd  `cmd:"" help:"Manage sandboxed workspaces and run commands in them."`
+	Inbox      InboxCmd      `cmd:"" help:"Read the messages agents sent to USER."`
+	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`
+	Fsck       FsckCmd       `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
+	Backup     BackupCmd     `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`
+	Demo       DemoCmd       `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
+	Bench      BenchCmd      `cmd:"" help:"Measure Substrat against this disk's own limits and against SQLite (make bench)."`
+	Mcp        McpCmd        `cmd:"" help:"Serve an agent's tools over MCP on stdio (started by provider CLIs)."`
+	Completion CompletionCmd `cmd:"" help:"Print shell completion code: source <(substrat completion bash)."`
+	Version    VersionCmd    `cmd:"" help:"Print the version."`
 }
 
 // exitError carries an exit code and a hint.
@@ -78,6 +79,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		return 2
 	}
+	completeLine(parser)
 	code := func() (code int) {
 		defer func() {
 			if r := recover(); r != nil {

@@ -38,7 +38,7 @@ func (SessionListCmd) Run(g *Globals) error {
 
 // sessionRef is the argument of the session commands on one agent.
 type sessionRef struct {
-	Ref string `arg:"" help:"The agent: a name, a path or an id."`
+	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 }
 
 func (c *sessionRef) run(g *Globals, method, verb string) error {

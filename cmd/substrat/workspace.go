@@ -90,7 +90,7 @@ func (WorkspaceListCmd) Run(g *Globals) error {
 
 // WorkspaceDeleteCmd deletes a workspace.
 type WorkspaceDeleteCmd struct {
-	Ref string `arg:"" name:"ws" help:"The workspace: NAME or SCOPE/NAME."`
+	Ref string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
 }
 
 // Run deletes it; it is refused while live agents use it.
@@ -107,7 +107,7 @@ func (c *WorkspaceDeleteCmd) Run(g *Globals) error {
 
 // WorkspaceInspectCmd shows a workspace.
 type WorkspaceInspectCmd struct {
-	Ref string `arg:"" name:"ws" help:"The workspace: NAME or SCOPE/NAME."`
+	Ref string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
 }
 
 // Run shows it.
@@ -121,7 +121,7 @@ func (c *WorkspaceInspectCmd) Run(g *Globals) error {
 
 // WorkspaceLinkCmd links a host directory.
 type WorkspaceLinkCmd struct {
-	Ref    string `arg:"" name:"ws" help:"The workspace."`
+	Ref    string `arg:"" name:"ws" predictor:"workspace" help:"The workspace."`
 	Source string `required:"" help:"Host directory to bind."`
 	Target string `required:"" help:"Where it appears inside the sandbox (absolute)."`
 	Mode   string `enum:"ro,rw" default:"ro" help:"ro or rw."`
@@ -145,7 +145,7 @@ func absPath(p string) string {
 
 // WorkspaceUnlinkCmd removes a link.
 type WorkspaceUnlinkCmd struct {
-	Ref    string `arg:"" name:"ws" help:"The workspace."`
+	Ref    string `arg:"" name:"ws" predictor:"workspace" help:"The workspace."`
 	Target string `required:"" help:"The mount path to remove."`
 }
 
@@ -160,7 +160,7 @@ func (c *WorkspaceUnlinkCmd) Run(g *Globals) error {
 
 // WorkspaceViewCmd makes a view.
 type WorkspaceViewCmd struct {
-	Source string `arg:"" name:"src" help:"The workspace to view."`
+	Source string `arg:"" name:"src" help:"The workspace to view." predictor:"workspace"`
 	Name   string `required:"" help:"Name of the new view workspace."`
 	Scope  string `help:"USER (default) or an agent ref."`
 	Subdir string `help:"Directory of the source's root to show instead of all of it."`
@@ -179,7 +179,7 @@ func (c *WorkspaceViewCmd) Run(g *Globals) error {
 // WorkspaceExecCmd runs a command in a workspace's sandbox. It needs no
 // daemon: it reads workspace.json and runs bwrap here, with this terminal.
 type WorkspaceExecCmd struct {
-	Ref string   `arg:"" name:"ws" help:"The workspace: NAME or SCOPE/NAME (SCOPE: USER or an agent id)."`
+	Ref string   `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME (SCOPE: USER or an agent id)."`
 	Cmd []string `arg:"" passthrough:"" help:"The command and its arguments (after --)."`
 }
 
