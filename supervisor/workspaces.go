@@ -404,7 +404,7 @@ func workspaceTools() []tool {
 		{ToolSpec{"delete_workspace", "Delete a workspace of your scope that no live agent uses.",
 			schema(`"name":{"type":"string"}`, "name")}, (*turnTools).deleteWorkspace},
 		{ToolSpec{"link_dir", "Bind a directory your own workspace grants (a path as you see it) into a workspace of your scope.",
-			schema(`"workspace":{"type":"string"},"source":{"type":"string"},"target":{"type":"string"},"mode":{"type":"string","enum":["ro","rw"]}`, "workspace", "source", "target")}, (*turnTools).linkDir},
+			schema(`"workspace":{"type":"string"},"source":{"type":"string"},"target":{"type":"string","description":"where it appears in the sandbox: absolute, or relative to /workspace"},"mode":{"type":"string","enum":["ro","rw"]}`, "workspace", "source", "target")}, (*turnTools).linkDir},
 		{ToolSpec{"unlink_dir", "Remove a link from a workspace of your scope.",
 			schema(`"workspace":{"type":"string"},"target":{"type":"string"}`, "workspace", "target")}, (*turnTools).unlinkDir},
 		{ToolSpec{"link_from", "Bind a directory of another workspace you can use into a workspace of your scope.",
@@ -497,10 +497,11 @@ func (t *turnTools) linkDir(ctx context.Context, call provider.ToolCall) (string
 	if err != nil {
 		return "", err
 	}
-	if _, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode}); err != nil {
+	w, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode})
+	if err != nil {
 		return "", workspaceErr(err)
 	}
-	return fmt.Sprintf("linked %s at %s (%s) in %s", a.Source, a.Target, a.Mode, a.Workspace), nil
+	return fmt.Sprintf("linked %s at %s (%s) in %s", a.Source, w.Links[len(w.Links)-1].MountPath, a.Mode, a.Workspace), nil
 }
 
 func (t *turnTools) unlinkDir(ctx context.Context, call provider.ToolCall) (string, error) {
@@ -516,7 +517,8 @@ func (t *turnTools) unlinkDir(ctx context.Context, call provider.ToolCall) (stri
 	if _, err := t.c.ws.Unlink(t.n.id(), a.Workspace, a.Target); err != nil {
 		return "", workspaceErr(err)
 	}
-	return "unlinked " + a.Target, nil
+	target, _ := workspace.ResolveTarget(a.Target)
+	return "unlinked " + target, nil
 }
 
 func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall) (string, error) {
@@ -557,8 +559,9 @@ func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall) (strin
 	if err != nil {
 		return "", err
 	}
-	if _, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode}); err != nil {
+	w, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode})
+	if err != nil {
 		return "", workspaceErr(err)
 	}
-	return fmt.Sprintf("linked %s:%s at %s (%s) in %s", ref, a.Subdir, a.Target, a.Mode, a.Workspace), nil
+	return fmt.Sprintf("linked %s:%s at %s (%s) in %s", ref, a.Subdir, w.Links[len(w.Links)-1].MountPath, a.Mode, a.Workspace), nil
 }

@@ -123,7 +123,7 @@ func (c *WorkspaceInspectCmd) Run(g *Globals) error {
 type WorkspaceLinkCmd struct {
 	Ref    string `arg:"" name:"ws" predictor:"workspace" help:"The workspace."`
 	Source string `required:"" help:"Host directory to bind."`
-	Target string `required:"" help:"Where it appears inside the sandbox (absolute)."`
+	Target string `required:"" help:"Where it appears inside the sandbox: absolute, or relative to /workspace (data means /workspace/data)."`
 	Mode   string `enum:"ro,rw" default:"ro" help:"ro or rw."`
 }
 
@@ -146,7 +146,7 @@ func absPath(p string) string {
 // WorkspaceUnlinkCmd removes a link.
 type WorkspaceUnlinkCmd struct {
 	Ref    string `arg:"" name:"ws" predictor:"workspace" help:"The workspace."`
-	Target string `required:"" help:"The mount path to remove."`
+	Target string `required:"" help:"The mount path to remove (absolute, or relative to /workspace)."`
 }
 
 // Run unlinks.

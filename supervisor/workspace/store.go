@@ -428,6 +428,9 @@ func (s *Store) Link(scope, name string, l Link) (*Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.MountPath, err = ResolveTarget(l.MountPath); err != nil {
+		return nil, err
+	}
 	l, err = resolveLink(l)
 	if err != nil {
 		return nil, err
@@ -449,6 +452,9 @@ func (s *Store) Unlink(scope, name, mountPath string) (*Workspace, error) {
 	defer s.mu.Unlock()
 	w, err := s.getLocked(scope, name)
 	if err != nil {
+		return nil, err
+	}
+	if mountPath, err = ResolveTarget(mountPath); err != nil {
 		return nil, err
 	}
 	for i, l := range w.Links {

@@ -612,3 +612,26 @@ func TestMakeWritableStaysInside(t *testing.T) {
 		}
 	}
 }
+
+// A relative link target is under the workspace root; ".." is refused
+// either way, and the stored target is absolute.
+func TestRelativeTargets(t *testing.T) {
+	s, _, host := newStore(t)
+	mkdirs(t, filepath.Join(host, "d"))
+	if _, err := s.Create(Workspace{Scope: UserScope, Name: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Link(UserScope, "w", Link{HostPath: filepath.Join(host, "d"), MountPath: "data/sub", Mode: ModeRO})
+	if err != nil || w.Links[0].MountPath != "/workspace/data/sub" {
+		t.Fatalf("relative link: %+v, %v", w, err)
+	}
+	for _, bad := range []string{"../etc", "data/../../x", "", ".", "/workspace"} {
+		_, err := s.Link(UserScope, "w", Link{HostPath: filepath.Join(host, "d"), MountPath: bad, Mode: ModeRO})
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("target %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if w, err := s.Unlink(UserScope, "w", "data/sub"); err != nil || len(w.Links) != 0 {
+		t.Fatalf("relative unlink: %+v, %v", w, err)
+	}
+}

@@ -121,6 +121,29 @@ func ValidateLink(l Link) error {
 	return nil
 }
 
+// ResolveTarget turns a link's mount path as a user or an agent gives it
+// into the absolute path inside the sandbox: a relative one ("data",
+// "lib/x") is under the workspace root, /workspace. ".." is refused
+// either way; the result is checked as ValidateLink checks it.
+func ResolveTarget(t string) (string, error) {
+	switch {
+	case t == "":
+		return "", fmt.Errorf("%w: link mount_path is empty", ErrInvalid)
+	case hasDotDot(t):
+		return "", fmt.Errorf("%w: link mount_path %q contains '..'", ErrInvalid, t)
+	case !filepath.IsAbs(t):
+		t = filepath.Join(bwrap.DefaultWorkdir, t)
+	}
+	t = filepath.Clean(t)
+	if err := bwrap.ValidateTarget(t); err != nil {
+		return "", fmt.Errorf("%w: link mount_path: %v", ErrInvalid, err)
+	}
+	if t == bwrap.DefaultWorkdir {
+		return "", fmt.Errorf("%w: link mount_path %s would hide the workspace root", ErrInvalid, t)
+	}
+	return t, nil
+}
+
 // checkHostPath checks that p is absolute, clean and has no "..".
 func checkHostPath(p string) error {
 	switch {
