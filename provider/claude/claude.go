@@ -5,10 +5,12 @@
 //
 //	claude -p --output-format stream-json --verbose
 //	       --mcp-config <home>/agents/<id>/mcp.json --strict-mcp-config
-//	       --allowedTools mcp__substrat__* [--append-system-prompt <instructions>]
+//	       --permission-mode <mode> --allowedTools mcp__substrat__*[,<rules>]
+//	       [--disallowedTools <rules>] [--append-system-prompt <instructions>]
 //	       [--model <model>] (--session-id <uuid> | --resume <uuid>)
 //
-// in Config.WorkDir, in its own process group (killed on timeout or
+// in Config.WorkDir (the agent's working directory; /workspace in a
+// sandbox), in its own process group (killed on timeout or
 // cancel), with the daemon's environment plus HOME set to a private
 // directory (the CLI keeps its sessions under $HOME/.claude, per working
 // directory, so resume needs the same HOME and directory every time),
@@ -24,6 +26,20 @@
 // which forwards each call to the daemon; the CLI passes its tool-use id,
 // which becomes the idempotency key. Only the substrat tools are allowed
 // (Options.AllowedTools adds others).
+//
+// # Permissions
+//
+// Config.Permissions maps onto the CLI's own flags: the mode as
+// --permission-mode (default, acceptEdits, plan, dontAsk,
+// bypassPermissions), and the rules as --allowedTools (after the substrat
+// tools, which are always allowed) and --disallowedTools. The daemon gives
+// an agent in a sandbox bypassPermissions unless told otherwise: the CLI
+// then does real work (Write, Edit, Bash) with nothing but bwrap around
+// it, and since the CLI refuses that mode to root unless IS_SANDBOX=1, the
+// adapter sets IS_SANDBOX=1 there, and only there. Outside a sandbox the
+// default is the CLI's safe mode, in which print mode refuses what would
+// need a prompt: the CLI prints a system/permission_denied line and the
+// turn goes on.
 //
 // # Sessions
 //
@@ -70,6 +86,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -224,9 +241,19 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 			return cli.Command{}, err
 		}
 	}
+	perm := cfg.Permissions
+	mode := perm.Mode
+	if mode == "" {
+		mode = provider.ModeDefault
+	}
+	allowed := slices.Concat([]string{"mcp__substrat__*"}, a.opts.AllowedTools, perm.AllowedTools)
 	args := []string{"-p", "--output-format", "stream-json", "--verbose",
 		"--mcp-config", mcp, "--strict-mcp-config",
-		"--allowedTools", strings.Join(append([]string{"mcp__substrat__*"}, a.opts.AllowedTools...), ",")}
+		"--permission-mode", mode,
+		"--allowedTools", strings.Join(allowed, ",")}
+	if len(perm.DisallowedTools) > 0 {
+		args = append(args, "--disallowedTools", strings.Join(perm.DisallowedTools, ","))
+	}
 	if cfg.Instructions != "" {
 		args = append(args, "--append-system-prompt", cfg.Instructions)
 	}
@@ -239,11 +266,17 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		args = append(args, "--session-id", id)
 	}
 	args = append(args, a.opts.ExtraArgs...)
-	env := cli.Environ(map[string]string{
+	set := map[string]string{
 		"HOME":               chome,
 		"ENABLE_TOOL_SEARCH": "false",
 		"SUBSTRAT_AGENT_ID":  cfg.AgentID,
-	}, map[string]string{
+	}
+	if cfg.Sandbox != nil && mode == provider.ModeFull {
+		// The CLI refuses bypassPermissions to root unless told it runs
+		// in a sandbox, which it does: bwrap is the boundary.
+		set["IS_SANDBOX"] = "1"
+	}
+	env := cli.Environ(set, map[string]string{
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 		"DISABLE_AUTOUPDATER":                      "1",
 		"CLAUDE_CODE_MAX_RETRIES":                  "2",
@@ -255,7 +288,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 // sandboxEnv is what of the daemon's environment the CLI keeps in a
 // sandbox: its own settings, and the credentials of the Anthropic API,
 // Bedrock or Vertex.
-var sandboxEnv = []string{"ANTHROPIC_", "CLAUDE_", "DISABLE_", "ENABLE_TOOL_SEARCH=", "MAX_THINKING_TOKENS=",
+var sandboxEnv = []string{"ANTHROPIC_", "CLAUDE_", "DISABLE_", "ENABLE_TOOL_SEARCH=", "MAX_THINKING_TOKENS=", "IS_SANDBOX=",
 	"AWS_", "CLOUD_ML_REGION=", "GOOGLE_APPLICATION_CREDENTIALS=", "VERTEX_REGION_"}
 
 // streamLine is one stream-json line. Fields whose shape differs between

@@ -134,7 +134,7 @@ func TestCommandLine(t *testing.T) {
 		}
 		mcp := filepath.Join(cfg.WorkDir, "mcp.json")
 		want := []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", mcp, "--strict-mcp-config",
-			"--allowedTools", "mcp__substrat__*", "--append-system-prompt", "Be a test agent.", flag, id}
+			"--permission-mode", "default", "--allowedTools", "mcp__substrat__*", "--append-system-prompt", "Be a test agent.", flag, id}
 		if !slices.Equal(got.Args, want) {
 			t.Errorf("turn %d args\n%q, want\n%q", turn+1, got.Args, want)
 		}
@@ -500,5 +500,62 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	defer s2.Stop()
 	if _, err := s2.Send(context.Background(), provider.Turn{Prompt: "hi"}); err == nil || !strings.Contains(err.Error(), "bwrap is not installed") {
 		t.Errorf("Send with a broken sandbox: %v", err)
+	}
+}
+
+// The permission setting maps onto the CLI's flags; IS_SANDBOX=1 (which
+// lets root run bypassPermissions) is set only for full permission inside
+// a sandbox.
+func TestPermissionFlags(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		name      string
+		perm      provider.Permissions
+		sandboxed bool
+		wantArgs  []string
+		isSandbox bool
+	}{
+		{"zero value", provider.Permissions{}, false, []string{"--permission-mode", "default", "--allowedTools", "mcp__substrat__*"}, false},
+		{"rules", provider.Permissions{Mode: provider.ModeAcceptEdits, AllowedTools: []string{"Bash(git *)"}, DisallowedTools: []string{"WebFetch", "Bash(rm *)"}}, false,
+			[]string{"--permission-mode", "acceptEdits", "--allowedTools", "mcp__substrat__*,Bash(git *)", "--disallowedTools", "WebFetch,Bash(rm *)"}, false},
+		{"full outside a sandbox", provider.Permissions{Mode: provider.ModeFull}, false, []string{"--permission-mode", "bypassPermissions"}, false},
+		{"full in a sandbox", provider.Permissions{Mode: provider.ModeFull}, true, []string{"--permission-mode", "bypassPermissions"}, true},
+		{"safe in a sandbox", provider.Permissions{Mode: provider.ModePlan}, true, []string{"--permission-mode", "plan"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := e.d.Config(t)
+			cfg.Permissions = c.perm
+			var env []string
+			if c.sandboxed {
+				cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+					env = cmd.Env
+					return cmd, nil
+				}
+				cfg.ToolSocket = filepath.Join(e.d.Home, "run", cfg.AgentID+".sock")
+			}
+			s, err := e.provider().Create(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			var got struct {
+				Args []string          `json:"args"`
+				Env  map[string]string `json:"env"`
+			}
+			if err := json.Unmarshal([]byte(send(t, s, "ENV").Text), &got); err != nil {
+				t.Fatal(err)
+			}
+			joined := strings.Join(got.Args, "\x00")
+			if !strings.Contains(joined, strings.Join(c.wantArgs, "\x00")) {
+				t.Errorf("args %q lack %q", got.Args, c.wantArgs)
+			}
+			if c.sandboxed {
+				if has := slices.Contains(env, "IS_SANDBOX=1"); has != c.isSandbox {
+					t.Errorf("IS_SANDBOX=1 in the sandbox's env: %v, want %v", has, c.isSandbox)
+				}
+			} else if got.Env["IS_SANDBOX"] == "1" && os.Getenv("IS_SANDBOX") != "1" {
+				t.Errorf("IS_SANDBOX=1 set outside a sandbox")
+			}
+		})
 	}
 }

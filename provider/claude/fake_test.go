@@ -47,7 +47,7 @@ func runFakeClaude() int {
 		switch a := args[i]; a {
 		case "-p", "--print", "--verbose", "--strict-mcp-config":
 			bools[a] = true
-		case "--output-format", "--mcp-config", "--allowedTools", "--append-system-prompt", "--model", "--session-id", "--resume":
+		case "--output-format", "--mcp-config", "--allowedTools", "--disallowedTools", "--permission-mode", "--append-system-prompt", "--model", "--session-id", "--resume":
 			if i+1 >= len(args) {
 				return fail("option %s needs a value", a)
 			}

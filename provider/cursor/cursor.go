@@ -4,31 +4,40 @@
 // Each turn runs the CLI once in print mode:
 //
 //	cursor-agent --print --output-format stream-json --approve-mcps --trust
-//	             [--model <model>] [--resume <chat-id>] <prompt>
+//	             [--force | --mode=plan] [--model <model>] [--resume <chat-id>] <prompt>
 //
-// in Config.WorkDir (its workspace), in its own process group (killed on
-// timeout or cancel), with the daemon's environment (CURSOR_API_KEY, and
-// the HOME where the CLI keeps its chats) plus SUBSTRAT_AGENT_ID. A prompt
-// that starts with "-" gets a leading newline so that it cannot be read
-// as a flag.
+// in Config.WorkDir (the agent's working directory; /workspace in a
+// sandbox), in its own process group (killed on timeout or cancel), with
+// the daemon's environment (CURSOR_API_KEY) plus SUBSTRAT_AGENT_ID and a
+// HOME of the agent's own, <home>/providers/cursor-agent/homes/<agent-id>,
+// where the CLI keeps its chats: a login kept in the user's own HOME is
+// not used, the key comes from the environment. A prompt that starts with
+// "-" gets a leading newline so that it cannot be read as a flag.
 //
-// MCP is enabled through the workspace: before each session the provider
-// writes <WorkDir>/.cursor/mcp.json, whose "substrat" server is
-// `substrat mcp --agent <id> --home <home>`, and --approve-mcps approves
-// it. The agent's instructions go to <WorkDir>/.cursor/rules/substrat.mdc
-// (a rule that always applies), since the CLI has no system-prompt flag.
+// MCP is enabled through that HOME: before each session the provider
+// writes $HOME/.cursor/mcp.json, whose "substrat" server is `substrat mcp
+// --agent <id> --home <home>` (or --socket, sandboxed), and --approve-mcps
+// approves it. Nothing is written into the working directory, which is
+// the user's. The CLI has no system-prompt flag, so the instructions lead
+// each prompt inside <instructions> tags.
+//
+// # Permissions
+//
+// Config.Permissions' mode maps onto the CLI's: bypassPermissions is
+// --force (run every action without approval; the default in a sandbox),
+// plan is --mode=plan, and the others run with the CLI's print-mode
+// default (edits inside the working directory run, what needs approval is
+// rejected). The CLI's own rule syntax differs from Claude's, so allowed
+// and disallowed rules are not passed. (Read from Cursor's documentation:
+// cursor-agent cannot be installed offline here; the tests drive a fake
+// cursor-agent.)
 //
 // # Sandbox
 //
 // When Config.Sandbox is set the CLI runs inside the agent's bwrap sandbox,
-// in the workspace, with a HOME of the agent's own
-// (<home>/providers/cursor-agent/homes/<agent-id>, read-write), its package
-// directory and the substrat binary read-only, and the network (a
-// workspace without it fails the turn). The agent directory is not in the
-// sandbox, so the MCP config goes to $HOME/.cursor/mcp.json, pointing at
-// Config.ToolSocket, and the instructions lead each prompt inside
-// <instructions> tags instead of a rule file. The API key must come from
-// the environment (CURSOR_API_KEY): the private HOME holds no login.
+// in the workspace, with its HOME read-write, its package directory and
+// the substrat binary read-only, and the network (a workspace without it
+// fails the turn); the MCP config points at Config.ToolSocket.
 //
 // # Sessions
 //
@@ -128,15 +137,7 @@ func (a *adapter) stateDir(cfg provider.Config) (string, error) {
 	return filepath.Join(home, "providers", a.opts.Name), nil
 }
 
-// MCPConfigPath is where the workspace's MCP config lives.
-func MCPConfigPath(workDir string) string { return filepath.Join(workDir, ".cursor", "mcp.json") }
-
-// RulePath is where the agent's instructions go.
-func RulePath(workDir string) string {
-	return filepath.Join(workDir, ".cursor", "rules", "substrat.mdc")
-}
-
-// agentHome is the CLI's private HOME of a sandboxed session.
+// agentHome is the CLI's private HOME: <StateDir>/homes/<agent-id>.
 func (a *adapter) agentHome(cfg provider.Config) (string, error) {
 	dir, err := a.stateDir(cfg)
 	if err != nil {
@@ -145,13 +146,10 @@ func (a *adapter) agentHome(cfg provider.Config) (string, error) {
 	return cli.AgentHome(dir, cfg.AgentID), nil
 }
 
-// prepare writes .cursor/mcp.json and the instructions rule; for a
-// sandboxed session, the MCP config goes to the user config of the CLI's
-// private HOME instead, since the workspace is the user's.
+// prepare writes the MCP config into the user config of the CLI's private
+// HOME ($HOME/.cursor/mcp.json): never into the agent's working
+// directory, which is the user's.
 func (a *adapter) prepare(cfg provider.Config) error {
-	if cfg.WorkDir == "" {
-		return fmt.Errorf("%s: the agent has no work dir", a.opts.Name)
-	}
 	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
 	if err != nil {
 		return err
@@ -160,47 +158,28 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
+	ahome, err := a.agentHome(cfg)
+	if err != nil {
+		return err
+	}
+	// The HOME is the CLI's to write: a .cursor that is not a plain
+	// directory (a symlink planted by a turn) is removed rather than
+	// written through.
+	dot := filepath.Join(ahome, ".cursor")
+	if fi, err := os.Lstat(dot); err == nil && !fi.IsDir() {
+		if err := os.Remove(dot); err != nil {
+			return fmt.Errorf("%s: %w", a.opts.Name, err)
+		}
+	}
+	if err := os.MkdirAll(dot, 0o700); err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	socket := ""
 	if cfg.Sandbox != nil {
-		ahome, err := a.agentHome(cfg)
-		if err != nil {
-			return err
-		}
-		// The HOME is the sandbox's to write: a .cursor that is not a
-		// plain directory (a symlink planted by a turn) is removed rather
-		// than written through.
-		dot := filepath.Join(ahome, ".cursor")
-		if fi, err := os.Lstat(dot); err == nil && !fi.IsDir() {
-			if err := os.Remove(dot); err != nil {
-				return fmt.Errorf("%s: %w", a.opts.Name, err)
-			}
-		}
-		if err := os.MkdirAll(dot, 0o700); err != nil {
-			return fmt.Errorf("%s: %w", a.opts.Name, err)
-		}
-		if err := cli.WriteFile(filepath.Join(ahome, ".cursor", "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "")); err != nil {
-			return fmt.Errorf("%s: writing the MCP config: %w", a.opts.Name, err)
-		}
-		return nil
+		socket = cfg.ToolSocket
 	}
-	if _, err := os.Stat(cfg.WorkDir); err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(RulePath(cfg.WorkDir)), 0o700); err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	if err := cli.WriteFile(MCPConfigPath(cfg.WorkDir), cli.MCPConfig(substrat, home, cfg.AgentID, "", "")); err != nil {
-		return fmt.Errorf("%s: writing .cursor/mcp.json: %w", a.opts.Name, err)
-	}
-	rule := RulePath(cfg.WorkDir)
-	if cfg.Instructions == "" {
-		if err := os.Remove(rule); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%s: %w", a.opts.Name, err)
-		}
-		return nil
-	}
-	text := "---\ndescription: Substrat agent instructions\nalwaysApply: true\n---\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n"
-	if err := cli.WriteFile(rule, []byte(text)); err != nil {
-		return fmt.Errorf("%s: writing the instructions rule: %w", a.opts.Name, err)
+	if err := cli.WriteFile(filepath.Join(dot, "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, socket, "")); err != nil {
+		return fmt.Errorf("%s: writing the MCP config: %w", a.opts.Name, err)
 	}
 	return nil
 }
@@ -210,24 +189,28 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if err != nil {
 		return cli.Command{}, fmt.Errorf("the cursor-agent CLI is not installed (%v); see https://cursor.com/cli", err)
 	}
-	set := map[string]string{"SUBSTRAT_AGENT_ID": cfg.AgentID}
+	ahome, err := a.agentHome(cfg)
+	if err != nil {
+		return cli.Command{}, err
+	}
+	set := map[string]string{"SUBSTRAT_AGENT_ID": cfg.AgentID, "HOME": ahome}
 	var needs provider.SandboxNeeds
 	if cfg.Sandbox != nil {
-		// The rule file lives in the agent directory, which the sandbox
-		// does not show, so the instructions lead the prompt instead.
-		ahome, err := a.agentHome(cfg)
-		if err != nil {
-			return cli.Command{}, err
-		}
 		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, ahome); err != nil {
 			return cli.Command{}, err
 		}
-		set["HOME"] = ahome
-		if cfg.Instructions != "" {
-			prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
-		}
+	}
+	// The CLI has no system-prompt flag: the instructions lead the prompt.
+	if cfg.Instructions != "" {
+		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
 	}
 	args := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust"}
+	switch cfg.Permissions.Mode {
+	case provider.ModeFull:
+		args = append(args, "--force")
+	case provider.ModePlan:
+		args = append(args, "--mode=plan")
+	}
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}

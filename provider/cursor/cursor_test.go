@@ -56,7 +56,7 @@ func runFakeCursor() int {
 	format := ""
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; a {
-		case "--print", "-p", "--approve-mcps", "--trust", "--force":
+		case "--print", "-p", "--approve-mcps", "--trust", "--force", "--mode=plan":
 			bools[a] = true
 		case "--output-format", "--resume", "--model":
 			if i+1 >= len(args) {
@@ -105,7 +105,11 @@ func runFakeCursor() int {
 		}
 	}
 	f, _ := os.OpenFile(filepath.Join(chats, id), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	line, _ := json.Marshal(prompt)
+	asked := prompt // the history keeps what was asked, without the instructions
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(prompt), "<instructions>\n"); ok {
+		_, asked, _ = strings.Cut(rest, "\n</instructions>\n\n")
+	}
+	line, _ := json.Marshal(asked)
 	f.Write(append(line, '\n'))
 	f.Close()
 
@@ -270,10 +274,12 @@ func TestChatIDAndResume(t *testing.T) {
 		t.Fatalf("ids %q before the first turn: cursor-agent picks the chat id", *ids)
 	}
 	var got struct {
-		Args  []string `json:"args"`
-		Cwd   string   `json:"cwd"`
-		Rule  string   `json:"rule"`
-		Agent string   `json:"agent"`
+		Args         []string `json:"args"`
+		Cwd          string   `json:"cwd"`
+		Rule         string   `json:"rule"`
+		Agent        string   `json:"agent"`
+		Home         string   `json:"home"`
+		Instructions string   `json:"instructions"`
 	}
 	res := send(t, s, "ENV")
 	if err := json.Unmarshal([]byte(res.Text), &got); err != nil {
@@ -283,20 +289,28 @@ func TestChatIDAndResume(t *testing.T) {
 		t.Fatalf("ids %q after the first turn, want the chat id of its init line", *ids)
 	}
 	chat := (*ids)[0]
-	if want := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust", "ENV"}; !slices.Equal(got.Args, want) {
+	withInstructions := "<instructions>\nBe a test agent.\n</instructions>\n\nENV"
+	if want := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust", withInstructions}; !slices.Equal(got.Args, want) {
 		t.Errorf("first turn args %q, want %q", got.Args, want)
 	}
-	if got.Cwd != cfg.WorkDir || got.Agent != cfg.AgentID || !strings.Contains(got.Rule, "alwaysApply: true") || !strings.Contains(got.Rule, "Be a test agent.") {
-		t.Errorf("cwd %q agent %q rule %q", got.Cwd, got.Agent, got.Rule)
+	// It runs in the agent's working directory with a HOME of its own,
+	// the instructions lead the prompt, and nothing is written into the
+	// working directory.
+	ahome := filepath.Join(e.d.Home, "providers", "cursor-agent", "homes", cfg.AgentID)
+	if got.Cwd != cfg.WorkDir || got.Agent != cfg.AgentID || got.Rule != "" || got.Home != ahome || !strings.Contains(got.Instructions, "Be a test agent.") {
+		t.Errorf("cwd %q agent %q rule %q home %q instructions %q", got.Cwd, got.Agent, got.Rule, got.Home, got.Instructions)
 	}
-	agent, socket, err := testdaemon.MCPArgs(MCPConfigPath(cfg.WorkDir))
+	if _, err := os.Stat(filepath.Join(cfg.WorkDir, ".cursor")); err == nil {
+		t.Error("the session wrote .cursor into the working directory")
+	}
+	agent, socket, err := testdaemon.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
 	if err != nil || agent != cfg.AgentID || socket != filepath.Join(e.d.Home, "daemon.sock") {
-		t.Errorf(".cursor/mcp.json: agent %q socket %q, %v", agent, socket, err)
+		t.Errorf("$HOME/.cursor/mcp.json: agent %q socket %q, %v", agent, socket, err)
 	}
 	// The second turn resumes the same chat.
 	res = send(t, s, "ENV")
 	json.Unmarshal([]byte(res.Text), &got)
-	if want := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust", "--resume", chat, "ENV"}; !slices.Equal(got.Args, want) {
+	if want := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust", "--resume", chat, withInstructions}; !slices.Equal(got.Args, want) {
 		t.Errorf("second turn args %q, want %q", got.Args, want)
 	}
 	if res := send(t, s, "HISTORY"); res.Text != "ENV|ENV" {
@@ -416,8 +430,8 @@ func TestSandboxed(t *testing.T) {
 		!slices.Contains(env, "CURSOR_API_KEY=cur-key") || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "ANTHROPIC_") }) {
 		t.Errorf("sandboxed env %q", env)
 	}
-	if _, err := os.Stat(MCPConfigPath(cfg.WorkDir)); err == nil {
-		t.Error("a sandboxed session wrote .cursor/mcp.json into the agent directory")
+	if _, err := os.Stat(filepath.Join(cfg.WorkDir, ".cursor")); err == nil {
+		t.Error("a sandboxed session wrote .cursor into the working directory")
 	}
 	agent, socket, err := testdaemon.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
 	if err != nil || agent != cfg.AgentID || socket != cfg.ToolSocket {
@@ -471,5 +485,34 @@ func TestParseTolerant(t *testing.T) {
 	l, err := parse([]byte(`{"type":"result","subtype":"success","result":"done","session_id":"c1","usage":"odd"}`))
 	if err != nil || l.Final == nil || l.Final.Text != "done" || l.SessionID != "c1" {
 		t.Errorf("a result with odd usage: %+v, %v", l, err)
+	}
+}
+
+// The permission mode maps onto the CLI's flags.
+func TestPermissionModes(t *testing.T) {
+	e := newEnv(t)
+	for mode, want := range map[string][]string{
+		"":                       nil,
+		provider.ModeDefault:     nil,
+		provider.ModeFull:        {"--force"},
+		provider.ModePlan:        {"--mode=plan"},
+		provider.ModeDontAsk:     nil,
+		provider.ModeAcceptEdits: nil,
+	} {
+		cfg := e.d.Config(t)
+		cfg.Permissions = provider.Permissions{Mode: mode}
+		s, err := e.provider().Create(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Args []string `json:"args"`
+		}
+		json.Unmarshal([]byte(send(t, s, "ENV").Text), &got)
+		s.Stop()
+		extra := got.Args[5 : len(got.Args)-1]
+		if !slices.Equal(extra, want) {
+			t.Errorf("mode %q: flags %q, want %q", mode, extra, want)
+		}
 	}
 }
