@@ -10,7 +10,7 @@
 //	                           (the daemon's; not written by this package)
 //	  providers.json           provider processes running, for reaping
 //	  providers/<name>/        a provider's own state (a CLI's HOME,
-//	                           session ids); homes/<id>/ per sandboxed agent
+//	                           session ids); homes/<id>/ per agent
 //	  run/<id>.sock            a sandboxed agent's tool socket (no data)
 //	  inbox/{tmp,new,cur}/     messages to USER
 //	  agents/<id>/             one live agent
@@ -20,6 +20,8 @@
 //	    transcript.txt mcp.json (written by the daemon; observability)
 //	  archive/<id>/            agents moved out of the live tree
 //	  workspaces/              (the daemon's)
+//	  scratch/<id>/            working directory of an agent with no other
+//	  shell/<id>/              the shell work tool's saved cwd and exports
 //
 // An id is a UUIDv7 in canonical lower-case form, such as
 // 019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6a7b. Only entries of agents/ named so are

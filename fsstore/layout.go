@@ -20,6 +20,8 @@ const (
 	ProcsName         = "providers.json"
 	ProvidersDirName  = "providers"
 	RunDirName        = "run"
+	ScratchDirName    = "scratch"
+	ShellDirName      = "shell"
 
 	SessionName    = "session.json"
 	EventsName     = "events.jsonl"
@@ -76,6 +78,15 @@ func (l Layout) ProviderDir(name string) string {
 func (l Layout) ToolSocket(id string) string {
 	return filepath.Join(l.Home, RunDirName, id+".sock")
 }
+
+// ScratchDir is scratch/<id>: the working directory of an agent that has
+// neither a workspace nor a directory of the user's (one created before
+// agents had working directories, or through an API that named none).
+func (l Layout) ScratchDir(id string) string { return filepath.Join(l.Home, ScratchDirName, id) }
+
+// ShellState is shell/<id>: where the shell work tool keeps an agent's
+// working directory and exported variables between calls.
+func (l Layout) ShellState(id string) string { return filepath.Join(l.Home, ShellDirName, id) }
 
 // Procs is providers.json: the provider processes the daemon runs, so that
 // a daemon started after a kill -9 can reap them.

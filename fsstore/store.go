@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -90,6 +91,29 @@ func (s *Store) mkdirAll(dir string) error {
 		return err
 	}
 	return s.fs.SyncDir(filepath.Dir(dir)) // a new home survives a crash (found by sim, seed 1)
+}
+
+// EnsureDir makes the directory dir, inside the home, and any missing
+// parent up to the home, each fsynced into its parent.
+func (s *Store) EnsureDir(dir string) error {
+	rel, err := filepath.Rel(s.layout.Home, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return wrap("mkdir", dir, fmt.Errorf("%w: not inside the home", ErrInvalid), "")
+	}
+	cur := s.layout.Home
+	for _, c := range strings.Split(rel, string(filepath.Separator)) {
+		next := filepath.Join(cur, c)
+		if _, err := s.fs.Stat(next); errors.Is(err, errNotExist) {
+			if err := mkdirIfMissing(s.fs, next); err != nil {
+				return wrap("mkdir", next, err, "")
+			}
+			if err := s.fs.SyncDir(cur); err != nil {
+				return wrap("mkdir", next, err, "")
+			}
+		}
+		cur = next
+	}
+	return nil
 }
 
 // OpenLogs returns how many events.jsonl files are open for appending.

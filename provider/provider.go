@@ -95,10 +95,23 @@ const (
 	ChunkDenied = "denied"
 )
 
+// ToolInfo describes a tool the daemon offers: its name, what it does, and
+// a JSON Schema of its arguments (an object schema).
+type ToolInfo struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"input_schema"`
+}
+
 // Turn is one prompt sent to a session.
 type Turn struct {
 	Prompt string
 	Tools  ToolHandler
+	// ToolList, if not nil, is what this agent may call this turn
+	// (through Tools). A provider that lists tools to its model itself
+	// (openai) offers exactly these; one whose model reaches the daemon's
+	// tools over MCP has its list from there.
+	ToolList []ToolInfo
 	// Output, if set, receives streamed output as it is produced. It must
 	// not block for long.
 	Output func(Chunk)
@@ -190,6 +203,20 @@ type SandboxNeeds struct {
 	// ToolSocket says the process (its MCP server) must reach
 	// Config.ToolSocket, which the sandbox then binds.
 	ToolSocket bool
+}
+
+// OwnTools is implemented by providers whose model has tools of its own to
+// read, write and run things: the agent CLIs (Claude Code's Write, Edit and
+// Bash...). The daemon offers its work tools (shell, read_file,
+// write_file, edit_file) only to agents whose provider has none.
+type OwnTools interface {
+	OwnTools() bool
+}
+
+// HasOwnTools reports whether p's model brings its own work tools.
+func HasOwnTools(p Provider) bool {
+	o, ok := p.(OwnTools)
+	return ok && o.OwnTools()
 }
 
 // Provider creates and restores sessions.

@@ -237,16 +237,23 @@ func storeErr(err error) error {
 
 // CreateParams are the inputs of CreateAgent.
 type CreateParams struct {
-	Name         string            `json:"name"`
-	Provider     string            `json:"provider,omitempty"`
-	Model        string            `json:"model,omitempty"`
-	Instructions string            `json:"instructions,omitempty"`
-	Workspace    string            `json:"workspace,omitempty"`
-	Parent       string            `json:"parent,omitempty"` // a ref; empty for a root
-	Metadata     map[string]string `json:"metadata,omitempty"`
-	Pool         string            `json:"pool,omitempty"`
-	Budget       *fsstore.Budget   `json:"budget,omitempty"`
-	SpawnKey     string            `json:"-"`
+	Name         string `json:"name"`
+	Provider     string `json:"provider,omitempty"`
+	Model        string `json:"model,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
+	Workspace    string `json:"workspace,omitempty"`
+	// WorkDir is the host directory an agent without a workspace works
+	// in (absolute; not inside the home). Empty: its parent's, else a
+	// scratch directory of its own.
+	WorkDir string `json:"work_dir,omitempty"`
+	// Permissions is the agent's permission setting. Nil: its parent's,
+	// else the default for where it runs (see work.go).
+	Permissions *fsstore.Permissions `json:"permissions,omitempty"`
+	Parent      string               `json:"parent,omitempty"` // a ref; empty for a root
+	Metadata    map[string]string    `json:"metadata,omitempty"`
+	Pool        string               `json:"pool,omitempty"`
+	Budget      *fsstore.Budget      `json:"budget,omitempty"`
+	SpawnKey    string               `json:"-"`
 }
 
 // CreateAgent creates a root (or, with Parent, a child) agent durably.
@@ -345,10 +352,20 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 	if p.Budget != nil && *p.Budget == (fsstore.Budget{}) {
 		p.Budget = nil
 	}
+	id := c.store.NewID()
+	var parentSess *fsstore.Session
+	if parent != nil {
+		c.mu.Lock()
+		parentSess = parent.s()
+		c.mu.Unlock()
+	}
+	if err := c.placeCreate(&p, parentSess, id); err != nil {
+		return nil, false, err
+	}
 	a, err := c.store.CreateAgent(&fsstore.Session{
-		Name: p.Name, ParentID: parentID, Provider: p.Provider, Model: p.Model,
-		Instructions: p.Instructions, Workspace: p.Workspace, SpawnKey: p.SpawnKey, Metadata: p.Metadata,
-		Pool: p.Pool, Budget: p.Budget,
+		ID: id, Name: p.Name, ParentID: parentID, Provider: p.Provider, Model: p.Model,
+		Instructions: p.Instructions, Workspace: p.Workspace, WorkDir: p.WorkDir, Permissions: p.Permissions,
+		SpawnKey: p.SpawnKey, Metadata: p.Metadata, Pool: p.Pool, Budget: p.Budget,
 	})
 	if err != nil {
 		return nil, false, storeErr(err)
@@ -756,12 +773,17 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	if err := c.makeRoom(ctx, n); err != nil {
 		return nil, err
 	}
+	workDir, err := c.workDirFor(sess)
+	if err != nil {
+		return nil, err
+	}
 	cfg := provider.Config{
 		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
-		WorkDir: n.agent.Files().Dir,
-		Home:    c.store.Layout().Home,
-		Sandbox: c.sandboxFor(sess),
-		Track:   c.procs.track(sess.ID),
+		WorkDir:     workDir,
+		Permissions: providerPermissions(sess),
+		Home:        c.store.Layout().Home,
+		Sandbox:     c.sandboxFor(sess),
+		Track:       c.procs.track(sess.ID),
 		SessionID: func(id string) error {
 			c.mu.Lock()
 			known := n.s().ProviderSessionID

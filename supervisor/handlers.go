@@ -190,6 +190,9 @@ func (d *Daemon) register() {
 	handle(d, "agent.archive", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.Archive(ctx, p.Ref)
 	})
+	handle(d, "agent.permissions", func(ctx context.Context, p PermissionsParams, _ func(any) error) (any, error) {
+		return c.SetPermissions(ctx, p)
+	})
 	handle(d, "session.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		out := []SessionInfo{}
 		for _, a := range c.List() {

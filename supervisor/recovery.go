@@ -112,6 +112,11 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 			c.mu.Unlock()
 			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
 		}
+		// Agents from before working directories and permission
+		// settings get the ones they run with, recorded.
+		if err := c.migrateWork(n); err != nil {
+			return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
+		}
 		if n.agent.SnapshotSeq() != n.s().LastSeq {
 			c.snapshot(n)
 		}

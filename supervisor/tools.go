@@ -146,7 +146,10 @@ func (t *turnTools) message(kind, text string) (*fsstore.Message, error) {
 func (t *turnTools) CallTool(ctx context.Context, call provider.ToolCall) provider.ToolResult {
 	tl, ok := tools[call.Name]
 	if !ok {
-		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("unknown tool %q; the tools are: %s", call.Name, toolNames())}
+		tl, ok = workTools[call.Name]
+	}
+	if !ok {
+		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("unknown tool %q; the tools are: %s (and the work tools %s)", call.Name, toolNames(), workToolNames())}
 	}
 	text, err := tl.run(t, ctx, call)
 	t.c.mu.Lock()
@@ -228,9 +231,14 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 			return "", fmt.Errorf("this call already spawned %s (%s), which has left the live tree; it is not spawned again", a.Name, id)
 		}
 	}
+	// Without a workspace, the child works where its parent does.
+	workDir := ""
+	if ws == "" {
+		workDir = parent.WorkDir
+	}
 	child, existed, err := t.c.createAgent(CreateParams{
 		Name: a.Name, Provider: parent.Provider, Model: parent.Model, Instructions: a.Instructions,
-		Workspace: ws, Metadata: a.Metadata, SpawnKey: call.ID, Pool: parent.Pool,
+		Workspace: ws, WorkDir: workDir, Metadata: a.Metadata, SpawnKey: call.ID, Pool: parent.Pool,
 	}, t.n)
 	if err != nil {
 		return "", err

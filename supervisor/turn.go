@@ -115,11 +115,23 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	}
 
 	prompt := RenderPrompt(msgs)
-	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(ch provider.Chunk) {
+	var denied []fsstore.ToolDenied // tools the provider's own rules refused
+	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Output: func(ch provider.Chunk) {
 		c.mu.Lock()
+		if ch.Kind == provider.ChunkDenied {
+			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
+		}
 		c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
 	}})
+	c.mu.Lock()
+	refused := denied
+	c.mu.Unlock()
+	for _, d := range refused {
+		if cerr := c.commit(n, fsstore.EvToolDenied, d); cerr != nil {
+			return cerr
+		}
+	}
 	if err != nil {
 		return c.turnFailed(ctx, n, len(msgs), err)
 	}

@@ -437,6 +437,9 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 		return fmt.Errorf("provider cannot be changed by hand (it is %q)", cur.Provider)
 	case disk.Workspace != cur.Workspace:
 		return fmt.Errorf("workspace cannot be changed by hand (it is %q)", cur.Workspace)
+	case disk.WorkDir != cur.WorkDir:
+		// The CLI's sessions belong to their working directory.
+		return fmt.Errorf("work_dir cannot be changed by hand (it is %q); create an agent in the other directory", cur.WorkDir)
 	}
 	var e fsstore.Edit
 	var changed []string
@@ -465,6 +468,12 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 	}
 	if disk.Model != cur.Model {
 		e.Model, changed = &disk.Model, append(changed, "model")
+	}
+	if !disk.Permissions.Equal(cur.Permissions) {
+		if disk.Permissions == nil {
+			return fmt.Errorf("permissions cannot be removed by hand (it is %s); set another mode", effectivePermissions(cur).Mode)
+		}
+		e.Permissions, changed = disk.Permissions.Clone(), append(changed, "permissions")
 	}
 	if !maps.Equal(disk.Metadata, cur.Metadata) {
 		md := maps.Clone(disk.Metadata)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
@@ -19,30 +21,35 @@ import (
 
 // AgentCmd groups the agent commands.
 type AgentCmd struct {
-	Create    AgentCreateCmd    `cmd:"" help:"Create a root agent, or a child with --parent."`
-	List      AgentListCmd      `cmd:"" help:"Show the agent tree."`
-	Inspect   AgentInspectCmd   `cmd:"" help:"Show one agent in detail."`
-	Send      AgentSendCmd      `cmd:"" help:"Send a message from USER and show the turn it starts."`
-	Attach    AgentAttachCmd    `cmd:"" help:"Follow an agent's activity live."`
-	Terminate AgentTerminateCmd `cmd:"" help:"End an agent (and with --recursive its subtree)."`
-	Archive   AgentArchiveCmd   `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
-	Budget    AgentBudgetCmd    `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
-	Gate      AgentGateCmd      `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
-	Ungate    AgentUngateCmd    `cmd:"" help:"Let a gated agent run freely again."`
-	Permit    AgentPermitCmd    `cmd:"" help:"Let a gated agent take one turn."`
+	Create      AgentCreateCmd      `cmd:"" help:"Create a root agent, or a child with --parent."`
+	List        AgentListCmd        `cmd:"" help:"Show the agent tree."`
+	Inspect     AgentInspectCmd     `cmd:"" help:"Show one agent in detail."`
+	Send        AgentSendCmd        `cmd:"" help:"Send a message from USER and show the turn it starts."`
+	Attach      AgentAttachCmd      `cmd:"" help:"Follow an agent's activity live."`
+	Terminate   AgentTerminateCmd   `cmd:"" help:"End an agent (and with --recursive its subtree)."`
+	Archive     AgentArchiveCmd     `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
+	Budget      AgentBudgetCmd      `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
+	Permissions AgentPermissionsCmd `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
+	Gate        AgentGateCmd        `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
+	Ungate      AgentUngateCmd      `cmd:"" help:"Let a gated agent run freely again."`
+	Permit      AgentPermitCmd      `cmd:"" help:"Let a gated agent take one turn."`
 }
 
 // AgentCreateCmd creates an agent.
 type AgentCreateCmd struct {
-	Name         string  `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
-	Provider     string  `help:"Provider: script (default), claude, cursor-agent, openai." default:"script" predictor:"provider"`
-	Model        string  `help:"Model; for the script provider, a path to a model script."`
-	Instructions string  `help:"The agent's instructions (system prompt)."`
-	Workspace    string  `help:"Workspace to run in." predictor:"workspace"`
-	Parent       string  `help:"Parent agent ref; without it the agent is a root." predictor:"agent"`
-	Pool         string  `help:"Slot pool of the agent's session (default: the default pool)."`
-	BudgetTokens int64   `help:"Token budget for the agent's subtree."`
-	BudgetCost   float64 `help:"Cost budget (USD) for the agent's subtree."`
+	Name         string   `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
+	Provider     string   `help:"Provider: script (default), claude, cursor-agent, openai." default:"script" predictor:"provider"`
+	Model        string   `help:"Model; for the script provider, a path to a model script."`
+	Instructions string   `help:"The agent's instructions (system prompt)."`
+	Workspace    string   `help:"Workspace to run in: the agent works in its bwrap sandbox." predictor:"workspace"`
+	Dir          string   `help:"Directory to work in when there is no workspace (default: the current directory); no sandbox." type:"path" predictor:"dir"`
+	Mode         string   `name:"permission-mode" help:"Permission mode: default, acceptEdits, plan, dontAsk or bypassPermissions (default: bypassPermissions in a workspace's sandbox, default outside one)." predictor:"mode"`
+	Allowed      []string `name:"allowed-tools" help:"Tool rules to allow, e.g. 'Bash(git *)' (repeat, or comma-separated)."`
+	Disallowed   []string `name:"disallowed-tools" help:"Tool rules to deny (repeat, or comma-separated)."`
+	Parent       string   `help:"Parent agent ref; without it the agent is a root." predictor:"agent"`
+	Pool         string   `help:"Slot pool of the agent's session (default: the default pool)."`
+	BudgetTokens int64    `help:"Token budget for the agent's subtree."`
+	BudgetCost   float64  `help:"Cost budget (USD) for the agent's subtree."`
 }
 
 // Run creates the agent.
@@ -50,6 +57,26 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 	var info supervisor.AgentInfo
 	p := supervisor.CreateParams{Name: c.Name, Provider: c.Provider, Model: c.Model,
 		Instructions: c.Instructions, Workspace: c.Workspace, Parent: c.Parent, Pool: c.Pool}
+	if c.Workspace == "" && c.Parent == "" {
+		dir := c.Dir
+		if dir == "" {
+			dir = "."
+		}
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		p.WorkDir = abs
+	} else if c.Dir != "" {
+		abs, err := filepath.Abs(c.Dir)
+		if err != nil {
+			return err
+		}
+		p.WorkDir = abs
+	}
+	if c.Mode != "" || len(c.Allowed) > 0 || len(c.Disallowed) > 0 {
+		p.Permissions = &fsstore.Permissions{Mode: c.Mode, AllowedTools: splitRules(c.Allowed), DisallowedTools: splitRules(c.Disallowed)}
+	}
 	if c.BudgetTokens != 0 || c.BudgetCost != 0 {
 		p.Budget = &fsstore.Budget{Tokens: c.BudgetTokens, CostUSD: c.BudgetCost}
 	}
@@ -69,7 +96,84 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		return printJSON(info)
 	}
 	fmt.Printf("created %s (%s)\n  dir: %s\n", info.Path, info.ID, info.Dir)
+	var res supervisor.InspectResult
+	if err := g.call("agent.inspect", map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
+		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
+	}
 	return nil
+}
+
+// splitRules splits comma-separated tool rules ("Bash(git *),Edit"),
+// keeping commas inside parentheses.
+func splitRules(in []string) []string {
+	var out []string
+	for _, s := range in {
+		depth, start := 0, 0
+		for i, r := range s {
+			switch r {
+			case '(':
+				depth++
+			case ')':
+				depth--
+			case ',':
+				if depth == 0 {
+					if t := strings.TrimSpace(s[start:i]); t != "" {
+						out = append(out, t)
+					}
+					start = i + 1
+				}
+			}
+		}
+		if t := strings.TrimSpace(s[start:]); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// AgentPermissionsCmd changes what an agent may do.
+type AgentPermissionsCmd struct {
+	Ref        string   `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
+	Mode       string   `name:"permission-mode" aliases:"mode" help:"Permission mode: default, acceptEdits, plan, dontAsk or bypassPermissions." predictor:"mode"`
+	Allowed    []string `name:"allowed-tools" help:"Replace the allowed tool rules (comma-separated; '' clears)."`
+	Disallowed []string `name:"disallowed-tools" help:"Replace the denied tool rules (comma-separated; '' clears)."`
+}
+
+// Run sets the permissions and prints the result; with no flag it prints
+// the current ones.
+func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
+	p := supervisor.PermissionsParams{Ref: c.Ref, Mode: c.Mode}
+	if flagSet(k, "allowed-tools") {
+		p.AllowedTools = append([]string{}, splitRules(c.Allowed)...)
+	}
+	if flagSet(k, "disallowed-tools") {
+		p.DisallowedTools = append([]string{}, splitRules(c.Disallowed)...)
+	}
+	if c.Mode != "" || p.AllowedTools != nil || p.DisallowedTools != nil {
+		var info supervisor.AgentInfo
+		if err := g.call("agent.permissions", p, &info); err != nil {
+			return err
+		}
+	}
+	var res supervisor.InspectResult
+	if err := g.call("agent.inspect", map[string]string{"ref": c.Ref}, &res); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(res.Session.Permissions)
+	}
+	fmt.Printf("%s: %s\n", res.Agent.Path, supervisor.PermissionSummary(res.Session))
+	return nil
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(k *kong.Context, name string) bool {
+	for _, f := range k.Flags() {
+		if f.Name == name {
+			return f.Set
+		}
+	}
+	return false
 }
 
 // AgentListCmd lists agents.
@@ -168,6 +272,11 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 	row("parent", a.ParentID)
 	row("provider", a.Provider)
 	row("model", a.Model)
+	if s != nil {
+		row("workspace", s.Workspace)
+		row("works in", s.WorkDir)
+		row("permissions", supervisor.PermissionSummary(s))
+	}
 	row("state", fmt.Sprintf("%s (session %s)", a.AgentState, a.SessionState))
 	row("reason", a.StateReason)
 	row("provider session", s.ProviderSessionID)

@@ -102,7 +102,8 @@ type Tool struct {
 type Options struct {
 	// Name is the provider's registry name; default "openai".
 	Name string
-	// Tools returns the tools to advertise, called for each request.
+	// Tools returns the tools to advertise, called for each request,
+	// when the turn does not list them (provider.Turn.ToolList).
 	Tools func() []Tool
 	// HTTPClient makes the requests; default a client without a timeout
 	// (each turn's context bounds it).
@@ -528,8 +529,17 @@ type reply struct {
 
 func (t *turnRun) request() chatRequest {
 	req := chatRequest{Model: t.s.model, Messages: t.msgs, Stream: true, StreamOptions: &streamOptions{IncludeUsage: true}}
-	if f := t.s.p.opts.Tools; f != nil {
-		for _, tl := range f() {
+	var list []Tool
+	switch {
+	case t.turn.ToolList != nil:
+		for _, tl := range t.turn.ToolList {
+			list = append(list, Tool{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
+		}
+	case t.s.p.opts.Tools != nil:
+		list = t.s.p.opts.Tools()
+	}
+	{
+		for _, tl := range list {
 			params := tl.Parameters
 			if len(bytes.TrimSpace(params)) == 0 {
 				params = json.RawMessage(`{"type":"object","properties":{}}`)

@@ -117,6 +117,9 @@ type Spec struct {
 	MaxLine int
 }
 
+// OwnTools reports that a CLI's model has tools of its own.
+func (p *Provider) OwnTools() bool { return true }
+
 // Provider is a provider.Provider built from a Spec.
 type Provider struct {
 	spec Spec

@@ -1,0 +1,231 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// Where an agent works, and what it may do there.
+//
+// An agent with a workspace works in its bwrap sandbox, the workspace root
+// as its working directory. Any other works in work_dir, a host directory
+// the user chose at create (the CLI sends the directory it ran in), or, if
+// none was named, scratch/<id> in the home; never in its own directory of
+// the store. A child inherits its parent's work_dir unless it is spawned
+// into a workspace.
+//
+// The permission setting is explicit and kept in session.json. A new
+// agent gets the one asked for; a spawned child, its parent's; otherwise
+// the default for where it runs: bypassPermissions (full tool permission)
+// inside a sandbox, where bwrap is the boundary, and default (the CLI's
+// safe mode) outside one, where only the user can give more.
+
+// defaultPermissions is the permission setting of an agent created without
+// one: full inside a sandbox, the CLI's safe mode outside.
+func defaultPermissions(workspace string) *fsstore.Permissions {
+	if workspace != "" {
+		return &fsstore.Permissions{Mode: fsstore.ModeFull}
+	}
+	return &fsstore.Permissions{Mode: fsstore.ModeDefault}
+}
+
+// effectivePermissions is what a session runs with: its setting, or the
+// default for where it runs (an agent from before the setting existed,
+// until recovery records it).
+func effectivePermissions(s *fsstore.Session) fsstore.Permissions {
+	if s.Permissions != nil {
+		return *s.Permissions
+	}
+	return *defaultPermissions(s.Workspace)
+}
+
+// placeCreate decides where a new agent works and what it may do:
+// p.WorkDir and p.Permissions are set for the store. id is the new
+// agent's id (for its scratch directory).
+func (c *Core) placeCreate(p *CreateParams, parent *fsstore.Session, id string) error {
+	home := c.store.Layout().Home
+	switch {
+	case p.Workspace != "" && p.WorkDir != "":
+		return invalidParams("give a workspace or a directory, not both: an agent in a workspace works in its sandbox")
+	case p.Workspace != "":
+	case parent != nil && p.WorkDir != "" && p.WorkDir == parent.WorkDir:
+		// Inherited: where the parent works (its scratch directory too).
+	case p.WorkDir != "":
+		dir := filepath.Clean(p.WorkDir)
+		if !filepath.IsAbs(dir) {
+			return invalidParams("directory %q is not absolute", p.WorkDir)
+		}
+		if dir == home || strings.HasPrefix(dir, home+"/") {
+			return invalidParams("directory %s is inside the Substrat home %s; an agent works in a directory of yours, never in the store", dir, home)
+		}
+		fi, err := c.store.FS().Stat(dir)
+		if err != nil {
+			return invalidParams("directory %s: %v", dir, err)
+		}
+		if !fi.IsDir() {
+			return invalidParams("%s is not a directory", dir)
+		}
+		p.WorkDir = dir
+	default:
+		p.WorkDir = c.store.Layout().ScratchDir(id)
+	}
+	switch {
+	case p.Permissions != nil:
+		perm := *p.Permissions
+		if perm.Mode == "" {
+			perm.Mode = defaultPermissions(p.Workspace).Mode
+		}
+		if err := perm.Validate(); err != nil {
+			return rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		}
+		p.Permissions = &perm
+	case parent != nil && parent.Permissions != nil:
+		p.Permissions = parent.Permissions.Clone()
+	default:
+		p.Permissions = defaultPermissions(p.Workspace)
+	}
+	return nil
+}
+
+// workDirFor returns the host directory sess's provider runs in when it
+// is not sandboxed, making a scratch directory on first use.
+func (c *Core) workDirFor(sess *fsstore.Session) (string, error) {
+	if sess.Workspace != "" {
+		return "", nil
+	}
+	dir := sess.WorkDir
+	if dir == "" {
+		dir = c.store.Layout().ScratchDir(sess.ID)
+	}
+	if dir == c.store.Layout().ScratchDir(sess.ID) {
+		if err := c.store.EnsureDir(dir); err != nil {
+			return "", err
+		}
+		return dir, nil
+	}
+	fi, err := c.store.FS().Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("the working directory of %s: %w (recreate it, or edit work_dir in its session.json)", sess.Name, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("the working directory of %s, %s, is not a directory", sess.Name, dir)
+	}
+	return dir, nil
+}
+
+// migrateWork records, for an agent created before agents had working
+// directories and permission settings, the ones it runs with: its scratch
+// directory and the default permissions for where it runs.
+func (c *Core) migrateWork(n *node) error {
+	s := n.s()
+	if s.Workspace == "" && s.WorkDir == "" && !n.terminated() {
+		if err := c.commit(n, fsstore.EvWorkDir, fsstore.WorkDirChange{WorkDir: c.store.Layout().ScratchDir(s.ID),
+			Reason: "migrated: an agent without a workspace works in a directory of its own, never in the store"}); err != nil {
+			return err
+		}
+	}
+	if s.Permissions == nil && !n.terminated() {
+		if err := c.commit(n, fsstore.EvPermissions, *defaultPermissions(s.Workspace)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PermissionsParams are the inputs of SetPermissions: the new setting (a
+// nil list leaves that list as it is; an empty one clears it).
+type PermissionsParams struct {
+	Ref             string   `json:"ref"`
+	Mode            string   `json:"mode,omitempty"`
+	AllowedTools    []string `json:"allowed_tools"`
+	DisallowedTools []string `json:"disallowed_tools"`
+}
+
+// SetPermissions changes an agent's permission setting. It takes effect
+// at the agent's next session start: a live session is suspended (its
+// state saved) and resumes with the new setting at the next turn.
+func (c *Core) SetPermissions(ctx context.Context, p PermissionsParams) (AgentInfo, error) {
+	n, err := c.hold(ctx, p.Ref)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	defer c.release(n)
+	perm := effectivePermissions(n.s())
+	if p.Mode != "" {
+		perm.Mode = p.Mode
+	}
+	if p.AllowedTools != nil {
+		perm.AllowedTools = slices.Clone(p.AllowedTools)
+	}
+	if p.DisallowedTools != nil {
+		perm.DisallowedTools = slices.Clone(p.DisallowedTools)
+	}
+	if len(perm.AllowedTools) == 0 {
+		perm.AllowedTools = nil
+	}
+	if len(perm.DisallowedTools) == 0 {
+		perm.DisallowedTools = nil
+	}
+	if err := perm.Validate(); err != nil {
+		return AgentInfo{}, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	if err := c.commit(n, fsstore.EvPermissions, perm); err != nil {
+		return AgentInfo{}, err
+	}
+	c.mu.Lock()
+	live := n.live != nil
+	c.mu.Unlock()
+	if live {
+		// The provider reads the setting when a session starts.
+		if err := c.suspendHeld(ctx, n, "permissions changed"); err != nil {
+			return AgentInfo{}, err
+		}
+	}
+	c.snapshot(n)
+	return c.infoOf(n), nil
+}
+
+// PermissionSummary says in one line what an agent may do, for people.
+func PermissionSummary(s *fsstore.Session) string {
+	perm := effectivePermissions(s)
+	var where string
+	if s.Workspace != "" {
+		where = "in the sandbox of workspace " + s.Workspace
+	} else {
+		where = "in " + s.WorkDir + ", no sandbox"
+	}
+	var what string
+	switch perm.Mode {
+	case fsstore.ModeFull:
+		what = "full tool permission"
+	case fsstore.ModeAcceptEdits:
+		what = "edits allowed, other tools need permission"
+	case fsstore.ModePlan:
+		what = "plan mode: read only"
+	case fsstore.ModeDontAsk:
+		what = "only what is allowed runs; nothing asks"
+	default:
+		what = "the CLI's safe mode: what would need permission is refused"
+	}
+	out := fmt.Sprintf("%s (%s), %s", perm.Mode, what, where)
+	if len(perm.AllowedTools) > 0 {
+		out += "; allowed: " + strings.Join(perm.AllowedTools, ", ")
+	}
+	if len(perm.DisallowedTools) > 0 {
+		out += "; denied: " + strings.Join(perm.DisallowedTools, ", ")
+	}
+	return out
+}
+
+// providerPermissions is the setting a provider session gets.
+func providerPermissions(s *fsstore.Session) provider.Permissions {
+	p := effectivePermissions(s)
+	return provider.Permissions{Mode: p.Mode, AllowedTools: slices.Clone(p.AllowedTools), DisallowedTools: slices.Clone(p.DisallowedTools)}
+}
