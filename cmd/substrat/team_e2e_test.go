@@ -1,0 +1,300 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// teamModel plays the model of a team of Claude Code agents: a lead that
+// spawns two workers, workers that write a file with the CLI's Write tool,
+// run a command on it with Bash and report the output with complete, and
+// a lead that sends USER a summary once both have reported. Each agent's
+// role is in its instructions (the system prompt). Workers can be held
+// just before they report, so that the daemon can be killed there.
+type teamModel struct {
+	mu      sync.Mutex
+	hold    bool           // workers wait before they complete
+	waiting map[string]int // worker -> requests held
+	release chan struct{}
+}
+
+var roleRE = regexp.MustCompile(`ROLE=worker name=(\w+) word=(\w+)`)
+
+func (m *teamModel) reply(req fakeapi.Request) fakeapi.Out {
+	sys := string(req.System)
+	last := req.Last()
+	var result *fakeapi.Block
+	for _, b := range last.Blocks() {
+		if b.Type == "tool_result" {
+			result = &b
+		}
+	}
+	if w := roleRE.FindStringSubmatch(sys); w != nil {
+		return m.worker(w[1], w[2], result, len(req.Messages))
+	}
+	if strings.Contains(sys, "ROLE=lead") {
+		return m.lead(req, result)
+	}
+	if strings.Contains(sys, "ROLE=loner") {
+		if result != nil {
+			return fakeapi.Out{Text: "could not write there: " + fakeapi.ResultText(*result)}
+		}
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_loner_write", Name: "Write",
+			Input: `{"file_path":"/tmp/substrat-e2e-outside/planted.txt","content":"should not be here\n"}`}}
+	}
+	return fakeapi.Out{Text: "ok"}
+}
+
+func (m *teamModel) worker(name, word string, result *fakeapi.Block, n int) fakeapi.Out {
+	// Tool-use ids are unique in a conversation (the CLI treats a repeated
+	// one as interrupted); the step is their prefix.
+	id := func(step string) string { return fmt.Sprintf("toolu_%s_%s_%d", name, step, n) }
+	step := func(s string) bool { return strings.HasPrefix(result.ToolUseID, "toolu_"+name+"_"+s+"_") }
+	switch {
+	case result == nil:
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id("write"), Name: "Write",
+			Input: fmt.Sprintf(`{"file_path":"/workspace/repo/%s.txt","content":"%s\n"}`, name, word)}}
+	case step("write"):
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id("bash"), Name: "Bash",
+			Input: fmt.Sprintf(`{"command":"tr a-z A-Z < /workspace/repo/%s.txt && ls /workspace/repo","description":"shout the word"}`, name)}}
+	case step("bash"):
+		m.mu.Lock()
+		hold, ch := m.hold, m.release
+		if hold {
+			m.waiting[name]++
+		}
+		m.mu.Unlock()
+		if hold {
+			<-ch // the daemon is killed meanwhile
+		}
+		out, _ := json.Marshal(map[string]string{"result": fakeapi.ResultText(*result)})
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id("complete"), Name: "mcp__substrat__complete", Input: string(out)}}
+	}
+	return fakeapi.Out{Text: "done"}
+}
+
+func (m *teamModel) lead(req fakeapi.Request, result *fakeapi.Block) fakeapi.Out {
+	spawn := func(id, name, word string) fakeapi.Out {
+		in, _ := json.Marshal(map[string]string{"name": name, "instructions": fmt.Sprintf("ROLE=worker name=%s word=%s. Write the word to a file and report what shouting it gives.", name, word)})
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id, Name: "mcp__substrat__spawn_agent", Input: string(in)}}
+	}
+	conv := req.Conversation()
+	switch {
+	case result != nil && result.ToolUseID == "toolu_lead_spawn1":
+		return spawn("toolu_lead_spawn2", "w2", "two")
+	case result != nil && result.ToolUseID == "toolu_lead_spawn2":
+		return fakeapi.Out{Text: "Spawned w1 and w2."}
+	case result != nil && result.ToolUseID == "toolu_lead_report":
+		return fakeapi.Out{Text: "Reported to USER."}
+	case strings.Contains(last(req), "build the team"):
+		return spawn("toolu_lead_spawn1", "w1", "one")
+	case strings.Contains(conv, "ONE") && strings.Contains(conv, "TWO") && !strings.Contains(conv, "toolu_lead_report"):
+		in, _ := json.Marshal(map[string]string{"recipient": "USER", "text": "summary: w1 said ONE, w2 said TWO"})
+		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_lead_report", Name: "mcp__substrat__send_message", Input: string(in)}}
+	}
+	return fakeapi.Out{Text: "Waiting for the team."}
+}
+
+func last(req fakeapi.Request) string { return req.Last().Text() }
+
+// TestClaudeTeamE2E runs a team of real Claude Code CLIs doing work in
+// their bwrap sandbox, against the loopback fake API: a lead in a
+// workspace with a linked repository spawns two workers over MCP; each
+// writes a file with the CLI's own Write tool and runs a command on it
+// with Bash, both really executed by the CLI inside the sandbox, and
+// reports the command's output with complete; the lead sends USER a
+// summary. The daemon is killed with SIGKILL after the spawns and before
+// the completes: after a restart the team finishes, the files are in the
+// repository, nothing was written outside it, no worker was spawned twice,
+// and the resumed sessions carry their history. Outside a sandbox, in the
+// CLI's safe mode, a write outside the agent's directory is refused by
+// the CLI and the turn goes on.
+func TestClaudeTeamE2E(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bwrap is missing (%v): run make tools", err)
+	}
+	cli := claudeCLI(t)
+	model := &teamModel{hold: true, waiting: map[string]int{}, release: make(chan struct{})}
+	api := fakeapi.New(model.reply)
+	t.Cleanup(api.Close)
+	defer func() {
+		if t.Failed() {
+			for i, r := range api.Requests() {
+				role := "?"
+				if m := roleRE.FindStringSubmatch(string(r.System)); m != nil {
+					role = m[1]
+				} else if strings.Contains(string(r.System), "ROLE=lead") {
+					role = "lead"
+				}
+				var tail []string
+				for _, m := range r.Messages[max(0, len(r.Messages)-3):] {
+					var kinds []string
+					for _, b := range m.Blocks() {
+						kinds = append(kinds, b.Type+":"+b.ToolUseID+b.ID+":"+strings.ReplaceAll(fmt.Sprintf("%.60s", b.Text+fakeapi.ResultText(b)), "\n", " "))
+					}
+					tail = append(tail, m.Role+"["+strings.Join(kinds, ", ")+"]")
+				}
+				t.Logf("request %d (%s, %d messages): %s", i, role, len(r.Messages), strings.Join(tail, " | "))
+			}
+		}
+	}()
+	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
+		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"SUBSTRAT_HOME=",
+		"ANTHROPIC_BASE_URL="+api.URL,
+		"ANTHROPIC_API_KEY=sk-ant-team-fake",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	)}
+	d.start()
+	t.Cleanup(d.kill)
+	layout := fsstore.Layout{Home: d.home}
+
+	repo := t.TempDir()
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("the team's repository\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := "/tmp/substrat-e2e-outside"
+	os.RemoveAll(outside)
+	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "team", Network: true}, nil)
+	d.mustCall("workspace.link", supervisor.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
+	var lead supervisor.AgentInfo
+	d.mustCall("agent.create", supervisor.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
+		Instructions: "ROLE=lead. Lead a team of two workers."}, &lead)
+
+	if res := d.send("lead", "Please build the team."); res.Text != "Spawned w1 and w2." {
+		t.Fatalf("the lead's first turn: %q", res.Text)
+	}
+	leadSession := d.sessionID(lead.ID)
+
+	// Both workers run their first turn; hold them before they report,
+	// and kill the daemon there.
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		model.mu.Lock()
+		n := len(model.waiting)
+		model.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workers never reached their report: %+v", d.agents())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, w := range []string{"w1", "w2"} {
+		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || len(b) == 0 {
+			t.Fatalf("%s's Write did not reach the repository before the kill: %q, %v", w, b, err)
+		}
+	}
+	d.kill()
+	model.mu.Lock()
+	model.hold = false
+	close(model.release)
+	model.mu.Unlock()
+	before := len(api.Requests())
+	d.start()
+
+	// The team finishes: USER gets the summary.
+	var summary string
+	deadline = time.Now().Add(180 * time.Second)
+	for summary == "" {
+		var inbox []supervisor.InboxMessage
+		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
+		for _, m := range inbox {
+			if strings.Contains(m.Text, "summary:") {
+				summary = m.Text
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no summary reached USER; agents: %+v", d.agents())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(summary, "ONE") || !strings.Contains(summary, "TWO") {
+		t.Errorf("summary %q", summary)
+	}
+
+	// The work is in the repository, made by the CLI's own tools in the
+	// sandbox; nothing outside it.
+	for w, word := range map[string]string{"w1": "one", "w2": "two"} {
+		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || string(b) != word+"\n" {
+			t.Errorf("%s.txt: %q, %v", w, b, err)
+		}
+	}
+	if _, err := os.Stat("/workspace"); err == nil {
+		t.Errorf("/workspace exists on the host")
+	}
+	// No worker was spawned twice.
+	agents := d.agents()
+	var workers []string
+	for path := range agents {
+		if strings.HasPrefix(path, "lead/") {
+			workers = append(workers, path)
+		}
+	}
+	if len(workers) != 2 {
+		t.Errorf("workers %q, want lead/w1 and lead/w2 once each", workers)
+	}
+	for _, w := range []string{"lead/w1", "lead/w2"} {
+		a := agents[w]
+		if a.AgentState != fsstore.AgentTerminated {
+			t.Errorf("%s is %s, want TERMINATED after complete", w, a.AgentState)
+		}
+		var insp supervisor.InspectResult
+		d.mustCall("agent.inspect", map[string]string{"ref": w}, &insp)
+		if insp.Session.Permissions == nil || insp.Session.Permissions.Mode != fsstore.ModeFull || insp.Session.Workspace != "USER/team" {
+			t.Errorf("%s: workspace %q permissions %+v, want the lead's sandbox with full permission", w, insp.Session.Workspace, insp.Session.Permissions)
+		}
+	}
+	// The resumed sessions carry their history: the lead's session is
+	// the same, and its requests after the restart hold its first turn;
+	// a worker's hold the tool results from before the kill.
+	if got := d.sessionID(lead.ID); got != leadSession {
+		t.Errorf("the lead's session changed from %s to %s", leadSession, got)
+	}
+	var leadAfter, workerAfter bool
+	for _, r := range api.Requests()[before:] {
+		conv := r.Conversation()
+		if strings.Contains(string(r.System), "ROLE=lead") && strings.Contains(conv, "Please build the team.") {
+			leadAfter = true
+		}
+		if roleRE.MatchString(string(r.System)) && strings.Count(conv, "ROLE=worker") >= 2 {
+			workerAfter = true // the prompt again, after the first turn's history
+		}
+	}
+	if !leadAfter || !workerAfter {
+		t.Errorf("resumed requests with their history: lead %v, worker %v", leadAfter, workerAfter)
+	}
+	t.Logf("%d API requests (%d after the restart); USER got %q", len(api.Requests()), len(api.Requests())-before, summary)
+
+	// Outside a sandbox, in the CLI's safe mode, a write outside the
+	// agent's directory is refused by the CLI; the turn goes on and the
+	// refusal is recorded.
+	dir := t.TempDir()
+	var loner supervisor.AgentInfo
+	d.mustCall("agent.create", supervisor.CreateParams{Name: "loner", Provider: "claude", WorkDir: dir,
+		Instructions: "ROLE=loner."}, &loner)
+	res := d.send("loner", "write outside")
+	if !strings.Contains(res.Text, "could not write there") {
+		t.Errorf("the loner's turn: %q", res.Text)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "planted.txt")); err == nil {
+		t.Error("the CLI wrote outside the agent's directory")
+	}
+	events, err := os.ReadFile(layout.Agent(loner.ID).Events())
+	if err != nil || !strings.Contains(string(events), `"type":"tool_denied"`) || !strings.Contains(string(events), `"tool":"Write"`) {
+		t.Errorf("no tool_denied event for the refused Write: %v\n%s", err, events)
+	}
+}
