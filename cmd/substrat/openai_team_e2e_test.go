@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider/openai/fakeapi"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// openaiTeam plays the model behind a team of --provider openai agents:
+// the lead spawns two workers; a worker writes a draft with the shell
+// tool, fixes it with edit_file, runs a command on it with shell, and
+// reports with complete (held there when hold is set); the lead sends
+// USER a summary once both reported.
+type openaiTeam struct {
+	mu      sync.Mutex
+	hold    bool
+	held    map[string]bool
+	release chan struct{}
+}
+
+func (m *openaiTeam) reply(req fakeapi.Request) fakeapi.Out {
+	sys, last := req.System(), req.Last()
+	n := len(req.Messages)
+	call := func(prefix, name string, args any) fakeapi.Out {
+		b, _ := json.Marshal(args)
+		return fakeapi.Out{Calls: []fakeapi.Call{{ID: fmt.Sprintf("%s_%d", prefix, n), Name: name, Args: string(b)}}}
+	}
+	after := func(prefix string) bool { return last.Role == "tool" && strings.HasPrefix(last.ToolCallID, prefix+"_") }
+	if w := roleRE.FindStringSubmatch(sys); w != nil {
+		name, word := w[1], w[2]
+		file := "repo/" + name + ".txt"
+		switch {
+		case last.Role == "user":
+			return call("draft", "shell", map[string]string{"command": "echo draft > " + file + " && pwd"})
+		case after("draft"):
+			return call("edit", "edit_file", map[string]string{"path": file, "old_string": "draft", "new_string": word})
+		case after("edit"):
+			return call("run", "shell", map[string]string{"command": "tr a-z A-Z < " + file})
+		case after("run"):
+			m.mu.Lock()
+			hold, ch := m.hold, m.release
+			if hold {
+				m.held[name] = true
+			}
+			m.mu.Unlock()
+			if hold {
+				<-ch
+			}
+			out := strings.TrimSpace(strings.Split(last.Text(), "[exit status")[0])
+			return call("complete", "complete", map[string]string{"result": out})
+		}
+		return fakeapi.Out{Text: "done"}
+	}
+	conv := req.Conversation()
+	switch {
+	case after("spawn1"):
+		return call("spawn2", "spawn_agent", map[string]string{"name": "w2", "instructions": "ROLE=worker name=w2 word=two"})
+	case after("spawn2"):
+		return fakeapi.Out{Text: "Spawned w1 and w2."}
+	case after("report"):
+		return fakeapi.Out{Text: "Reported."}
+	case strings.Contains(last.Text(), "build the team"):
+		return call("spawn1", "spawn_agent", map[string]string{"name": "w1", "instructions": "ROLE=worker name=w1 word=one"})
+	case strings.Contains(conv, "ONE") && strings.Contains(conv, "TWO") && !strings.Contains(conv, "report_"):
+		return call("report", "send_message", map[string]string{"recipient": "USER", "text": "summary: ONE and TWO"})
+	}
+	return fakeapi.Out{Text: "Waiting."}
+}
+
+// TestOpenAITeamE2E is the team of TestClaudeTeamE2E on --provider openai
+// against a loopback chat-completions fake: the workers do their work with
+// the daemon's shell and edit_file tools in the lead's sandbox, the daemon
+// is killed with SIGKILL before they report, and the team finishes after
+// a restart.
+func TestOpenAITeamE2E(t *testing.T) {
+	model := &openaiTeam{hold: true, held: map[string]bool{}, release: make(chan struct{})}
+	api := fakeapi.New(model.reply)
+	t.Cleanup(api.Close)
+	defer func() {
+		if t.Failed() {
+			for i, r := range api.Requests() {
+				t.Logf("request %d: %.120s | last %s %q %q", i, r.System(), r.Last().Role, r.Last().ToolCallID, r.Last().Text())
+			}
+		}
+	}()
+	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(), "SUBSTRAT_HOME=",
+		"OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")}
+	d.start()
+	t.Cleanup(d.kill)
+
+	repo := t.TempDir()
+	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "team"}, nil)
+	d.mustCall("workspace.link", supervisor.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
+	var lead supervisor.AgentInfo
+	d.mustCall("agent.create", supervisor.CreateParams{Name: "lead", Provider: "openai", Workspace: "team", Instructions: "ROLE=lead"}, &lead)
+	if res := d.send("lead", "Please build the team."); res.Text != "Spawned w1 and w2." {
+		t.Fatalf("the lead's first turn: %q", res.Text)
+	}
+	// The work tools reached the model, and only where they may.
+	var offered []string
+	for _, r := range api.Requests() {
+		if r.System() == "ROLE=lead" {
+			offered = r.ToolNames()
+		}
+	}
+	for _, want := range []string{"shell", "read_file", "write_file", "edit_file", "spawn_agent"} {
+		if !strings.Contains(strings.Join(offered, " "), want) {
+			t.Errorf("the lead was offered %q, not %s", offered, want)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		model.mu.Lock()
+		n := len(model.held)
+		model.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workers never reached their report: %+v", d.agents())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.kill()
+	model.mu.Lock()
+	model.hold = false
+	close(model.release)
+	model.mu.Unlock()
+	before := len(api.Requests())
+	d.start()
+
+	var summary string
+	deadline = time.Now().Add(60 * time.Second)
+	for summary == "" {
+		var inbox []supervisor.InboxMessage
+		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
+		for _, m := range inbox {
+			if strings.Contains(m.Text, "summary:") {
+				summary = m.Text
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no summary reached USER: %+v", d.agents())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for w, word := range map[string]string{"w1": "one", "w2": "two"} {
+		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || string(b) != word+"\n" {
+			t.Errorf("%s.txt: %q, %v", w, b, err)
+		}
+	}
+	agents := d.agents()
+	if len(agents) != 3 {
+		t.Errorf("agents %d, want the lead and two workers, none twice", len(agents))
+	}
+	events, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(agents["lead/w1"].ID).Events())
+	for _, tool := range []string{`"tool":"shell"`, `"tool":"edit_file"`} {
+		if !strings.Contains(string(events), tool) {
+			t.Errorf("w1's log has no work event of %s", tool)
+		}
+	}
+	resumed := false
+	for _, r := range api.Requests()[before:] {
+		if r.System() == "ROLE=lead" && strings.Contains(r.Conversation(), "Please build the team.") {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Error("the lead's conversation after the restart lacks its first turn")
+	}
+	t.Logf("%d requests (%d after the restart); USER got %q", len(api.Requests()), len(api.Requests())-before, summary)
+}
