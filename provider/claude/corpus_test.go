@@ -25,8 +25,8 @@ var updateCorpus = flag.Bool("corpus.update", false, "run the pinned Claude Code
 // the fake API, and what the adapter must make of its lines.
 type corpusCase struct {
 	name  string
-	args  []string        // besides -p PROMPT --output-format stream-json --verbose
-	env   []string        // besides HOME and the fake's
+	args  []string // besides -p PROMPT --output-format stream-json --verbose
+	env   []string // besides HOME and the fake's
 	reply func(fakeapi.Request) fakeapi.Out
 	hooks bool // a settings.json with hooks in the CLI's HOME
 	want  func(t *testing.T, lines []cli.Line)
