@@ -74,6 +74,8 @@ type Core struct {
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	slotWaiters  int // nodes with waitSlot set
+
+	outcomes outcomes // what became of the messages clients wait on (own lock)
 }
 
 // New returns a Core with an empty tree; call Recover to load the store.
@@ -636,7 +638,16 @@ func (c *Core) terminateHeld(n *node, reason string) error {
 		return err
 	}
 	c.snapshot(n)
+	c.settlePending(n, "the agent terminated before taking it ("+reason+")")
 	return nil
+}
+
+// settlePending tells the clients waiting on n's undelivered messages that
+// no turn will take them.
+func (c *Core) settlePending(n *node, why string) {
+	if msgs, _, err := n.agent.Pending(); err == nil && len(msgs) > 0 {
+		c.outcomes.settle(messageIDs(msgs), Outcome{Failed: why})
+	}
 }
 
 // Suspend saves an agent's live provider session to its state blob.

@@ -64,6 +64,8 @@ type SendResult struct {
 	MessageID string `json:"message_id"`
 	Text      string `json:"text,omitempty"`
 	Failed    string `json:"failed,omitempty"`
+	// Dropped counts the frames of the turn a slow reader missed.
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // SessionInfo is one row of session.list.
@@ -134,21 +136,22 @@ func (d *Daemon) register() {
 		if err != nil {
 			return nil, err
 		}
-		var sub *Subscription
-		if p.Wait {
-			sub = c.Subscribe(id)
-			defer sub.Close()
+		if !p.Wait {
+			m, err := c.Send(SendParams{To: id, Text: p.Text})
+			if err != nil {
+				return nil, err
+			}
+			return SendResult{MessageID: m.ID}, nil
 		}
-		m, err := c.Send(SendParams{To: id, Text: p.Text})
+		sub := c.Subscribe(id)
+		defer sub.Close()
+		m, outcome, cancel, err := c.SendAndAwait(SendParams{To: id, Text: p.Text})
 		if err != nil {
 			return nil, err
 		}
-		res := SendResult{MessageID: m.ID}
-		if !p.Wait {
-			return res, nil
-		}
+		defer cancel()
 		send(map[string]string{"type": "sent", "message_id": m.ID})
-		return waitTurn(ctx, sub, m.ID, res, send)
+		return waitTurn(ctx, sub, outcome, SendResult{MessageID: m.ID}, send)
 	})
 	handle(d, "agent.attach", func(ctx context.Context, p refParams, send func(any) error) (any, error) {
 		id, err := c.Resolve(p.Ref)
@@ -275,39 +278,35 @@ func (d *Daemon) register() {
 
 // waitTurn streams the agent's activity until the turn that took message
 // id has finished or failed.
-func waitTurn(ctx context.Context, sub *Subscription, id string, res SendResult, send func(any) error) (any, error) {
-	delivered := false
+// waitTurn streams the agent's events while its turn runs, and returns
+// the outcome of the message once the turn that took it ended (or
+// failed). The outcome never depends on the stream: a client that reads
+// late misses frames, is told how many, and still gets its result.
+func waitTurn(ctx context.Context, sub *Subscription, outcome <-chan Outcome, res SendResult, send func(any) error) (any, error) {
+	reported := 0
+	lagging := func() {
+		if n := sub.Dropped(); n > reported {
+			send(map[string]any{"type": "dropped", "count": n - reported})
+			reported = n
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case o := <-outcome:
+			for len(sub.C) > 0 { // what is already queued comes first
+				send(<-sub.C)
+			}
+			lagging()
+			res.Text, res.Failed, res.Dropped = o.Text, o.Failed, reported
+			return res, nil
 		case e := <-sub.C:
+			lagging()
 			send(e)
-			switch e.Type {
-			case fsstore.EvDelivered:
-				if d, ok := e.Data.(fsstore.Delivered); ok {
-					for _, x := range d.IDs {
-						delivered = delivered || x == id
-					}
-				}
-			case "turn_done":
-				if delivered {
-					if m, ok := e.Data.(map[string]any); ok {
-						res.Text, _ = m["text"].(string)
-					}
-					return res, nil
-				}
-			case fsstore.EvState:
-				if ch, ok := e.Data.(fsstore.StateChange); ok {
-					if ch.AgentState == fsstore.AgentIdle && len(ch.Reason) > 0 && !delivered {
-						res.Failed = ch.Reason
-						return res, nil
-					}
-					if ch.AgentState == fsstore.AgentTerminated && !delivered {
-						res.Failed = "the agent terminated: " + ch.Reason
-						return res, nil
-					}
-				}
+			if e.Type == "detached" {
+				res.Failed, res.Dropped = "the agent's directory was moved out of agents/", reported
+				return res, nil
 			}
 		}
 	}
@@ -316,11 +315,18 @@ func waitTurn(ctx context.Context, sub *Subscription, id string, res SendResult,
 // stream sends every event of a subscription until the client goes away.
 func stream(ctx context.Context, sub *Subscription, send func(any) error) (any, error) {
 	defer sub.Close()
+	reported := 0 // events dropped and said so
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case e := <-sub.C:
+			if n := sub.Dropped(); n > reported {
+				if err := send(map[string]any{"type": "dropped", "count": n - reported}); err != nil {
+					return nil, err
+				}
+				reported = n
+			}
 			if err := send(e); err != nil {
 				return nil, err
 			}

@@ -66,19 +66,33 @@ func RenderPrompt(msgs []*fsstore.Message) string {
 	return b.String()
 }
 
+// turnHeld runs a turn of n, which the caller holds. A store error after
+// the turn took its messages (a commit that failed: a full or read-only
+// disk, an fsync error) goes the way of a failed turn (storeFailed).
 func (c *Core) turnHeld(ctx context.Context, n *node) error {
+	msgs, err := c.takeTurn(ctx, n)
+	if err != nil && msgs != nil {
+		return c.storeFailed(ctx, n, msgs, err)
+	}
+	return err
+}
+
+// takeTurn is turnHeld's work. It returns the messages of the turn once
+// it has taken them, with the error of a step that failed after that;
+// a failed provider turn is handled (turnFailed) and not returned.
+func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error) {
 	msgs, bad, err := n.agent.Pending()
 	for _, b := range bad {
 		c.log.Warn("skipping an unreadable inbox file", "agent", n.id(), "path", b.Path, "reason", b.Reason)
 	}
 	if err != nil {
-		return storeErr(err)
+		return nil, storeErr(err)
 	}
 	c.mu.Lock()
 	n.mail = false // arrivals during the turn set it again
 	c.mu.Unlock()
 	if len(msgs) == 0 {
-		return nil
+		return nil, nil
 	}
 	tools := newTurnTools(c, n, msgs)
 	defer tools.releaseSpawned()
@@ -91,14 +105,20 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 		n.mail, n.waitSlot = true, true // until some busy node is released
 		c.slotWaiters++
 		c.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return c.turnFailed(ctx, n, len(msgs), err)
+		return msgs, c.turnFailed(ctx, n, msgs, err)
+	}
+	if n.s().AgentState == fsstore.AgentBusy {
+		// Left BUSY by a store error in an earlier turn.
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "recovered from a store error"}); err != nil {
+			return msgs, err
+		}
 	}
 	if n.s().Gated {
 		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{AddPermits: -1}); err != nil {
-			return err
+			return msgs, err
 		}
 	}
 	c.mu.Lock()
@@ -111,7 +131,7 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 		c.mu.Unlock()
 	}()
 	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
-		return err
+		return msgs, err
 	}
 
 	prompt := RenderPrompt(msgs)
@@ -129,15 +149,15 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	c.mu.Unlock()
 	for _, d := range refused {
 		if cerr := c.commit(n, fsstore.EvToolDenied, d); cerr != nil {
-			return cerr
+			return msgs, cerr
 		}
 	}
 	if err != nil {
-		return c.turnFailed(ctx, n, len(msgs), err)
+		return msgs, c.turnFailed(ctx, n, msgs, err)
 	}
 	if err := c.commit(n, fsstore.EvTurn, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
 		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
-		return err
+		return msgs, err
 	}
 	// Delivery: the prompt's messages and those check_inbox handed over.
 	// The log first, then the inbox; a crash between the two leaves the
@@ -149,10 +169,10 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	}
 	ids = append(ids, tools.checkedIDs()...)
 	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
-		return err
+		return msgs, err
 	}
 	if err := n.agent.MarkDelivered(ids); err != nil {
-		return storeErr(err)
+		return msgs, storeErr(err)
 	}
 	if _, err := fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now()); err != nil {
 		c.log.Warn("delivered messages not swept from inbox/new", "agent", n.id(), "err", err)
@@ -164,22 +184,22 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	if requests := tools.requestsSent(); len(requests) > 0 && !done {
 		waiting = addWaiting(waiting, requests)
 		if err := c.commit(n, fsstore.EvWaiting, fsstore.Waiting{IDs: waiting}); err != nil {
-			return err
+			return msgs, err
 		}
 	}
 	switch {
 	case done:
 		if err := c.terminateHeld(n, n.s().StateReason); err != nil {
-			return err
+			return msgs, err
 		}
 	case len(waiting) > 0:
 		// A request is outstanding: WAITING until the reply wakes it.
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentWaiting}); err != nil {
-			return err
+			return msgs, err
 		}
 	default:
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle}); err != nil {
-			return err
+			return msgs, err
 		}
 	}
 	c.snapshot(n)
@@ -192,7 +212,8 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 	n.failures, n.retryAt = nil, time.Time{}
 	c.mu.Unlock()
 	c.checkBudgets(n)
-	return nil
+	c.outcomes.settle(ids, Outcome{Text: res.Text})
+	return msgs, nil
 }
 
 // turnFailed handles a turn that did not finish: the messages stay in the
@@ -201,8 +222,10 @@ func (c *Core) turnHeld(ctx context.Context, n *node) error {
 // that doubles with each failure (1 s, 2 s, 4 s...); restartLimit failures
 // within restartWindow gate the agent with the reason recorded. Its parent
 // (or USER, for a root) is told at the first failure and at the limit.
-func (c *Core) turnFailed(ctx context.Context, n *node, pending int, cause error) error {
+func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message, cause error) error {
 	c.log.Warn("turn failed", "agent", n.id(), "name", n.s().Name, "err", cause)
+	pending := len(msgs)
+	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: "turn failed: " + cause.Error()})
 	cancelled := ctx.Err() != nil && errors.Is(cause, context.Canceled)
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -293,4 +316,38 @@ func (c *Core) transcript(n *node, prompt, out string) {
 	if _, err := f.Write([]byte(b.String())); err != nil {
 		c.log.Warn("transcript not written", "agent", n.id(), "err", err)
 	}
+}
+
+// storeFailed handles a store error in the middle of a turn (a commit that
+// failed after the turn took its messages): the agent's state is read
+// again from disk, since after a failed write or fsync the file holds the
+// event or not and only a re-read tells (an fsync is never retried), and
+// the turn goes the way of a failed turn: its messages stay in the inbox,
+// the waiting clients are told, and it is retried with backoff, then
+// gated. If the disk still refuses, the agent is left to the retry, which
+// first puts it back to IDLE.
+func (c *Core) storeFailed(ctx context.Context, n *node, msgs []*fsstore.Message, cause error) error {
+	c.log.Error("store error in a turn; re-reading the agent from disk", "agent", n.id(), "err", cause)
+	if a, findings := c.store.Load(n.id(), false); a != nil {
+		c.mu.Lock()
+		old := n.agent
+		n.agent = a
+		n.state.Store(a.Session())
+		c.mu.Unlock()
+		old.Close()
+	} else {
+		c.log.Error("the agent could not be read again; keeping its last state", "agent", n.id(), "findings", findings)
+	}
+	err := c.turnFailed(ctx, n, msgs, fmt.Errorf("store error: %w", cause))
+	c.mu.Lock()
+	n.mail = true // its messages are still in the inbox
+	if n.retryAt.IsZero() {
+		n.retryAt = c.clock.Now().Add(restartBase)
+	}
+	c.mu.Unlock()
+	c.signal()
+	if err != nil {
+		c.log.Error("the failed turn could not be recorded; it is retried", "agent", n.id(), "err", err)
+	}
+	return cause
 }

@@ -19,10 +19,11 @@ type WatchEvent struct {
 // empty). A subscriber that falls behind loses events and is told so by
 // Lagged.
 type Subscription struct {
-	C      chan WatchEvent
-	agent  string
-	lagged bool
-	core   *Core
+	C       chan WatchEvent
+	agent   string
+	lagged  bool
+	dropped int
+	core    *Core
 }
 
 // Subscribe starts a subscription; Close it when done.
@@ -41,6 +42,13 @@ func (s *Subscription) Close() {
 	s.core.mu.Unlock()
 }
 
+// Dropped returns how many events were dropped because C was full.
+func (s *Subscription) Dropped() int {
+	s.core.mu.Lock()
+	defer s.core.mu.Unlock()
+	return s.dropped
+}
+
 // Lagged reports whether events were dropped because C was full.
 func (s *Subscription) Lagged() bool {
 	s.core.mu.Lock()
@@ -57,6 +65,7 @@ func (c *Core) publishLocked(e WatchEvent) {
 		case s.C <- e:
 		default:
 			s.lagged = true
+			s.dropped++
 		}
 	}
 }

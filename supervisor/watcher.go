@@ -268,8 +268,14 @@ func (w *Watcher) Rescan(ctx context.Context) {
 // adopted, and a changed session.json is adopted or refused.
 func (c *Core) reconcile(ctx context.Context, id string, watch func(string) error, forget func(string)) {
 	dir := c.store.Layout().AgentDir(id)
-	fi, err := os.Stat(dir)
+	// Lstat: an agent directory moved back as a symlink (to another disk)
+	// is not adopted; the scan at the next start refuses it the same way
+	// (agent directories must be real directories in agents/).
+	fi, err := os.Lstat(dir)
 	onDisk := err == nil && fi.IsDir()
+	if err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		c.log.Warn("not adopted: an agent directory that is a symlink; move the directory itself back", "path", dir)
+	}
 	c.mu.Lock()
 	n := c.nodes[id]
 	down := c.down

@@ -345,12 +345,22 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 				return nil
 			}
 			var e struct {
-				Type string         `json:"type"`
-				Data provider.Chunk `json:"data"`
+				Type  string         `json:"type"`
+				Data  provider.Chunk `json:"data"`
+				Count int            `json:"count"`
 			}
-			if json.Unmarshal(raw, &e) == nil && e.Type == "output" {
-				fmt.Printf("[%s] %s\n", e.Data.Kind, strings.TrimRight(e.Data.Text, "\n"))
-				streamed = true
+			if json.Unmarshal(raw, &e) == nil {
+				switch e.Type {
+				case "output":
+					if e.Data.Kind == provider.ChunkDenied {
+						fmt.Printf("[denied] %s: %s\n", e.Data.Tool, strings.TrimRight(e.Data.Text, "\n"))
+					} else {
+						fmt.Printf("[%s] %s\n", e.Data.Kind, strings.TrimRight(e.Data.Text, "\n"))
+					}
+					streamed = true
+				case "dropped":
+					fmt.Printf("[... %d events dropped: this reader fell behind the daemon ...]\n", e.Count)
+				}
 			}
 			return nil
 		}, &res)
@@ -367,10 +377,14 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 		fmt.Printf("message %s stored; it is delivered at %s's next turn\n", res.MessageID, c.Ref)
 		return nil
 	}
-	if !streamed && res.Text != "" {
+	if (!streamed || res.Dropped > 0) && res.Text != "" {
 		fmt.Println(strings.TrimRight(res.Text, "\n"))
 	}
 	fmt.Printf("message %s delivered\n", res.MessageID)
+	if res.Dropped > 0 {
+		return fail(fmt.Sprintf("the turn's output was cut: %d events dropped while this reader fell behind (the reply above is whole)", res.Dropped),
+			"see the whole turn with 'substrat daemon log "+c.Ref+"'")
+	}
 	return nil
 }
 

@@ -240,9 +240,13 @@ type watchLine struct {
 	Seq   uint64          `json:"seq"`
 	Time  time.Time       `json:"ts"`
 	Data  json.RawMessage `json:"data"`
+	Count int             `json:"count"` // of a "dropped" marker
 }
 
 func (w watchLine) String() string {
+	if w.Type == "dropped" {
+		return fmt.Sprintf("[... %d events dropped: this reader fell behind the daemon; daemon log AGENT has them all ...]", w.Count)
+	}
 	data := string(w.Data)
 	if len(data) > 200 {
 		data = data[:200] + "..."
