@@ -87,13 +87,23 @@ func reap(path string, log *slog.Logger) []string {
 	var out []string
 	for _, p := range f.Processes {
 		start, err := procStart(p.Pid)
-		if err != nil || start != p.Start {
-			continue // gone, or the pid now belongs to someone else
+		if err == nil && start != p.Start {
+			continue // the pid now belongs to someone else, so the group is gone
 		}
-		syscall.Kill(-p.Pid, syscall.SIGKILL)
-		syscall.Kill(p.Pid, syscall.SIGKILL)
-		log.Warn("reaped a provider process left by the previous daemon", "pid", p.Pid, "agent", p.Agent)
-		out = append(out, fmt.Sprintf("pid %d (agent %s)", p.Pid, p.Agent))
+		// The leader may be gone while its group lives on: under a
+		// subreaper (systemd) a dead leader is reaped at once. Its group
+		// is killed anyway: Linux does not give a pid to a new process
+		// while a process group with that id exists, so if the number
+		// names no process, it names our group or nothing.
+		gerr := syscall.Kill(-p.Pid, syscall.SIGKILL)
+		if err == nil {
+			syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+		if err != nil && gerr != nil {
+			continue // neither the leader nor its group is left
+		}
+		log.Warn("reaped a provider process group left by the previous daemon", "pgid", p.Pid, "agent", p.Agent, "leader_alive", err == nil)
+		out = append(out, fmt.Sprintf("group %d (agent %s)", p.Pid, p.Agent))
 	}
 	os.Remove(path)
 	return out
