@@ -13,29 +13,45 @@ import (
 // ErrAlreadyRunning means another daemon holds the home's lock.
 var ErrAlreadyRunning = errors.New("supervisor: a daemon is already running on this home")
 
-// RunningError says which process holds the lock.
+// Roles of the lock's holder.
+const (
+	RoleDaemon = "daemon"
+	RoleRepair = "fsck --repair"
+)
+
+// RunningError says which process holds the lock, and as what.
 type RunningError struct {
 	Pid  int
+	Role string // RoleDaemon or RoleRepair
 	Home string
 }
 
 func (e *RunningError) Error() string {
-	if e.Pid > 0 {
-		return fmt.Sprintf("a daemon is already running on %s (pid %d)", e.Home, e.Pid)
+	who := "a daemon is already running"
+	if e.Role == RoleRepair {
+		who = "'substrat fsck --repair' is repairing the store"
 	}
-	return fmt.Sprintf("a daemon is already running on %s", e.Home)
+	if e.Pid > 0 {
+		return fmt.Sprintf("%s on %s (pid %d)", who, e.Home, e.Pid)
+	}
+	return fmt.Sprintf("%s on %s", who, e.Home)
 }
 
 func (e *RunningError) Unwrap() error { return ErrAlreadyRunning }
 
-// Lock is the single-daemon lock: flock(2) on daemon.lock, which also
-// holds the owner's pid. The kernel drops it when the process dies.
+// Lock is the single-writer lock: flock(2) on daemon.lock, which also
+// holds the owner's pid and role ("123 daemon"). The daemon holds it while
+// it runs, and fsck --repair while it repairs, so that neither works on a
+// store the other is changing. The kernel drops it when the process dies.
 type Lock struct {
 	f *os.File
 }
 
-// TryLock takes the lock or returns a *RunningError.
-func TryLock(path, home string) (*Lock, error) {
+// TryLock takes the lock for the daemon or returns a *RunningError.
+func TryLock(path, home string) (*Lock, error) { return TryLockAs(path, home, RoleDaemon) }
+
+// TryLockAs takes the lock in role or returns a *RunningError.
+func TryLockAs(path, home, role string) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
@@ -43,35 +59,53 @@ func TryLock(path, home string) (*Lock, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		defer f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &RunningError{Pid: readPid(f), Home: home}
+			pid, r := readOwner(f)
+			return nil, &RunningError{Pid: pid, Role: r, Home: home}
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+" "+role+"\n"), 0)
 	}
 	return &Lock{f: f}, nil
 }
 
 // Held reports whether some process holds the lock at path, and its pid.
 func Held(path string) (bool, int) {
+	held, pid, _ := HeldBy(path)
+	return held, pid
+}
+
+// HeldBy reports whether some process holds the lock at path, its pid and
+// its role.
+func HeldBy(path string) (held bool, pid int, role string) {
 	f, err := os.Open(path)
 	if err != nil {
-		return false, 0
+		return false, 0, ""
 	}
 	defer f.Close()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		return true, readPid(f)
+		pid, role := readOwner(f)
+		return true, pid, role
 	}
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return false, 0
+	return false, 0, ""
 }
 
-func readPid(f *os.File) int {
-	buf := make([]byte, 32)
+// readOwner reads "pid role" (a lock written before roles: "pid").
+func readOwner(f *os.File) (int, string) {
+	buf := make([]byte, 64)
 	n, _ := f.ReadAt(buf, 0)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
-	return pid
+	fields := strings.Fields(string(buf[:n]))
+	if len(fields) == 0 {
+		return 0, RoleDaemon
+	}
+	pid, _ := strconv.Atoi(fields[0])
+	role := strings.Join(fields[1:], " ")
+	if role == "" {
+		role = RoleDaemon
+	}
+	return pid, role
 }
 
 // Unlock releases the lock.

@@ -40,6 +40,9 @@ func (c *DaemonRunCmd) Run(g *Globals) error {
 			fmt.Fprintf(os.Stderr, "substrat daemon %s ready on %s (pid %d)\n", version, g.Home, os.Getpid())
 		}})
 	var running *supervisor.RunningError
+	if errors.As(err, &running) && running.Role == supervisor.RoleRepair {
+		return &exitError{code: 1, msg: running.Error(), hint: "start the daemon when it has finished"}
+	}
 	if errors.As(err, &running) {
 		return &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", running.Pid, g.Home),
 			hint: "stop it with 'substrat daemon stop" + homeFlag(g.Home) + "'"}
@@ -68,7 +71,11 @@ func (c *DaemonStartCmd) Run(g *Globals) error {
 
 func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
 	layout := fsstore.Layout{Home: g.Home}
-	if held, pid := supervisor.Held(layout.Lock()); held {
+	if held, pid, role := supervisor.HeldBy(layout.Lock()); held {
+		if role == supervisor.RoleRepair {
+			return 0, &exitError{code: 1, msg: fmt.Sprintf("'substrat fsck --repair' (pid %d) is repairing %s", pid, g.Home),
+				hint: "start the daemon when it has finished"}
+		}
 		return 0, &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", pid, g.Home)}
 	}
 	if err := os.MkdirAll(g.Home, 0o700); err != nil {

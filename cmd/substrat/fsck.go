@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
@@ -26,9 +28,26 @@ type FsckResult struct {
 func (c *FsckCmd) Run(g *Globals) error {
 	layout := fsstore.Layout{Home: g.Home}
 	held, pid := supervisor.Held(layout.Lock())
-	if c.Repair && held {
-		return fail(fmt.Sprintf("a daemon (pid %d) is running on %s; fsck --repair needs it stopped", pid, g.Home),
-			"run 'substrat daemon stop' first, or run fsck without --repair")
+	if c.Repair {
+		// The lock for the whole repair: a daemon started meanwhile
+		// refuses, saying why, instead of repairing the same store.
+		if err := os.MkdirAll(g.Home, 0o700); err != nil {
+			return err
+		}
+		lock, err := supervisor.TryLockAs(layout.Lock(), g.Home, supervisor.RoleRepair)
+		var running *supervisor.RunningError
+		if errors.As(err, &running) && running.Role == supervisor.RoleRepair {
+			return fail(running.Error(), "wait for it to finish")
+		}
+		if errors.As(err, &running) {
+			return fail(fmt.Sprintf("a daemon (pid %d) is running on %s; fsck --repair needs it stopped", running.Pid, g.Home),
+				"run 'substrat daemon stop' first, or run fsck without --repair")
+		}
+		if err != nil {
+			return err
+		}
+		defer lock.Unlock()
+		held = false
 	}
 	store, err := fsstore.Open(g.Home, fsstore.Options{})
 	if err != nil {
