@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -201,14 +202,84 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 	for _, a := range res.Agents {
 		live[a.ID()] = true
 	}
+	parent := map[string]string{}
 	for _, a := range res.Agents {
+		parent[a.ID()] = a.sess.ParentID
 		if p := a.sess.ParentID; p != "" && !live[p] {
 			res.Findings = append(res.Findings, Finding{Kind: FindOrphan, Path: a.files.Dir, Agent: a.ID(),
 				Detail: fmt.Sprintf("parent %s is not a live agent", p)})
 		}
 	}
+	// A loop of parent_ids (which only edits that bypass the created
+	// events can make) is kept out whole: no agent in it is a root.
+	inCycle := cycles(parent)
+	if len(inCycle) > 0 {
+		kept := res.Agents[:0]
+		for _, a := range res.Agents {
+			if !inCycle[a.ID()] {
+				kept = append(kept, a)
+				continue
+			}
+			res.Findings = append(res.Findings, Finding{Kind: FindKeptOut, Path: a.files.Dir, Agent: a.ID(),
+				Detail: fmt.Sprintf("its parent_id chain loops back to itself (parent %s): a tree cannot hold it", a.sess.ParentID),
+				Hint:   "fix parent_id in session.json (the created event in events.jsonl holds the true one)"})
+			a.Close()
+		}
+		res.Agents = kept
+	}
 	sort.SliceStable(res.Findings, func(i, j int) bool { return res.Findings[i].Path < res.Findings[j].Path })
 	return &res, nil
+}
+
+// cycles returns the agents whose parent chain (parent: id -> parent id)
+// loops back on itself.
+func cycles(parent map[string]string) map[string]bool {
+	out := map[string]bool{}
+	state := map[string]int{} // 0 unseen, 1 on the path, 2 done
+	for id := range parent {
+		var path []string
+		cur := id
+		for cur != "" && state[cur] == 0 {
+			state[cur] = 1
+			path = append(path, cur)
+			cur = parent[cur]
+		}
+		if cur != "" && state[cur] == 1 { // a loop through cur
+			loop := false
+			for _, x := range path {
+				loop = loop || x == cur
+				if loop {
+					out[x] = true
+				}
+			}
+		}
+		for _, x := range path {
+			state[x] = 2
+		}
+	}
+	return out
+}
+
+// identityDiff says how the identity of a snapshot differs from that of
+// its created event, or nil.
+func identityDiff(snap, created *Session) error {
+	for _, f := range []struct{ name, snap, created string }{
+		{"id", snap.ID, created.ID},
+		{"parent_id", snap.ParentID, created.ParentID},
+		{"provider", snap.Provider, created.Provider},
+		{"spawn_key", snap.SpawnKey, created.SpawnKey},
+		{"workspace", snap.Workspace, created.Workspace},
+	} {
+		if f.snap != f.created {
+			return fmt.Errorf("%w: session.json's %s %q is not the %q its created event records; identity fields cannot be changed",
+				ErrInvalid, f.name, f.snap, f.created)
+		}
+	}
+	if !snap.CreatedAt.Equal(created.CreatedAt) {
+		return fmt.Errorf("%w: session.json's created_at %s is not the %s its created event records",
+			ErrInvalid, snap.CreatedAt.Format(time.RFC3339Nano), created.CreatedAt.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // loadAgent loads one agent directory. It returns nil and a kept_out
@@ -298,7 +369,19 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 	cur := sess
 	replayed := 0
 	var delivered map[string]bool // ids the replayed events deliver
+	var identity error            // the snapshot's identity differs from the created event's
 	visit := func(seq uint64, line []byte) error {
+		if seq == 1 && snapData != nil {
+			// The created event is the truth of who the agent is: an
+			// identity field changed in session.json (by hand, with the
+			// daemon stopped) is not trusted.
+			if e, err := DecodeEvent(line); err == nil && e.Type == EvCreated {
+				var c Session
+				if e.Decode(&c) == nil {
+					identity = identityDiff(sess, &c)
+				}
+			}
+		}
 		if seq <= sess.LastSeq && !opts.Deep {
 			return nil
 		}
@@ -347,6 +430,18 @@ func (s *Store) loadAgent(id string, opts ScanOptions) (*Agent, []Finding) {
 			err = &Error{Op: "load log", Path: eventsPath, Err: fmt.Errorf("%w: events.jsonl is missing", ErrNotFound), Hint: HintFsck}
 		}
 		return keptOut(eventsPath, err)
+	}
+	if identity != nil {
+		hint := HintFsckRepair + " to rebuild session.json from events.jsonl"
+		if !opts.Repair || !opts.RebuildSnapshots {
+			return keptOut(sessionPath, &Error{Op: "load snapshot", Path: sessionPath, Err: identity, Hint: hint})
+		}
+		_, f, rerr := s.rebuildSnapshot(files, id, identity)
+		if rerr != nil {
+			return keptOut(sessionPath, rerr)
+		}
+		a, more := s.loadAgent(id, opts) // the rebuilt snapshot, loaded whole
+		return a, append(append(found, f), more...)
 	}
 	if info.TornLen > 0 {
 		torn = &Finding{Kind: FindTornTail, Path: eventsPath, Agent: id, Offset: info.Size,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +57,7 @@ func TestBackupWhileArchiving(t *testing.T) {
 
 	// While it copies: archive what it copies, and keep the tree busy.
 	var wg sync.WaitGroup
+	var archived atomic.Int64 // archives acknowledged while the copy ran
 	stop := make(chan struct{})
 	wg.Add(2)
 	go func() {
@@ -68,6 +70,7 @@ func TestBackupWhileArchiving(t *testing.T) {
 			}
 			var res []supervisor.AgentInfo
 			d.mustCall("agent.archive", map[string]string{"ref": id}, &res)
+			archived.Add(1)
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
@@ -93,6 +96,7 @@ func TestBackupWhileArchiving(t *testing.T) {
 		rs.Process.Kill()
 		t.Fatal("rsync took more than 5 minutes")
 	}
+	duringCopy := archived.Load()
 	close(stop)
 	wg.Wait()
 	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 24) {
@@ -135,9 +139,10 @@ func TestBackupWhileArchiving(t *testing.T) {
 	}
 	t.Logf("%d agents and %d messages acknowledged before the copy; %d of the agents were in archive/ in the copy; %d missing",
 		len(agents), len(msgs), inArchive, missing)
-	if inArchive == 0 || inArchive == len(agents) {
-		t.Errorf("the archives did not race the copy (%d of %d archived in the copy)", inArchive, len(agents))
+	if duringCopy == 0 {
+		t.Errorf("no archive was acknowledged while the copy ran; the test proves nothing")
 	}
+	t.Logf("%d archives acknowledged while the copy ran", duringCopy)
 
 	// A daemon starts on the copy.
 	c := &e2eDaemon{t: t, home: copyDir, env: append(os.Environ(), "SUBSTRAT_HOME=")}
