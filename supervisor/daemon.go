@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
@@ -45,6 +47,23 @@ type Daemon struct {
 	stopCh   chan struct{}
 }
 
+// raiseNoFile raises the soft RLIMIT_NOFILE to the hard limit and returns
+// the soft limit in force.
+func raiseNoFile() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	if lim.Cur < lim.Max {
+		want := lim
+		want.Cur = lim.Max
+		if unix.Setrlimit(unix.RLIMIT_NOFILE, &want) == nil {
+			lim = want
+		}
+	}
+	return int(min(lim.Cur, 1<<20))
+}
+
 // Run runs a daemon on opts.Home until ctx is done or a client asks it to
 // stop, then stops it gracefully. It returns a *RunningError if another
 // daemon holds the home.
@@ -55,7 +74,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Grace == 0 {
 		opts.Grace = 10 * time.Second
 	}
-	store, err := fsstore.Open(opts.Home, fsstore.Options{})
+	// Descriptors: the soft limit up to the hard one (systemd and most
+	// shells give 1024 soft); open logs get a quarter of it, the
+	// connections a quarter, the rest is for providers and sandboxes.
+	nofile := raiseNoFile()
+	store, err := fsstore.Open(opts.Home, fsstore.Options{MaxOpenLogs: max(64, min(nofile/4, 4096))})
 	if err != nil {
 		return err
 	}
@@ -128,6 +151,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	d.srv = rpc.NewServer(log)
+	d.srv.MaxConns = max(64, min(nofile/4, 4096))
 	d.srv.SamePIDNamespace = true // no client from inside a sandbox
 	d.register()
 	serveErr := make(chan error, 1)
