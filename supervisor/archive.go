@@ -12,6 +12,19 @@ import (
 // history stays on disk. Moving a directory back into agents/ by hand and
 // restarting the daemon brings it back.
 func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
+	c.mu.Lock()
+	root, err := c.resolveLocked(ref)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	// Frozen for the whole archive: nothing is created under it between
+	// the terminate and the moves.
+	thaw, err := c.freeze(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	defer thaw()
 	if _, err := c.Terminate(ctx, TerminateParams{Ref: ref, Recursive: true}); err != nil {
 		return nil, err
 	}

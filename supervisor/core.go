@@ -301,6 +301,10 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 			c.mu.Unlock()
 			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s has terminated", parent.s().Name)
 		}
+		if parent.frozen > 0 {
+			c.mu.Unlock()
+			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s is being terminated or archived", parent.s().Name)
+		}
 		for _, id := range parent.children {
 			if ch := c.nodes[id]; ch != nil {
 				siblings = append(siblings, ch)
@@ -567,6 +571,19 @@ type TerminateParams struct {
 // Terminate ends an agent (and with Recursive its subtree, leaves first).
 // A running turn is cancelled.
 func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, error) {
+	if p.Recursive {
+		c.mu.Lock()
+		n, err := c.resolveLocked(p.Ref)
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		thaw, err := c.freeze(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		defer thaw()
+	}
 	c.mu.Lock()
 	n, err := c.resolveLocked(p.Ref)
 	if err != nil {
@@ -604,6 +621,52 @@ func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, e
 		c.mu.Unlock()
 	}
 	return out, nil
+}
+
+// freeze stops children from being created anywhere in n's subtree, and
+// waits for the creations already under way there to finish, so that the
+// subtree taken after it is the whole of it (spawns used to race a
+// terminate -r or an archive, leaving live children under an archived
+// parent). thaw ends it.
+func (c *Core) freeze(ctx context.Context, n *node) (thaw func(), err error) {
+	c.mu.Lock()
+	var frozen []*node
+	mark := func() {
+		for _, x := range c.subtreeLocked(n) {
+			if !slices.Contains(frozen, x) {
+				x.frozen++
+				frozen = append(frozen, x)
+			}
+		}
+	}
+	mark()
+	c.mu.Unlock()
+	thaw = func() {
+		c.mu.Lock()
+		for _, x := range frozen {
+			x.frozen--
+		}
+		c.mu.Unlock()
+	}
+	for {
+		c.mu.Lock()
+		busy := false
+		for _, x := range c.subtreeLocked(n) {
+			busy = busy || len(x.reserved) > 0
+		}
+		if !busy {
+			mark() // children that were being created have joined it
+			c.mu.Unlock()
+			return thaw, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			thaw()
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 func (c *Core) terminate(ctx context.Context, n *node, reason string) error {

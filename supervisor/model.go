@@ -35,6 +35,9 @@ type node struct {
 	// diskInvalid says why session.json on disk is unusable (a refused
 	// hand edit); "" when it is fine.
 	diskInvalid string
+	// frozen counts the terminations of a subtree holding n (terminate
+	// -r, archive): while it is not zero, no child can be created under n.
+	frozen int
 }
 
 func newNode(a *fsstore.Agent) *node {
@@ -151,21 +154,38 @@ func (c *Core) childNamedLocked(parent *node, name string) *node {
 	return nil
 }
 
+// siblingsLocked returns the other agents with n's parent: for a root,
+// the other roots; for an agent whose parent left the live tree (an
+// orphan), the other children of that parent, never the roots.
+func (c *Core) siblingsLocked(n *node) []*node {
+	var out []*node
+	pid := n.s().ParentID
+	if p := c.nodes[pid]; p != nil {
+		for _, id := range p.children {
+			if s := c.nodes[id]; s != nil && s != n {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	for _, x := range c.nodes {
+		if x != n && x.s().ParentID == pid {
+			out = append(out, x)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id() < out[j].id() })
+	return out
+}
+
 // neighbourLocked resolves a name as seen from n under one-hop routing:
 // its parent, a child, or a sibling.
 func (c *Core) neighbourLocked(n *node, name string) (*node, error) {
-	if p := c.nodes[n.s().ParentID]; p != nil {
-		if p.s().Name == name || name == "parent" {
-			return p, nil
-		}
-		if s := c.childNamedLocked(p, name); s != nil && s != n {
+	if p := c.nodes[n.s().ParentID]; p != nil && (p.s().Name == name || name == "parent") {
+		return p, nil
+	}
+	for _, s := range c.siblingsLocked(n) {
+		if s.s().Name == name {
 			return s, nil
-		}
-	} else {
-		for _, r := range c.rootsLocked() {
-			if r != n && r.s().Name == name {
-				return r, nil
-			}
 		}
 	}
 	if ch := c.childNamedLocked(n, name); ch != nil {

@@ -302,10 +302,8 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (st
 		return "", err
 	}
 	if a.Recipient == fsstore.User {
-		t.c.mu.Lock()
-		isRoot := t.c.nodes[t.n.s().ParentID] == nil
-		t.c.mu.Unlock()
-		if !isRoot {
+		if t.n.s().ParentID != "" {
+			// An agent whose parent left the live tree is no root.
 			return "", fmt.Errorf("only root agents may message USER; send to your parent instead")
 		}
 		if err := t.c.sendUser(m); err != nil {
@@ -347,17 +345,9 @@ func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (stri
 	}
 	t.c.mu.Lock()
 	var sibs []*node
-	if p := t.c.nodes[t.n.s().ParentID]; p != nil {
-		for _, id := range p.children {
-			if s := t.c.nodes[id]; s != nil && s != t.n && !s.terminated() {
-				sibs = append(sibs, s)
-			}
-		}
-	} else {
-		for _, r := range t.c.rootsLocked() {
-			if r != t.n && !r.terminated() {
-				sibs = append(sibs, r)
-			}
+	for _, s := range t.c.siblingsLocked(t.n) {
+		if !s.terminated() {
+			sibs = append(sibs, s)
 		}
 	}
 	t.c.mu.Unlock()
