@@ -74,7 +74,7 @@ func (c *Core) recordSpawn(x *node) {
 	c.mu.Lock()
 	s, p := x.s(), c.nodes[x.s().ParentID]
 	c.mu.Unlock()
-	if p == nil || s.SpawnKey == "" || spawnedBy(c.store.FS(), p.agent.Files().Events(), s.SpawnKey) != "" {
+	if p == nil || s.SpawnKey == "" || c.spawnedBy(p, s.SpawnKey) != "" {
 		return
 	}
 	if err := c.commit(p, fsstore.EvSpawned, fsstore.Spawned{ChildID: s.ID, Name: s.Name, SpawnKey: s.SpawnKey}); err != nil {

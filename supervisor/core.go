@@ -176,6 +176,9 @@ func (c *Core) commit(n *node, typ string, data any) error {
 	if typ == fsstore.EvSubscribed || typ == fsstore.EvUnsubscribed {
 		c.indexSubsLocked(n)
 	}
+	if sp, ok := data.(fsstore.Spawned); ok && typ == fsstore.EvSpawned && n.spawnKeys != nil && sp.SpawnKey != "" {
+		n.spawnKeys[sp.SpawnKey] = sp.ChildID
+	}
 	hops := 0
 	if n.turn != nil {
 		hops = n.turn.hops + 1

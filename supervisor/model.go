@@ -38,6 +38,10 @@ type node struct {
 	// frozen counts the terminations of a subtree holding n (terminate
 	// -r, archive): while it is not zero, no child can be created under n.
 	frozen int
+	// spawnKeys maps the spawn keys (tool-use ids) of n's spawned events
+	// to the children they made; nil until first needed, then kept up to
+	// date by commit, so that a spawn does not read the whole log.
+	spawnKeys map[string]string
 }
 
 func newNode(a *fsstore.Agent) *node {

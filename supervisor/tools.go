@@ -226,7 +226,7 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 	// A call run again after a crash must not make a twin of a child that
 	// has since left the live tree (archived): its spawned event says so
 	// (found by sim, seed 3).
-	if id := spawnedBy(t.c.store.FS(), t.n.agent.Files().Events(), call.ID); id != "" {
+	if id := t.c.spawnedBy(t.n, call.ID); id != "" {
 		if _, err := t.c.Resolve(id); err != nil {
 			return "", fmt.Errorf("this call already spawned %s (%s), which has left the live tree; it is not spawned again", a.Name, id)
 		}
@@ -272,18 +272,32 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (str
 	return fmt.Sprintf("spawned %s (%s); it starts when your turn ends", a.Name, child.id()), nil
 }
 
-// spawnedBy returns the id of the child that the spawn with this key made,
-// from the spawned events of the parent's log, or "".
-func spawnedBy(fsys fsstore.FS, log, key string) string {
-	var id string
-	fsstore.ReadEvents(fsys, log, func(e fsstore.Event) error {
-		var s fsstore.Spawned
-		if e.Type == fsstore.EvSpawned && e.Decode(&s) == nil && s.SpawnKey == key {
-			id = s.ChildID
+// spawnedBy returns the id of the child that n's spawn with this key
+// made, from its spawned events, or "". The log is read once (the spawned
+// lines only are decoded); commits keep the index after that.
+func (c *Core) spawnedBy(n *node, key string) string {
+	c.mu.Lock()
+	keys := n.spawnKeys
+	c.mu.Unlock()
+	if keys == nil {
+		keys = map[string]string{}
+		fsstore.ReadEventsOfType(c.store.FS(), n.agent.Files().Events(), fsstore.EvSpawned, func(e fsstore.Event) error {
+			var s fsstore.Spawned
+			if e.Decode(&s) == nil && s.SpawnKey != "" {
+				keys[s.SpawnKey] = s.ChildID
+			}
+			return nil
+		})
+		c.mu.Lock()
+		if n.spawnKeys == nil {
+			n.spawnKeys = keys
 		}
-		return nil
-	})
-	return id
+		keys = n.spawnKeys
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return keys[key]
 }
 
 func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (string, error) {
