@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -153,6 +155,7 @@ type Log struct {
 
 	mu      sync.Mutex // guards the fields below
 	f       File       // nil until the first append, and after a failure
+	ino     uint64     // the inode f was opened on (0: unknown)
 	lastSeq uint64
 	size    int64
 	failed  error // set when a write or fsync failed; the next append re-reads the log
@@ -294,6 +297,9 @@ func (l *Log) reopenLocked() error {
 	// tail left in place by a scan without Repair, or another writer)
 	// would turn a repairable tail into corruption.
 	fi, err := l.fs.Stat(l.path)
+	if err == nil {
+		l.ino = inode(fi)
+	}
 	if err == nil && fi.Size() != l.size {
 		err = fmt.Errorf("%w: the file is %d bytes long but its valid events end at byte %d", ErrCorrupt, fi.Size(), l.size)
 	}
@@ -303,6 +309,27 @@ func (l *Log) reopenLocked() error {
 	}
 	l.f = f
 	return nil
+}
+
+// Replaced reports whether the file at the log's path is no longer the
+// one open for appending: someone replaced (or removed) events.jsonl by
+// hand, and appends would go to a file nobody reads.
+func (l *Log) Replaced() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil || l.ino == 0 {
+		return false // reopening compares the file with what was read
+	}
+	fi, err := l.fs.Stat(l.path)
+	return err != nil || inode(fi) != l.ino
+}
+
+// inode returns the inode of fi, or 0 where the file system does not say.
+func inode(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // Close closes the file. Appends after Close fail with ErrClosed.

@@ -59,3 +59,33 @@ func TestPermissionsAndWorkDir(t *testing.T) {
 		t.Errorf("a permissions event with a bad mode replayed: %v", err)
 	}
 }
+
+// New names may not imitate what routing and ids already mean, hide
+// characters, or mix scripts.
+func TestCheckNewName(t *testing.T) {
+	for _, ok := range []string{"lead", "worker-1", "w_2.x", "Ärger", "作業者", "δοκιμή", "v1.2"} {
+		if err := CheckNewName(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for bad, why := range map[string]string{
+		"USER":   "reserved",
+		"user":   "reserved",
+		"System": "reserved",
+		"parent": "reserved",
+		"019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6a7b": "UUID",
+		"019A6F1E7C2B7D3E9A1B2C3D4E5F6A7B":     "UUID",
+		"lead\u200b":     "invisible",
+		"\u202eevil":     "direction-changing",
+		"p\u0430ypal":    "mixes Latin and Cyrillic",
+		"a b":            "control or space",
+	} {
+		err := CheckNewName(bad)
+		if err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("%q: %v, want %q", bad, err, why)
+		}
+		if ValidateName(bad) == nil && why == "reserved" {
+			continue // still loads if already on disk
+		}
+	}
+}

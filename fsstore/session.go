@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 )
 
 // Version is the format version of every JSON document the store writes.
@@ -232,6 +234,62 @@ func ValidateName(name string) error {
 		}
 	}
 	return nil
+}
+
+// reservedNames are what routing and messages already mean: an agent may
+// not take them as its name.
+var reservedNames = []string{User, System, "parent"}
+
+// CheckNewName checks the name of an agent being created or renamed: the
+// rules of ValidateName, and no name that imitates something else: USER,
+// SYSTEM or "parent" (in any case), an agent id (a UUID in any spelling),
+// invisible or direction-changing characters (zero-width, bidi controls),
+// or letters of more than one script ("pаypal" with a Cyrillic а). Names
+// already on disk are loaded by ValidateName alone.
+func CheckNewName(name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	for _, r := range reservedNames {
+		if strings.EqualFold(name, r) {
+			return fmt.Errorf("%w: agent name %q is reserved: messages and routing already use %s", ErrInvalid, name, r)
+		}
+	}
+	if _, err := uuid.Parse(name); err == nil {
+		return fmt.Errorf("%w: agent name %q is a UUID and would read as an agent id", ErrInvalid, name)
+	}
+	script := ""
+	for _, r := range name {
+		if unicode.Is(unicode.Cf, r) {
+			return fmt.Errorf("%w: agent name %q contains the invisible or direction-changing character %U", ErrInvalid, name, r)
+		}
+		if !unicode.IsLetter(r) {
+			continue
+		}
+		sc := scriptOf(r)
+		if sc == "" {
+			continue
+		}
+		if script == "" {
+			script = sc
+		} else if sc != script {
+			return fmt.Errorf("%w: agent name %q mixes %s and %s letters, as names made to look like others do", ErrInvalid, name, script, sc)
+		}
+	}
+	return nil
+}
+
+// scriptOf names the script of a letter ("" for Common and Inherited).
+func scriptOf(r rune) string {
+	if unicode.Is(unicode.Latin, r) {
+		return "Latin"
+	}
+	for name, table := range unicode.Scripts {
+		if name != "Common" && name != "Inherited" && unicode.Is(table, r) {
+			return name
+		}
+	}
+	return ""
 }
 
 // Validate checks a session's fields, not its history.

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -235,9 +236,26 @@ func storeErr(err error) error {
 		e.Code = rpc.CodeConflict
 	}
 	if e.Hint == "" && e.Code == rpc.CodeUnavailable {
-		e.Hint = "check free disk space and daemon.log; nothing unacknowledged was kept"
+		e.Hint = ioHint(err) + "; nothing unacknowledged was kept"
 	}
 	return e
+}
+
+// ioHint says what to look at for a failed write, by its cause.
+func ioHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return "the disk (or the quota) is full: free some space"
+	case errors.Is(err, syscall.EROFS):
+		return "the file system is read-only (remounted after an error?): check dmesg and remount it"
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return "permission denied: check the owner and mode of the home and its files (ls -l)"
+	case errors.Is(err, syscall.EIO):
+		return "an I/O error: check the disk (dmesg)"
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return "out of file descriptors: raise the limit (ulimit -n) or stop idle clients"
+	}
+	return "check daemon.log and free disk space"
 }
 
 // CreateParams are the inputs of CreateAgent.
@@ -275,7 +293,7 @@ func (c *Core) CreateAgent(p CreateParams) (AgentInfo, error) {
 // createAgent creates an agent. With a spawn key it is idempotent: a child
 // of parent already made with that key is returned (existed = true).
 func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool, err error) {
-	if err := fsstore.ValidateName(p.Name); err != nil {
+	if err := fsstore.CheckNewName(p.Name); err != nil {
 		return nil, false, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	if p.Provider == "" {

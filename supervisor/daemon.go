@@ -142,6 +142,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log.Info("recovery done", "agents", rep.Agents, "kept_out", len(rep.KeptOut), "suspended", len(rep.Suspended),
 		"redelivered", len(rep.Redelivered), "ms", rep.DurationMS)
 
+	if n := len(layout.Socket()); n > maxSocketPath {
+		return fmt.Errorf("the home %s is too long for its Unix socket (%s is %d bytes; the kernel takes at most %d): use a shorter --home",
+			layout.Home, layout.Socket(), n, maxSocketPath)
+	}
+	if n := len(layout.ToolSocket(fsstore.NewID())); n > maxSocketPath {
+		log.Warn("the home is too long for the tool sockets of sandboxed agents; they will fail to start: use a shorter --home",
+			"home", layout.Home, "socket_bytes", n, "max", maxSocketPath)
+	}
 	ln, err := net.Listen("unix", layout.Socket())
 	if err != nil {
 		return err

@@ -292,10 +292,40 @@ func (c *Core) reconcile(ctx context.Context, id string, watch func(string) erro
 		c.detach(ctx, n)
 	case n == nil && onDisk:
 		c.adopt(id)
+	case n != nil && n.agent.Log().Replaced():
+		c.reloadAgent(ctx, n, "its events.jsonl was replaced by hand")
 	case n != nil:
 		c.checkHandEdit(n)
 		c.checkInbox(n)
 	}
+}
+
+// reloadAgent reads agent n again from its directory, once its running
+// turn (if any) is over: its log was replaced, so what is in memory is not
+// what is on disk. One that cannot be read is taken out of the live tree,
+// as at a start.
+func (c *Core) reloadAgent(ctx context.Context, n *node, why string) {
+	if err := c.acquire(ctx, n); err != nil {
+		return
+	}
+	a, findings := c.store.Load(n.id(), false)
+	if a == nil {
+		c.release(n)
+		c.log.Error("agent directory changed by hand and no longer loads; taking it out of the live tree", "agent", n.id(), "why", why, "findings", findings)
+		c.detach(ctx, n)
+		return
+	}
+	c.mu.Lock()
+	old := n.agent
+	n.agent = a
+	n.state.Store(a.Session())
+	n.spawnKeys = nil
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: a.Session().Name, Type: "reloaded", Time: c.clock.Now().UTC(),
+		Data: map[string]string{"reason": why}})
+	c.mu.Unlock()
+	old.Close()
+	c.release(n)
+	c.log.Warn("agent reloaded from disk", "agent", n.id(), "why", why)
 }
 
 // detach takes an agent whose directory was moved away out of the live
@@ -450,6 +480,9 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 	var e fsstore.Edit
 	var changed []string
 	if disk.Name != cur.Name {
+		if err := fsstore.CheckNewName(disk.Name); err != nil {
+			return fmt.Errorf("name: %s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		}
 		c.mu.Lock()
 		var sibs []*node
 		if p := c.nodes[cur.ParentID]; p != nil {

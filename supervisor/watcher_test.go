@@ -334,3 +334,41 @@ func invalidOf(t *testing.T, c *Core, ref string) string {
 	defer c.mu.Unlock()
 	return n.diskInvalid
 }
+
+// An events.jsonl replaced by hand while the daemon runs (a copy moved
+// over it) is noticed: the agent is read again, and later events go to the
+// file on disk. They used to go to the replaced file, unlinked, and were
+// gone at the next start.
+func TestReplacedLogIsReloaded(t *testing.T) {
+	c, _ := watched(t)
+	mustCreate(t, c, CreateParams{Name: "a"})
+	send(t, c, "a", "first")
+	drain(t, c)
+	path := nodeOf(t, c, "a").agent.Files().Events()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".copy"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the reload", func() bool { return !nodeOf(t, c, "a").agent.Log().Replaced() && hasEvent(t, c, "a", "turn") })
+	time.Sleep(100 * time.Millisecond)
+	send(t, c, "a", "second")
+	drain(t, c)
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) <= len(data) {
+		t.Fatalf("events.jsonl did not grow after the replace: %d -> %d bytes", len(data), len(after))
+	}
+	c2, _ := newCore(t, c.store.Layout().Home, false)
+	if got := nodeOf(t, c2, "a").s().Counters.Turns; got != 2 {
+		t.Fatalf("turns on disk %d, want 2", got)
+	}
+}

@@ -96,7 +96,8 @@ func (c *FsckCmd) Run(g *Globals) error {
 // problem reports whether a finding still needs action.
 func problem(f fsstore.Finding) bool {
 	switch f.Kind {
-	case fsstore.FindReplayed, fsstore.FindOrphan, fsstore.FindNotAgent, fsstore.FindSnapshotRebuilt, fsstore.FindArchivedCopy:
+	case fsstore.FindReplayed, fsstore.FindOrphan, fsstore.FindNotAgent, fsstore.FindSnapshotRebuilt, fsstore.FindArchivedCopy,
+		fsstore.FindLeftover: // debris of what was never acknowledged; the next start sweeps it
 		return false
 	}
 	return !f.Repaired

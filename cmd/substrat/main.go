@@ -141,6 +141,10 @@ func providers() *provider.Registry {
 func (g *Globals) client(ctx context.Context) (*rpc.Client, error) {
 	layout := fsstore.Layout{Home: g.Home}
 	c, err := rpc.Dial(ctx, layout.Socket())
+	if errors.Is(err, rpc.ErrNoPermission) {
+		return nil, &exitError{code: 1, msg: "permission denied: the daemon on " + g.Home + " belongs to another user",
+			hint: "run substrat as that user, or use a --home of your own"}
+	}
 	if err != nil {
 		return nil, &exitError{code: 3, msg: "the daemon is not running on " + g.Home,
 			hint: "start it with 'substrat daemon start" + homeFlag(g.Home) + "'"}

@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // ErrNoDaemon means nothing answers on the socket.
 var ErrNoDaemon = errors.New("the daemon is not running")
+
+// ErrNoPermission means the socket is there but not this user's to use.
+var ErrNoPermission = errors.New("permission denied: the daemon's socket and home belong to another user")
 
 // Client is one connection to the daemon. Calls are serialised.
 type Client struct {
@@ -25,6 +29,9 @@ type Client struct {
 func Dial(ctx context.Context, path string) (*Client, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return nil, fmt.Errorf("%w (%v)", ErrNoPermission, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", ErrNoDaemon, err)
 	}
