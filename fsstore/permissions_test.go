@@ -69,16 +69,16 @@ func TestCheckNewName(t *testing.T) {
 		}
 	}
 	for bad, why := range map[string]string{
-		"USER":   "reserved",
-		"user":   "reserved",
-		"System": "reserved",
-		"parent": "reserved",
+		"USER":                                 "reserved",
+		"user":                                 "reserved",
+		"System":                               "reserved",
+		"parent":                               "reserved",
 		"019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6a7b": "UUID",
 		"019A6F1E7C2B7D3E9A1B2C3D4E5F6A7B":     "UUID",
-		"lead\u200b":     "invisible",
-		"\u202eevil":     "direction-changing",
-		"p\u0430ypal":    "mixes Latin and Cyrillic",
-		"a b":            "control or space",
+		"lead\u200b":                           "invisible",
+		"\u202eevil":                           "direction-changing",
+		"p\u0430ypal":                          "mixes Latin and Cyrillic",
+		"a b":                                  "control or space",
 	} {
 		err := CheckNewName(bad)
 		if err == nil || !strings.Contains(err.Error(), why) {
