@@ -70,6 +70,19 @@ type Finding struct {
 	Hint     string      `json:"hint,omitempty"`
 }
 
+// Problem reports whether f still needs someone's action: it is neither
+// repaired nor one of the kinds that are only information (a replay, an
+// orphan, a foreign entry, a rebuilt snapshot, the archived pair of an
+// agent, or a leftover of what was never acknowledged, which the next
+// start sweeps).
+func (f Finding) Problem() bool {
+	switch f.Kind {
+	case FindReplayed, FindOrphan, FindNotAgent, FindSnapshotRebuilt, FindArchivedCopy, FindLeftover:
+		return false
+	}
+	return !f.Repaired
+}
+
 // ScanOptions select how much a scan checks and changes.
 type ScanOptions struct {
 	// Repair removes leftovers, cuts torn tails and recreates missing

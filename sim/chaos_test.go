@@ -233,9 +233,7 @@ func (c *chaos) fsck(args ...string) (int, []fsstore.Finding) {
 	}
 	var problems []fsstore.Finding
 	for _, f := range res.Findings {
-		switch {
-		case f.Repaired, f.Kind == fsstore.FindReplayed, f.Kind == fsstore.FindOrphan, f.Kind == fsstore.FindNotAgent:
-		default:
+		if f.Problem() {
 			problems = append(problems, f)
 		}
 	}

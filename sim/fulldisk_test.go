@@ -87,7 +87,7 @@ func TestFullDisk(t *testing.T) {
 			t.Fatalf("operation %d failed, but not because the disk is full: %v", i, err)
 		}
 		var re *rpc.Error
-		if !errors.As(err, &re) || !strings.Contains(re.Hint, "disk space") {
+		if !errors.As(err, &re) || !strings.Contains(re.Hint, "free some space") {
 			t.Errorf("the error of a full disk carries no hint about disk space: %#v", err)
 		}
 		full = append(full, err)

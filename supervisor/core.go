@@ -491,6 +491,7 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	}
 	c.mu.Lock()
 	to.mail = true
+	to.pending++
 	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.s().Name, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	answered := m.ReplyTo != "" && slices.Contains(to.s().WaitingFor, m.ReplyTo)

@@ -38,6 +38,9 @@ type node struct {
 	// frozen counts the terminations of a subtree holding n (terminate
 	// -r, archive): while it is not zero, no child can be created under n.
 	frozen int
+	// pending counts n's undelivered messages: from the scan, plus each
+	// delivery to it, less each turn's; for people, not for scheduling.
+	pending int
 	// spawnKeys maps the spawn keys (tool-use ids) of n's spawned events
 	// to the children they made; nil until first needed, then kept up to
 	// date by commit, so that a spawn does not read the whole log.
@@ -45,7 +48,7 @@ type node struct {
 }
 
 func newNode(a *fsstore.Agent) *node {
-	n := &node{agent: a}
+	n := &node{agent: a, pending: a.PendingAtLoad()}
 	n.state.Store(a.Session())
 	return n
 }
@@ -244,6 +247,13 @@ type AgentInfo struct {
 	// DiskInvalid, when set, says why the session.json on disk was
 	// refused; the daemon keeps the last good state meanwhile.
 	DiskInvalid string `json:"disk_invalid,omitempty"`
+	Gated       bool   `json:"gated,omitempty"`
+	// Pending counts the undelivered messages (as the daemon last saw
+	// inbox/new).
+	Pending   int             `json:"pending"`
+	Budget    *fsstore.Budget `json:"budget,omitempty"`
+	Pool      string          `json:"pool,omitempty"`
+	Workspace string          `json:"workspace,omitempty"`
 }
 
 func (c *Core) infoLocked(n *node) AgentInfo {
@@ -253,6 +263,7 @@ func (c *Core) infoLocked(n *node) AgentInfo {
 		SessionState: n.s().SessionState, StateReason: n.s().StateReason,
 		Counters: n.s().Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
 		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
+		Gated: n.s().Gated, Pending: n.pending, Budget: n.s().Budget, Pool: poolOf(n.s()), Workspace: n.s().Workspace,
 	}
 	for _, id := range n.children {
 		if ch := c.nodes[id]; ch != nil {

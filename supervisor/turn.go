@@ -174,6 +174,9 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	if err := n.agent.MarkDelivered(ids); err != nil {
 		return msgs, storeErr(err)
 	}
+	c.mu.Lock()
+	n.pending = max(0, n.pending-len(ids))
+	c.mu.Unlock()
 	if _, err := fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now()); err != nil {
 		c.log.Warn("delivered messages not swept from inbox/new", "agent", n.id(), "err", err)
 	}

@@ -319,6 +319,7 @@ func (c *Core) reloadAgent(ctx context.Context, n *node, why string) {
 	old := n.agent
 	n.agent = a
 	n.state.Store(a.Session())
+	n.pending = a.PendingAtLoad()
 	n.spawnKeys = nil
 	c.publishLocked(WatchEvent{Agent: n.id(), Name: a.Session().Name, Type: "reloaded", Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": why}})
@@ -416,6 +417,7 @@ func (c *Core) checkInbox(n *node) {
 		return
 	}
 	c.mu.Lock()
+	n.pending = max(n.pending, len(msgs))
 	wake := !n.mail && !n.terminated()
 	n.mail = n.mail || wake
 	c.mu.Unlock()

@@ -101,7 +101,7 @@ func (c *BackupCmd) Run(g *Globals) error {
 	}
 	out.Findings = append(out.Findings, res.Findings...)
 	for _, f := range res.Findings {
-		if problem(f) {
+		if f.Problem() {
 			out.Problems++
 		}
 	}

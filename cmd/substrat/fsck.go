@@ -62,7 +62,7 @@ func (c *FsckCmd) Run(g *Globals) error {
 		out.Findings = []fsstore.Finding{}
 	}
 	for _, f := range res.Findings {
-		if problem(f) {
+		if f.Problem() {
 			out.Problems++
 		}
 	}
@@ -77,7 +77,7 @@ func (c *FsckCmd) Run(g *Globals) error {
 		}
 		for _, f := range out.Findings {
 			fmt.Printf("%-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
-			if f.Hint != "" && problem(f) {
+			if f.Hint != "" && f.Problem() {
 				fmt.Printf("%-16s hint: %s\n", "", f.Hint)
 			}
 		}
@@ -91,16 +91,6 @@ func (c *FsckCmd) Run(g *Globals) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d problem(s) found in %s", out.Problems, layout.Home), hint: hint}
 	}
 	return nil
-}
-
-// problem reports whether a finding still needs action.
-func problem(f fsstore.Finding) bool {
-	switch f.Kind {
-	case fsstore.FindReplayed, fsstore.FindOrphan, fsstore.FindNotAgent, fsstore.FindSnapshotRebuilt, fsstore.FindArchivedCopy,
-		fsstore.FindLeftover: // debris of what was never acknowledged; the next start sweeps it
-		return false
-	}
-	return !f.Repaired
 }
 
 // plural returns "1 thing" or "n things".
