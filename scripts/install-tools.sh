@@ -11,11 +11,13 @@ if [ ! -x "$TOOLS/bin/staticcheck" ] || ! "$TOOLS/bin/staticcheck" -version 2>/d
   GOBIN="$TOOLS/bin" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
 
-# System packages the tests run for real: bubblewrap (the sandbox tests)
-# and rsync (the backup-while-busy test). One apt-get for whatever is missing.
+# System packages the tests run for real: bubblewrap (the sandbox tests),
+# rsync (the backup-while-busy test) and tmux (substrat top in a real
+# terminal). One apt-get for whatever is missing.
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get"
   SUDO=

@@ -100,7 +100,13 @@ type InboxMessage struct {
 
 // UserInbox returns the unread messages to USER (and with all, the read
 // ones too), oldest first, and marks the unread ones read.
-func (c *Core) UserInbox(all bool) ([]InboxMessage, error) {
+func (c *Core) UserInbox(all bool) ([]InboxMessage, error) { return c.userInbox(all, false) }
+
+// PeekUserInbox is UserInbox without marking anything read: for a view
+// that only looks (substrat top).
+func (c *Core) PeekUserInbox(all bool) ([]InboxMessage, error) { return c.userInbox(all, true) }
+
+func (c *Core) userInbox(all, peek bool) ([]InboxMessage, error) {
 	fsys, box := c.store.FS(), c.store.Layout().UserInbox()
 	out := []InboxMessage{}
 	if all {
@@ -122,7 +128,7 @@ func (c *Core) UserInbox(all bool) ([]InboxMessage, error) {
 		ids = append(ids, m.ID)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	if len(ids) > 0 {
+	if len(ids) > 0 && !peek {
 		if err := fsstore.MarkDelivered(fsys, box, ids); err != nil {
 			return nil, storeErr(err)
 		}

@@ -241,3 +241,67 @@ func TestToolCallRPC(t *testing.T) {
 		t.Fatalf("tool.call with a name: %v", err)
 	}
 }
+
+// TestTopQueries: what substrat top asks of the daemon: the pools of
+// daemon.status, the tail of agent.events, and inbox.list with peek,
+// which leaves unread messages unread.
+func TestTopQueries(t *testing.T) {
+	home, sock := startDaemon(t)
+	ctx := context.Background()
+	c, err := rpc.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var info AgentInfo
+	if err := c.Call(ctx, "agent.create", CreateParams{Name: "r"}, &info); err != nil {
+		t.Fatal(err)
+	}
+	var res SendResult
+	if err := c.Call(ctx, "agent.send", map[string]any{"ref": "r", "text": "hi", "wait": true}, &res); err != nil || res.Failed != "" {
+		t.Fatalf("send: %v %+v", err, res)
+	}
+	var st StatusResult
+	if err := c.Call(ctx, "daemon.status", nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Pools) != 1 || st.Pools[0].Name != DefaultPool || st.Pools[0].Live != 1 || st.Pools[0].Size < 1 {
+		t.Errorf("pools: %+v", st.Pools)
+	}
+
+	events := func(tail int) []fsstore.Event {
+		var out []fsstore.Event
+		err := c.Stream(ctx, "agent.events", map[string]any{"ref": "r", "tail": tail}, func(raw json.RawMessage) error {
+			var e fsstore.Event
+			err := json.Unmarshal(raw, &e)
+			out = append(out, e)
+			return err
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	all, last := events(0), events(2)
+	if len(all) < 4 || len(last) != 2 || last[0].Seq != all[len(all)-2].Seq || last[1].Seq != all[len(all)-1].Seq {
+		t.Errorf("tail 2 of %d events gave %+v", len(all), last)
+	}
+
+	m := &fsstore.Message{ID: "01a20f00-0000-7000-8000-000000000001", From: info.ID, FromName: "r", To: fsstore.User, Kind: fsstore.KindMessage, Text: "done", SentAt: time.Now().UTC()}
+	if err := fsstore.Publish(fsstore.OS{}, fsstore.Layout{Home: home}.UserInbox(), m); err != nil {
+		t.Fatal(err)
+	}
+	for _, peek := range []bool{true, true, false} {
+		var got []InboxMessage
+		if err := c.Call(ctx, "inbox.list", map[string]bool{"peek": peek}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || !got[0].Unread {
+			t.Fatalf("inbox.list peek=%v: %+v (a peek must leave the message unread)", peek, got)
+		}
+	}
+	var got []InboxMessage
+	if err := c.Call(ctx, "inbox.list", nil, &got); err != nil || len(got) != 0 {
+		t.Fatalf("after a read the inbox still has %+v (%v)", got, err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -39,6 +41,13 @@ type refParams struct {
 	Ref string `json:"ref"`
 }
 
+// eventsParams is agent.events: every event, or with Tail > 0 the last
+// Tail of them.
+type eventsParams struct {
+	Ref  string `json:"ref"`
+	Tail int    `json:"tail,omitempty"`
+}
+
 // StatusResult is daemon.status.
 type StatusResult struct {
 	Pid          int       `json:"pid"`
@@ -50,6 +59,16 @@ type StatusResult struct {
 	Busy         int       `json:"busy"`
 	MaxSlots     int       `json:"max_slots"`
 	Watchers     int       `json:"watchers"`
+	// Pools gives each pool's live sessions, busy agents and size.
+	Pools []PoolStatus `json:"pools"`
+}
+
+// PoolStatus is one pool of daemon.status.
+type PoolStatus struct {
+	Name string `json:"name"`
+	Live int    `json:"live"`
+	Busy int    `json:"busy"`
+	Size int    `json:"size"`
 }
 
 // InspectResult is agent.inspect.
@@ -86,14 +105,30 @@ func (d *Daemon) register() {
 		defer c.mu.Unlock()
 		st := StatusResult{Pid: os.Getpid(), Home: d.store.Layout().Home, Version: d.opts.Version,
 			StartedAt: d.started.UTC(), Agents: len(c.nodes), MaxSlots: d.opts.MaxSlots, Watchers: len(c.subs)}
+		pools := map[string]*PoolStatus{}
+		for name := range c.pools {
+			pools[name] = &PoolStatus{Name: name, Size: c.poolLimit(name)}
+		}
 		for _, n := range c.nodes {
+			name := poolOf(n.s())
+			p := pools[name]
+			if p == nil {
+				p = &PoolStatus{Name: name, Size: c.poolLimit(name)}
+				pools[name] = p
+			}
 			if n.live != nil {
 				st.LiveSessions++
+				p.Live++
 			}
 			if n.s().AgentState == fsstore.AgentBusy {
 				st.Busy++
+				p.Busy++
 			}
 		}
+		for _, p := range pools {
+			st.Pools = append(st.Pools, *p)
+		}
+		slices.SortFunc(st.Pools, func(a, b PoolStatus) int { return strings.Compare(a.Name, b.Name) })
 		return st, nil
 	})
 	handle(d, "daemon.stop", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
@@ -170,20 +205,32 @@ func (d *Daemon) register() {
 		}
 		return stream(ctx, c.Subscribe(id), send)
 	})
-	handle(d, "agent.events", func(ctx context.Context, p refParams, send func(any) error) (any, error) {
+	handle(d, "agent.events", func(ctx context.Context, p eventsParams, send func(any) error) (any, error) {
 		c.mu.Lock()
 		n, err := c.resolveLocked(p.Ref)
 		c.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		count := 0
+		count, tail := 0, make([]fsstore.Event, 0, max(p.Tail, 0))
 		err = fsstore.ReadEvents(d.store.FS(), n.agent.Files().Events(), func(e fsstore.Event) error {
 			count++
-			return send(e)
+			if p.Tail <= 0 {
+				return send(e)
+			}
+			if len(tail) == p.Tail {
+				tail = append(tail[:0], tail[1:]...)
+			}
+			tail = append(tail, e)
+			return nil
 		})
 		if err != nil {
 			return nil, storeErr(err)
+		}
+		for _, e := range tail {
+			if err := send(e); err != nil {
+				return nil, err
+			}
 		}
 		return map[string]int{"events": count}, nil
 	})
@@ -270,8 +317,12 @@ func (d *Daemon) register() {
 	})
 	registerTools(d.srv, c, "")
 	handle(d, "inbox.list", func(ctx context.Context, p struct {
-		All bool `json:"all"`
+		All  bool `json:"all"`
+		Peek bool `json:"peek"` // leave unread messages unread
 	}, _ func(any) error) (any, error) {
+		if p.Peek {
+			return c.PeekUserInbox(p.All)
+		}
 		return c.UserInbox(p.All)
 	})
 }

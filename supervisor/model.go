@@ -254,6 +254,9 @@ type AgentInfo struct {
 	Budget    *fsstore.Budget `json:"budget,omitempty"`
 	Pool      string          `json:"pool,omitempty"`
 	Workspace string          `json:"workspace,omitempty"`
+	// Failing counts the agent's failed turns in a row (within the restart
+	// window); zero once a turn succeeds.
+	Failing int `json:"failing,omitempty"`
 }
 
 func (c *Core) infoLocked(n *node) AgentInfo {
@@ -264,6 +267,7 @@ func (c *Core) infoLocked(n *node) AgentInfo {
 		Counters: n.s().Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
 		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
 		Gated: n.s().Gated, Pending: n.pending, Budget: n.s().Budget, Pool: poolOf(n.s()), Workspace: n.s().Workspace,
+		Failing: len(n.failures),
 	}
 	for _, id := range n.children {
 		if ch := c.nodes[id]; ch != nil {

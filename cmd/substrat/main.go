@@ -40,6 +40,7 @@ type CLI struct {
 	Agent      AgentCmd      `cmd:"" help:"Create, list, inspect and talk to agents."`
 	Session    SessionCmd    `cmd:"" help:"List and manage provider sessions."`
 	Workspace  WorkspaceCmd  `cmd:"" help:"Manage sandboxed workspaces and run commands in them."`
+	Top        TopCmd        `cmd:"" help:"Watch and steer the whole team live, full screen (one snapshot when not a terminal)."`
 	Inbox      InboxCmd      `cmd:"" help:"Read the messages agents sent to USER."`
 	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`
 	Fsck       FsckCmd       `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`

@@ -1,0 +1,119 @@
+package top
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// Daemon is the Source of a running daemon, reached at its socket. Each
+// call dials afresh (a Unix socket dial costs microseconds), so a daemon
+// restart needs no reconnect logic beyond Watch's.
+type Daemon struct {
+	Socket string
+}
+
+func (d Daemon) call(ctx context.Context, method string, params, result any) error {
+	c, err := rpc.Dial(ctx, d.Socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Call(ctx, method, params, result)
+}
+
+// Snapshot implements Source.
+func (d Daemon) Snapshot(ctx context.Context) (Snapshot, error) {
+	var s Snapshot
+	if err := d.call(ctx, "daemon.status", nil, &s.Status); err != nil {
+		return s, err
+	}
+	if err := d.call(ctx, "agent.list", nil, &s.Agents); err != nil {
+		return s, err
+	}
+	if err := d.call(ctx, "inbox.list", map[string]bool{"peek": true}, &s.Inbox); err != nil {
+		return s, err
+	}
+	s.Taken = time.Now()
+	return s, nil
+}
+
+// Recovery implements Source.
+func (d Daemon) Recovery(ctx context.Context) (supervisor.Report, error) {
+	var r supervisor.Report
+	err := d.call(ctx, "daemon.recovery", nil, &r)
+	return r, err
+}
+
+// Detail implements Source.
+func (d Daemon) Detail(ctx context.Context, id string, tail int) (Detail, error) {
+	var det Detail
+	if err := d.call(ctx, "agent.inspect", map[string]string{"ref": id}, &det.Inspect); err != nil {
+		return det, err
+	}
+	c, err := rpc.Dial(ctx, d.Socket)
+	if err != nil {
+		return det, err
+	}
+	defer c.Close()
+	err = c.Stream(ctx, "agent.events", map[string]any{"ref": id, "tail": tail}, func(raw json.RawMessage) error {
+		var e fsstore.Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return err
+		}
+		det.Events = append(det.Events, e)
+		return nil
+	}, nil)
+	return det, err
+}
+
+// Watch implements Source.
+func (d Daemon) Watch(ctx context.Context, fn func(Event)) error {
+	c, err := rpc.Dial(ctx, d.Socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	err = c.Stream(ctx, "daemon.watch", map[string]string{}, func(raw json.RawMessage) error {
+		var e Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return err
+		}
+		fn(e)
+		return nil
+	}, nil)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("the daemon ended the watch")
+	}
+	return err
+}
+
+// Act implements Source.
+func (d Daemon) Act(ctx context.Context, a Action) error {
+	ref := map[string]string{"ref": a.ID}
+	switch a.Kind {
+	case ActSend:
+		return d.call(ctx, "agent.send", map[string]any{"ref": a.ID, "text": a.Text}, nil)
+	case ActGate, ActUngate, ActPermit:
+		return d.call(ctx, "agent.gate", supervisor.GateParams{Ref: a.ID, Op: a.Kind}, nil)
+	case ActSuspend:
+		return d.call(ctx, "session.suspend", ref, nil)
+	case ActResume:
+		return d.call(ctx, "session.resume", ref, nil)
+	case ActTerminate:
+		return d.call(ctx, "agent.terminate", supervisor.TerminateParams{Ref: a.ID}, nil)
+	case ActArchive:
+		return d.call(ctx, "agent.archive", ref, nil)
+	case ActReadInbox:
+		return d.call(ctx, "inbox.list", map[string]bool{}, nil)
+	}
+	return fmt.Errorf("unknown action %q", a.Kind)
+}

@@ -1,0 +1,378 @@
+package top
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/substrat/substrat/supervisor"
+)
+
+// How often top asks for a whole snapshot: at most every refreshFast
+// while events say something changed, and every refreshSlow anyway.
+const (
+	refreshFast = 500 * time.Millisecond
+	refreshSlow = 3 * time.Second
+	// detailTail is how many of the selected agent's events are read.
+	detailTail = 40
+	// streamKeep is how many live lines top keeps per agent.
+	streamKeep = 200
+	// feedSize bounds the events waiting for the view; beyond it they are
+	// counted and dropped (the next snapshot has the states anyway).
+	feedSize = 4096
+)
+
+// mode is what the keys currently do.
+type mode int
+
+const (
+	modeTree    mode = iota // move, fold, act
+	modeFilter              // typing a filter
+	modeSend                // typing a message
+	modeConfirm             // y/n for a destructive action
+	modeHelp                // the full help
+	modeAttach              // the selected agent's stream, full screen
+	modeInbox               // the USER inbox
+)
+
+// Model is the state of the view. Its zero value is not usable: use New.
+type Model struct {
+	src    Source
+	ctx    context.Context
+	feed   chan Event
+	lostCh chan error
+	now    func() time.Time
+
+	snap      Snapshot
+	have      bool // a snapshot arrived
+	tree      tree
+	rows      []row
+	collapsed map[string]bool
+	sel       string // the selected agent's id
+	top       int    // the first row shown
+
+	activity map[string]string   // what each agent is doing now
+	stream   map[string][]string // each agent's recent live lines
+	detail   Detail
+	detailOf string
+	detailAt time.Time
+
+	up        bool // the daemon answered the last snapshot
+	lost      string
+	lostAt    time.Time
+	recovery  *supervisor.Report
+	recovered time.Time
+	dirty     bool
+	fetching  bool
+	fetchedAt time.Time
+	events    int // watch events seen
+	dropped   int // events the feed or the daemon dropped
+
+	mode    mode
+	input   textinput.Model
+	filter  string
+	confirm Action
+	flash   string
+	flashAt time.Time
+
+	width, height int
+	styles        styles
+}
+
+// Options configure a Model.
+type Options struct {
+	NoColor bool
+	Now     func() time.Time // the clock; time.Now by default
+}
+
+// New returns a model that reads src. Its watch runs until ctx ends.
+func New(ctx context.Context, src Source, o Options) *Model {
+	in := textinput.New()
+	in.CharLimit = 4000
+	m := &Model{
+		src: src, ctx: ctx, feed: make(chan Event, feedSize), lostCh: make(chan error, 1), now: o.Now,
+		collapsed: map[string]bool{}, activity: map[string]string{}, stream: map[string][]string{},
+		input: in, width: 80, height: 24, styles: newStyles(o.NoColor),
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	return m
+}
+
+// Messages of the program.
+type (
+	snapMsg struct {
+		s   Snapshot
+		err error
+	}
+	detailMsg struct {
+		id  string
+		d   Detail
+		err error
+	}
+	eventsMsg   []Event
+	lostMsg     struct{ err error }
+	tickMsg     time.Time
+	recoveryMsg struct {
+		r   supervisor.Report
+		err error
+	}
+	actedMsg struct {
+		a   Action
+		err error
+	}
+)
+
+// Init starts the watch and the first snapshot.
+func (m *Model) Init() tea.Cmd {
+	go m.watch()
+	m.fetching = true
+	return tea.Batch(m.fetch(), m.listen(), tick(), m.fetchRecovery())
+}
+
+// watch follows daemon.watch into the feed, reconnecting while ctx lasts.
+func (m *Model) watch() {
+	backoff := 100 * time.Millisecond
+	for m.ctx.Err() == nil {
+		start := time.Now()
+		err := m.src.Watch(m.ctx, func(e Event) {
+			select {
+			case m.feed <- e:
+			default:
+				select {
+				case m.feed <- Event{Type: "dropped", Count: 1}:
+				default:
+				}
+			}
+		})
+		if m.ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > 5*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case m.lostCh <- err:
+		case <-m.ctx.Done():
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-m.ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// listen waits for the feed and hands the view everything queued at once,
+// so that a burst of events costs one frame.
+func (m *Model) listen() tea.Cmd {
+	return func() tea.Msg {
+		var batch eventsMsg
+		select {
+		case e := <-m.feed:
+			batch = append(batch, e)
+		case err := <-m.lostCh:
+			return lostMsg{err}
+		case <-m.ctx.Done():
+			return nil
+		}
+		for len(batch) < feedSize {
+			select {
+			case e := <-m.feed:
+				batch = append(batch, e)
+			default:
+				return batch
+			}
+		}
+		return batch
+	}
+}
+
+func tick() tea.Cmd {
+	return tea.Tick(refreshFast, func(t time.Time) tea.Msg { return tickMsg(t) })
+}
+
+func (m *Model) fetch() tea.Cmd {
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+		defer cancel()
+		s, err := m.src.Snapshot(ctx)
+		return snapMsg{s, err}
+	}
+}
+
+func (m *Model) fetchRecovery() tea.Cmd {
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+		defer cancel()
+		r, err := m.src.Recovery(ctx)
+		return recoveryMsg{r, err}
+	}
+}
+
+func (m *Model) fetchDetail(id string) tea.Cmd {
+	m.detailAt = m.now()
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+		defer cancel()
+		d, err := m.src.Detail(ctx, id, detailTail)
+		return detailMsg{id, d, err}
+	}
+}
+
+func (m *Model) act(a Action) tea.Cmd {
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		defer cancel()
+		return actedMsg{a, m.src.Act(ctx, a)}
+	}
+}
+
+// Update applies a message.
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.scroll()
+	case tea.KeyMsg:
+		sel := m.sel
+		cmd := m.key(msg)
+		if m.sel != sel && m.sel != "" && m.up {
+			cmd = tea.Batch(cmd, m.fetchDetail(m.sel))
+		}
+		return m, cmd
+	case snapMsg:
+		return m, m.applySnapshot(msg)
+	case recoveryMsg:
+		if msg.err == nil {
+			m.recovery, m.recovered = &msg.r, m.now()
+		}
+	case detailMsg:
+		if msg.err == nil && msg.id == m.sel {
+			m.detail, m.detailOf = msg.d, msg.id
+		}
+	case eventsMsg:
+		m.applyEvents(msg)
+		return m, m.listen()
+	case lostMsg:
+		m.markLost(msg.err)
+		return m, m.listen()
+	case tickMsg:
+		return m, tea.Batch(tick(), m.refresh())
+	case actedMsg:
+		m.flash, m.flashAt = done(msg.a, msg.err), m.now()
+		m.dirty = true
+	}
+	return m, nil
+}
+
+// refresh asks for what is due: a snapshot, the selected agent's detail.
+func (m *Model) refresh() tea.Cmd {
+	var cmds []tea.Cmd
+	since := m.now().Sub(m.fetchedAt)
+	if !m.fetching && ((m.dirty && since >= refreshFast) || since >= refreshSlow || !m.up) {
+		m.fetching, m.dirty = true, false
+		cmds = append(cmds, m.fetch())
+	}
+	if m.up && m.sel != "" && (m.detailOf != m.sel || m.now().Sub(m.detailAt) >= refreshSlow) {
+		cmds = append(cmds, m.fetchDetail(m.sel))
+	}
+	return tea.Batch(cmds...)
+}
+
+func (m *Model) applySnapshot(msg snapMsg) tea.Cmd {
+	m.fetching, m.fetchedAt = false, m.now()
+	if msg.err != nil {
+		m.markLost(msg.err)
+		return nil
+	}
+	var cmd tea.Cmd
+	if !m.up && m.have && m.snap.Status.Pid != msg.s.Status.Pid {
+		cmd = m.fetchRecovery() // a new daemon: what did its recovery do?
+	}
+	m.up, m.lost = true, ""
+	m.snap, m.have = msg.s, true
+	m.tree = newTree(m.snap.Agents)
+	m.relayout()
+	if m.sel != "" && m.detailOf != m.sel {
+		cmd = tea.Batch(cmd, m.fetchDetail(m.sel))
+	}
+	return cmd
+}
+
+func (m *Model) markLost(err error) {
+	if m.up || m.lost == "" {
+		m.lostAt = m.now()
+	}
+	m.up = false
+	m.lost = "connection refused"
+	if err != nil {
+		m.lost, _, _ = strings.Cut(err.Error(), " (") // the reason, without the socket's path
+	}
+}
+
+// relayout flattens the tree again and keeps the selection in view.
+func (m *Model) relayout() {
+	m.rows = m.tree.rows(m.collapsed, m.filter)
+	if m.index(m.sel) < 0 {
+		m.sel = ""
+		if len(m.rows) > 0 {
+			m.sel = m.rows[0].a.ID
+		}
+	}
+	m.scroll()
+}
+
+// index returns the row of agent id, or -1.
+func (m *Model) index(id string) int {
+	for i, r := range m.rows {
+		if r.a.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// applyEvents keeps what each agent is doing now, and its live lines.
+func (m *Model) applyEvents(batch eventsMsg) {
+	for _, e := range batch {
+		if e.Type == "dropped" {
+			m.dropped += max(e.Count, 1)
+			m.dirty = true
+			continue
+		}
+		m.events++
+		if line, now := describe(e); line != "" {
+			s := append(m.stream[e.Agent], e.Time.Local().Format("15:04:05")+" "+line)
+			if len(s) > streamKeep {
+				s = s[len(s)-streamKeep:]
+			}
+			m.stream[e.Agent] = s
+			if now != "" {
+				m.activity[e.Agent] = now
+			}
+		}
+		if a := m.tree.byID[e.Agent]; a != nil && e.Type == "message" {
+			a.Pending++
+		}
+		m.dirty = true
+	}
+}
+
+// done says how an action went, for the status line.
+func done(a Action, err error) string {
+	if err != nil {
+		return fmt.Sprintf("%s failed: %v", a.Kind, err)
+	}
+	if a.Kind == ActReadInbox {
+		return "inbox marked read"
+	}
+	return a.Kind + ": done"
+}

@@ -1,0 +1,404 @@
+package top
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// styles are the frame's styles, plain when colors are off.
+type styles struct {
+	r                            *lipgloss.Renderer
+	title, dim, sel, bad, warn   lipgloss.Style
+	busy, ok, heading, separator lipgloss.Style
+}
+
+func newStyles(noColor bool) styles {
+	r := lipgloss.NewRenderer(os.Stdout)
+	if noColor {
+		r.SetColorProfile(termenv.Ascii)
+	}
+	s := styles{r: r}
+	s.title = r.NewStyle().Bold(true)
+	s.dim = r.NewStyle().Faint(true)
+	s.sel = r.NewStyle().Reverse(true)
+	s.bad = r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true)
+	s.warn = r.NewStyle().Foreground(lipgloss.Color("3"))
+	s.busy = r.NewStyle().Foreground(lipgloss.Color("2")).Bold(true)
+	s.ok = r.NewStyle().Foreground(lipgloss.Color("2"))
+	s.heading = r.NewStyle().Bold(true).Underline(true)
+	s.separator = r.NewStyle().Faint(true)
+	if noColor {
+		// NO_COLOR: no colors, and no other attributes either.
+		plain := r.NewStyle()
+		s.title, s.dim, s.sel, s.bad, s.warn, s.busy, s.ok, s.heading, s.separator = plain, plain, plain, plain, plain, plain, plain, plain, plain
+	}
+	return s
+}
+
+// Layout: two header lines, the column heads, the list, the detail pane
+// and the footer.
+func (m *Model) listHeight() int {
+	body := max(m.height-4, 2)
+	return max(body-m.detailHeight(), 1)
+}
+
+func (m *Model) detailHeight() int {
+	body := max(m.height-4, 2)
+	return max(body*2/5, 1)
+}
+
+// View renders the frame: exactly height lines of at most width cells.
+func (m *Model) View() string {
+	var lines []string
+	lines = append(lines, m.header()...)
+	switch m.mode {
+	case modeHelp:
+		lines = append(lines, m.help()...)
+	case modeAttach:
+		lines = append(lines, m.attach(m.height-3)...)
+	case modeInbox:
+		lines = append(lines, m.inbox(m.height-3)...)
+	default:
+		lines = append(lines, m.columns(), "")
+		lines = lines[:len(lines)-1]
+		lines = append(lines, m.list()...)
+		lines = append(lines, m.detailPane()...)
+	}
+	for len(lines) < m.height-1 {
+		lines = append(lines, "")
+	}
+	lines = append(lines[:m.height-1], m.footer())
+	for i, l := range lines {
+		lines[i] = clip(l, m.width)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *Model) header() []string {
+	st := m.snap.Status
+	first := m.styles.title.Render("substrat top")
+	if m.have {
+		busy := 0
+		for _, a := range m.snap.Agents {
+			if a.AgentState == fsstore.AgentBusy {
+				busy++
+			}
+		}
+		first += fmt.Sprintf("  pid %d  up %s  %d agents (%d busy)", st.Pid, since(m.now(), st.StartedAt), len(m.snap.Agents), busy)
+		if n := unread(m.snap.Inbox); n > 0 {
+			first += "  " + m.styles.warn.Render(fmt.Sprintf("inbox %d", n))
+		}
+		for _, p := range st.Pools {
+			first += fmt.Sprintf("  %s %d/%d", p.Name, p.Live, p.Size)
+		}
+	}
+	var second string
+	switch {
+	case !m.up && m.lost != "":
+		second = m.styles.bad.Render(fmt.Sprintf("✗ daemon gone for %s (%s): reconnecting…", since(m.now(), m.lostAt), m.lost))
+	case !m.have:
+		second = "connecting…"
+	case m.recovery != nil:
+		second = recoverySummary(m.recovery)
+	}
+	if m.dropped > 0 {
+		second += m.styles.warn.Render(fmt.Sprintf("  (%d events dropped: top fell behind)", m.dropped))
+	}
+	return []string{first, second}
+}
+
+// recoverySummary says in one line what the daemon's start did.
+func recoverySummary(r *supervisor.Report) string {
+	how := "clean stop"
+	if r.Unclean {
+		how = "unclean stop"
+	}
+	s := fmt.Sprintf("recovery %s (%s): %d agents in %d ms", r.FinishedAt.Local().Format("15:04:05"), how, r.Agents, r.DurationMS)
+	for _, part := range []struct {
+		n    int
+		what string
+	}{{len(r.Redelivered), "redelivered"}, {len(r.Resumed), "resumed"}, {len(r.Suspended), "suspended"},
+		{len(r.KeptOut), "kept out"}, {len(r.Reaped), "processes reaped"}, {len(r.Findings), "findings"}} {
+		if part.n > 0 {
+			s += fmt.Sprintf(", %d %s", part.n, part.what)
+		}
+	}
+	return s
+}
+
+// Column widths of the list.
+type cols struct{ name, state, turns, tokens, cost, pend, budget, now int }
+
+func (m *Model) cols() cols {
+	c := cols{name: max(14, min(32, m.width*28/100)), state: 9, turns: 5, tokens: 13, cost: 7, pend: 4}
+	if m.width >= 100 {
+		c.budget = 6
+	}
+	used := c.name + c.state + c.turns + c.tokens + c.cost + c.pend + c.budget + 8
+	c.now = max(m.width-used, 0)
+	return c
+}
+
+func (m *Model) columns() string {
+	c := m.cols()
+	s := fmt.Sprintf("  %-*s %-*s %*s %*s %*s %*s", c.name, "NAME", c.state, "STATE", c.turns, "TURNS", c.tokens, "TOKENS IN/OUT", c.cost, "COST", c.pend, "PEND")
+	if c.budget > 0 {
+		s += fmt.Sprintf(" %*s", c.budget, "BUDGET")
+	}
+	return m.styles.dim.Render(s + " NOW")
+}
+
+func (m *Model) list() []string {
+	h := m.listHeight()
+	out := make([]string, 0, h)
+	if m.have && len(m.rows) == 0 {
+		if m.filter != "" {
+			out = append(out, "  no agent matches /"+m.filter)
+		} else {
+			out = append(out, "  no agents: create one with 'substrat agent create NAME'")
+		}
+	}
+	c := m.cols()
+	for i := m.top; i < len(m.rows) && len(out) < h; i++ {
+		out = append(out, m.rowLine(m.rows[i], c))
+	}
+	for len(out) < h {
+		out = append(out, "")
+	}
+	return out
+}
+
+func (m *Model) rowLine(r row, c cols) string {
+	a := r.a
+	glyph := "  "
+	switch {
+	case r.collapsed:
+		glyph = "▸ "
+	case r.kids > 0:
+		glyph = "▾ "
+	}
+	name := strings.Repeat("  ", r.depth) + glyph + a.Name
+	if r.collapsed {
+		name += fmt.Sprintf(" (+%d)", r.kids)
+	}
+	f := r.figures()
+	state := stateOf(a)
+	line := fmt.Sprintf("%-*s %-*s %*d %*s %*s %*d", c.name, clip(name, c.name), c.state, state, c.turns, f.Turns,
+		c.tokens, count(f.InputTokens)+"/"+count(f.OutputTokens), c.cost, fmt.Sprintf("$%.2f", f.CostUSD), c.pend, a.Pending)
+	if c.budget > 0 {
+		line += fmt.Sprintf(" %*s", c.budget, budgetUse(a))
+	}
+	if c.now > 0 {
+		line += " " + clip(m.activity[a.ID], c.now)
+	}
+	if a.ID == m.sel {
+		return m.styles.sel.Render("›" + " " + line)
+	}
+	line = "  " + line
+	switch state {
+	case "failed", "gated":
+		return m.styles.bad.Render(line)
+	case "BUSY":
+		return m.styles.busy.Render(line)
+	case "ended":
+		return m.styles.dim.Render(line)
+	}
+	return line
+}
+
+// detailPane shows the selected agent: its settings, figures and stream.
+func (m *Model) detailPane() []string {
+	h := m.detailHeight()
+	a := m.tree.byID[m.sel]
+	if a == nil {
+		return make([]string, h)
+	}
+	out := []string{m.styles.separator.Render(fmt.Sprintf("── %s · %s · %s ", a.Path, a.ID, stateOf(a)) + strings.Repeat("─", m.width))}
+	where := "…"
+	perm := "…"
+	if s := m.detail.Inspect.Session; s != nil && m.detailOf == a.ID {
+		if s.WorkDir != "" {
+			where = s.WorkDir + ", no sandbox"
+		}
+		if s.Permissions != nil {
+			perm = s.Permissions.Mode
+		}
+	}
+	if a.Workspace != "" {
+		where = "sandbox of workspace " + a.Workspace
+	}
+	out = append(out, fmt.Sprintf("%s %s · %s · permissions %s · pool %s", a.Provider, a.Model, where, perm, a.Pool))
+	kids := a.Children // their names
+	figures := fmt.Sprintf("turns %d · tokens %s in / %s out · $%.4f · pending %d", a.Counters.Turns, count(a.Counters.InputTokens),
+		count(a.Counters.OutputTokens), a.Counters.CostUSD, a.Pending)
+	if a.Budget != nil {
+		figures += " · budget " + budgetUse(a)
+	}
+	if len(kids) > 0 {
+		figures += " · children " + strings.Join(kids, " ")
+	}
+	out = append(out, figures)
+	if why := firstNonEmpty(a.DiskInvalid, a.StateReason); why != "" {
+		out = append(out, m.styles.warn.Render("reason: "+oneLine(why)))
+	}
+	return append(out, tail(m.lines(a.ID), h-len(out))...)
+}
+
+// lines is an agent's stream as top saw it live, or else the last events
+// of its log.
+func (m *Model) lines(id string) []string {
+	if s := m.stream[id]; len(s) > 0 {
+		return s
+	}
+	if m.detailOf != id {
+		return nil
+	}
+	var out []string
+	for _, e := range m.detail.Events {
+		line, _ := describe(Event{Type: e.Type, Data: e.Data, Time: e.Time})
+		out = append(out, e.Time.Local().Format("15:04:05")+" "+line)
+	}
+	return out
+}
+
+func (m *Model) attach(h int) []string {
+	a := m.tree.byID[m.sel]
+	if a == nil {
+		return nil
+	}
+	out := []string{m.styles.heading.Render(fmt.Sprintf("attached to %s (%s), live; esc to go back", a.Path, stateOf(a)))}
+	return append(out, tail(m.lines(a.ID), h-1)...)
+}
+
+func (m *Model) inbox(h int) []string {
+	out := []string{m.styles.heading.Render(fmt.Sprintf("USER inbox: %d unread (m marks them read; esc to go back)", unread(m.snap.Inbox)))}
+	for _, msg := range m.snap.Inbox {
+		if msg.Message == nil {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), msg.FromName, oneLine(msg.Text)))
+	}
+	return tail(out, h)
+}
+
+func (m *Model) footer() string {
+	switch m.mode {
+	case modeFilter, modeSend:
+		return m.input.View()
+	case modeConfirm:
+		return m.styles.bad.Render(fmt.Sprintf("%s %s? y to confirm, any other key cancels", m.confirm.Kind, m.selName()))
+	}
+	if m.flash != "" && m.now().Sub(m.flashAt) < 5*time.Second {
+		return m.flash
+	}
+	if m.filter != "" {
+		return fmt.Sprintf("filter /%s (%d shown; esc clears) · ? help · q quit", m.filter, len(m.rows))
+	}
+	h := help.New()
+	h.Width = m.width
+	return h.ShortHelpView(keys.ShortHelp())
+}
+
+// help lists every key, in two columns when they fit.
+func (m *Model) help() []string {
+	var items []string
+	for _, group := range keys.FullHelp() {
+		for _, b := range group {
+			items = append(items, fmt.Sprintf("%-8s %s", b.Help().Key, b.Help().Desc))
+		}
+	}
+	out := []string{m.styles.heading.Render("keys (? or esc to go back)")}
+	half := (len(items) + 1) / 2
+	if m.width < 80 {
+		return append(out, items...)
+	}
+	for i := range half {
+		right := ""
+		if i+half < len(items) {
+			right = items[i+half]
+		}
+		out = append(out, fmt.Sprintf("%-40s%s", items[i], right))
+	}
+	return append(out, "",
+		"States: BUSY, WAITING (for a reply), IDLE, suspended (no live session),",
+		"gated (turns wait for a permit), failed (the last turn failed; it is retried",
+		"with backoff), ended. A folded agent (▸) shows its subtree's totals.",
+		"The tree refreshes at most twice a second; the stream is live.")
+}
+
+func unread(in []supervisor.InboxMessage) int {
+	n := 0
+	for _, m := range in {
+		if m.Unread {
+			n++
+		}
+	}
+	return n
+}
+
+func budgetUse(a *supervisor.AgentInfo) string {
+	if a.Budget == nil {
+		return "-"
+	}
+	switch {
+	case a.Budget.Tokens > 0:
+		return fmt.Sprintf("%d%%", (a.Subtree.InputTokens+a.Subtree.OutputTokens)*100/a.Budget.Tokens)
+	case a.Budget.CostUSD > 0:
+		return fmt.Sprintf("%.0f%%", a.Subtree.CostUSD*100/a.Budget.CostUSD)
+	}
+	return "-"
+}
+
+// count writes a token count short: 950, 12.3k, 4.1M.
+func count(n int64) string {
+	switch {
+	case n < 1000:
+		return fmt.Sprint(n)
+	case n < 1000000:
+		return fmt.Sprintf("%.1fk", float64(n)/1000)
+	}
+	return fmt.Sprintf("%.1fM", float64(n)/1000000)
+}
+
+func since(now, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	return now.Sub(t).Round(time.Second).String()
+}
+
+func tail(s []string, n int) []string {
+	if n <= 0 {
+		return nil
+	}
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
+}
+
+// clip cuts s to at most w cells, styles kept (lipgloss counts cells).
+func clip(s string, w int) string {
+	if lipgloss.Width(s) <= w {
+		return s
+	}
+	return lipgloss.NewStyle().MaxWidth(w).Render(s)
+}
