@@ -171,7 +171,8 @@ type Spawned struct {
 func changesSession(typ string) bool {
 	switch typ {
 	case EvCreated, EvState, EvProvider, EvTurn, EvMetadata, EvPool, EvBudget, EvGate, EvWaiting,
-		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited, EvPermissions, EvWorkDir:
+		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited, EvPermissions, EvWorkDir,
+		EvApprovalRequested, EvApprovalAnswered:
 		return true
 	}
 	return false
@@ -352,6 +353,8 @@ func apply(s *Session, e Event, v any) (*Session, error) {
 		if err = e.Decode(&d); err == nil {
 			n.WorkDir = d.WorkDir
 		}
+	case EvApprovalRequested, EvApprovalAnswered:
+		err = applyApproval(n, e)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s event %d: %v", ErrInvalid, e.Type, e.Seq, err)

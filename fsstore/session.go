@@ -101,6 +101,7 @@ type Session struct {
 	WaitingFor    []string       `json:"waiting_for,omitempty"`   // ids of requests awaiting a reply
 	Reminders     []Reminder     `json:"reminders,omitempty"`     // pending reminders
 	Subscriptions []Subscription `json:"subscriptions,omitempty"` // state changes this agent follows
+	Approvals     []Approval     `json:"approvals,omitempty"`     // pending and recently answered approval requests
 
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -117,6 +118,13 @@ type Permissions struct {
 	// ("Bash(git *)", "Edit").
 	AllowedTools    []string `json:"allowed_tools,omitempty"`
 	DisallowedTools []string `json:"disallowed_tools,omitempty"`
+	// Approver answers what the mode would prompt for: "parent" (the
+	// parent, or USER for a root; the default when empty), "user" or
+	// "deny" (nobody: it is denied). See approval.go.
+	Approver string `json:"approver,omitempty"`
+	// ApprovalTimeout is how long a request waits before it is denied
+	// ("10m" when empty).
+	ApprovalTimeout string `json:"approval_timeout,omitempty"`
 }
 
 // Permission modes. ModeFull (bypassPermissions) is what an agent in a
@@ -143,7 +151,7 @@ func (p *Permissions) Validate() error {
 			return fmt.Errorf("%w: tool rule %q is empty or holds a control character", ErrInvalid, r)
 		}
 	}
-	return nil
+	return p.validateApprover()
 }
 
 // Clone returns a deep copy of p (nil for nil).
@@ -151,7 +159,8 @@ func (p *Permissions) Clone() *Permissions {
 	if p == nil {
 		return nil
 	}
-	return &Permissions{Mode: p.Mode, AllowedTools: slices.Clone(p.AllowedTools), DisallowedTools: slices.Clone(p.DisallowedTools)}
+	return &Permissions{Mode: p.Mode, AllowedTools: slices.Clone(p.AllowedTools), DisallowedTools: slices.Clone(p.DisallowedTools),
+		Approver: p.Approver, ApprovalTimeout: p.ApprovalTimeout}
 }
 
 // Equal reports whether p and q say the same.
@@ -159,7 +168,8 @@ func (p *Permissions) Equal(q *Permissions) bool {
 	if p == nil || q == nil {
 		return p == q
 	}
-	return p.Mode == q.Mode && slices.Equal(p.AllowedTools, q.AllowedTools) && slices.Equal(p.DisallowedTools, q.DisallowedTools)
+	return p.Mode == q.Mode && slices.Equal(p.AllowedTools, q.AllowedTools) && slices.Equal(p.DisallowedTools, q.DisallowedTools) &&
+		p.Approver == q.Approver && p.ApprovalTimeout == q.ApprovalTimeout
 }
 
 // Budget limits what an agent's subtree may spend. Zero means no limit.
@@ -326,6 +336,9 @@ func (s *Session) Validate() error {
 			return err
 		}
 	}
+	if err := validateApprovals(s); err != nil {
+		return err
+	}
 	c := s.Counters
 	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 {
 		return fmt.Errorf("%w: negative counter", ErrInvalid)
@@ -340,6 +353,7 @@ func (s *Session) Clone() *Session {
 	c.WaitingFor = slices.Clone(s.WaitingFor)
 	c.Reminders = slices.Clone(s.Reminders)
 	c.Subscriptions = slices.Clone(s.Subscriptions)
+	c.Approvals = slices.Clone(s.Approvals)
 	if s.Budget != nil {
 		b := *s.Budget
 		c.Budget = &b

@@ -173,6 +173,20 @@ type Config struct {
 	Track func(pid int) (done func())
 }
 
+// ApprovalTool is the agent tool a CLI calls when its permission mode
+// would prompt a person (Claude Code: --permission-prompt-tool
+// mcp__substrat__request_approval). It answers the CLI's JSON, allow or
+// deny, once the agent's approver has.
+const ApprovalTool = "request_approval"
+
+// AsksApproval reports whether an agent with these permissions sends what
+// its mode would prompt for to its approver: not with full permission
+// (nothing prompts) or dontAsk (the CLI denies without asking), and not
+// when its approver is "deny".
+func AsksApproval(p Permissions) bool {
+	return p.Mode != ModeFull && p.Mode != ModeDontAsk && p.Approver != fsstore.ApproverDeny
+}
+
 // Permissions is an agent's permission setting, as session.json keeps it
 // (mode, allowed_tools, disallowed_tools).
 type Permissions = fsstore.Permissions

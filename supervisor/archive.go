@@ -50,6 +50,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		err := c.store.ArchiveAgent(x.id())
 		if err == nil {
 			c.mu.Lock()
+			c.approvals.archived(x, c.pathLocked(x))
 			delete(c.nodes, x.id())
 			if p := c.nodes[x.s().ParentID]; p != nil {
 				p.children = removeString(p.children, x.id())

@@ -76,7 +76,8 @@ type Core struct {
 	subsByTarget map[string]map[string]bool
 	slotWaiters  int // nodes with waitSlot set
 
-	outcomes outcomes // what became of the messages clients wait on (own lock)
+	outcomes  outcomes  // what became of the messages clients wait on (own lock)
+	approvals approvals // turns waiting for an approval's answer (own lock)
 }
 
 // New returns a Core with an empty tree; call Recover to load the store.

@@ -315,6 +315,13 @@ func (d *Daemon) register() {
 		}
 		return c.workspaceInfo(w), nil
 	})
+	handle(d, "approval.answer", func(ctx context.Context, p AnswerParams, _ func(any) error) (any, error) {
+		p.By = fsstore.User // the socket is USER's; agents answer with their approve tool
+		return c.Answer(ctx, p)
+	})
+	handle(d, "approval.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		return c.PendingApprovals(), nil
+	})
 	registerTools(d.srv, c, "")
 	handle(d, "inbox.list", func(ctx context.Context, p struct {
 		All  bool `json:"all"`

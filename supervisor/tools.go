@@ -77,7 +77,7 @@ func init() {
 	} {
 		tools[t.spec.Name] = t
 	}
-	for _, t := range workspaceTools() {
+	for _, t := range slices.Concat(workspaceTools(), approvalTools()) {
 		tools[t.spec.Name] = t
 	}
 }
@@ -99,6 +99,7 @@ type turnTools struct {
 	inTurn   map[string]bool   // message ids in the turn's prompt
 	lastFrom map[string]string // sender id -> newest message from it in the prompt
 	hops     int               // the most hops of a message in the prompt
+	done     <-chan struct{}   // closed when the turn ends (nil outside a turn)
 
 	mu       sync.Mutex // guards the fields below
 	spawned  []*node

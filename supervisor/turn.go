@@ -95,6 +95,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		return nil, nil
 	}
 	tools := newTurnTools(c, n, msgs)
+	tools.done = ctx.Done()
 	defer tools.releaseSpawned()
 
 	// A live session first: the pool may need to evict another one, or,

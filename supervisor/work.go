@@ -146,6 +146,9 @@ type PermissionsParams struct {
 	Mode            string   `json:"mode,omitempty"`
 	AllowedTools    []string `json:"allowed_tools"`
 	DisallowedTools []string `json:"disallowed_tools"`
+	// Approver and ApprovalTimeout change when not empty.
+	Approver        string `json:"approver,omitempty"`
+	ApprovalTimeout string `json:"approval_timeout,omitempty"`
 }
 
 // SetPermissions changes an agent's permission setting. It takes effect
@@ -166,6 +169,12 @@ func (c *Core) SetPermissions(ctx context.Context, p PermissionsParams) (AgentIn
 	}
 	if p.DisallowedTools != nil {
 		perm.DisallowedTools = slices.Clone(p.DisallowedTools)
+	}
+	if p.Approver != "" {
+		perm.Approver = p.Approver
+	}
+	if p.ApprovalTimeout != "" {
+		perm.ApprovalTimeout = p.ApprovalTimeout
 	}
 	if len(perm.AllowedTools) == 0 {
 		perm.AllowedTools = nil
@@ -221,11 +230,21 @@ func PermissionSummary(s *fsstore.Session) string {
 	if len(perm.DisallowedTools) > 0 {
 		out += "; denied: " + strings.Join(perm.DisallowedTools, ", ")
 	}
+	if provider.AsksApproval(provider.Permissions(perm)) && s.Provider == "claude" {
+		who := "its parent"
+		switch {
+		case perm.Approver == fsstore.ApproverUser:
+			who = "USER"
+		case s.ParentID == "":
+			who = "USER"
+		}
+		out += fmt.Sprintf("; what would need permission is asked of %s (waits %s)", who, perm.Timeout())
+	}
 	return out
 }
 
 // providerPermissions is the setting a provider session gets.
 func providerPermissions(s *fsstore.Session) provider.Permissions {
-	p := effectivePermissions(s)
-	return provider.Permissions{Mode: p.Mode, AllowedTools: slices.Clone(p.AllowedTools), DisallowedTools: slices.Clone(p.DisallowedTools)}
+	p := new(effectivePermissions(s))
+	return *p.Clone()
 }

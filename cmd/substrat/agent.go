@@ -46,6 +46,8 @@ type AgentCreateCmd struct {
 	Mode         string   `name:"permission-mode" help:"Permission mode: default, acceptEdits, plan, dontAsk or bypassPermissions (default: bypassPermissions in a workspace's sandbox, default outside one)." predictor:"mode"`
 	Allowed      []string `name:"allowed-tools" help:"Tool rules to allow, e.g. 'Bash(git *)' (repeat, or comma-separated)."`
 	Disallowed   []string `name:"disallowed-tools" help:"Tool rules to deny (repeat, or comma-separated)."`
+	Approver     string   `help:"Who answers what the permission mode would prompt for: parent (default; USER for a root), user, or deny." enum:"parent,user,deny," default:""`
+	ApprovalWait string   `name:"approval-timeout" help:"How long an approval request waits before it is denied (default 10m)." placeholder:"DURATION"`
 	Parent       string   `help:"Parent agent ref; without it the agent is a root." predictor:"agent"`
 	Pool         string   `help:"Slot pool of the agent's session (default: the default pool)."`
 	BudgetTokens int64    `help:"Token budget for the agent's subtree."`
@@ -74,8 +76,9 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		}
 		p.WorkDir = abs
 	}
-	if c.Mode != "" || len(c.Allowed) > 0 || len(c.Disallowed) > 0 {
-		p.Permissions = &fsstore.Permissions{Mode: c.Mode, AllowedTools: splitRules(c.Allowed), DisallowedTools: splitRules(c.Disallowed)}
+	if c.Mode != "" || len(c.Allowed) > 0 || len(c.Disallowed) > 0 || c.Approver != "" || c.ApprovalWait != "" {
+		p.Permissions = &fsstore.Permissions{Mode: c.Mode, AllowedTools: splitRules(c.Allowed), DisallowedTools: splitRules(c.Disallowed),
+			Approver: c.Approver, ApprovalTimeout: c.ApprovalWait}
 	}
 	if c.BudgetTokens != 0 || c.BudgetCost != 0 {
 		p.Budget = &fsstore.Budget{Tokens: c.BudgetTokens, CostUSD: c.BudgetCost}
@@ -137,19 +140,21 @@ type AgentPermissionsCmd struct {
 	Mode       string   `name:"permission-mode" aliases:"mode" help:"Permission mode: default, acceptEdits, plan, dontAsk or bypassPermissions." predictor:"mode"`
 	Allowed    []string `name:"allowed-tools" help:"Replace the allowed tool rules (comma-separated; '' clears)."`
 	Disallowed []string `name:"disallowed-tools" help:"Replace the denied tool rules (comma-separated; '' clears)."`
+	Approver   string   `help:"Who answers what the mode would prompt for: parent, user or deny." enum:"parent,user,deny," default:""`
+	Wait       string   `name:"approval-timeout" help:"How long an approval request waits before it is denied." placeholder:"DURATION"`
 }
 
 // Run sets the permissions and prints the result; with no flag it prints
 // the current ones.
 func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
-	p := supervisor.PermissionsParams{Ref: c.Ref, Mode: c.Mode}
+	p := supervisor.PermissionsParams{Ref: c.Ref, Mode: c.Mode, Approver: c.Approver, ApprovalTimeout: c.Wait}
 	if flagSet(k, "allowed-tools") {
 		p.AllowedTools = append([]string{}, splitRules(c.Allowed)...)
 	}
 	if flagSet(k, "disallowed-tools") {
 		p.DisallowedTools = append([]string{}, splitRules(c.Disallowed)...)
 	}
-	if c.Mode != "" || p.AllowedTools != nil || p.DisallowedTools != nil {
+	if c.Mode != "" || p.AllowedTools != nil || p.DisallowedTools != nil || c.Approver != "" || c.Wait != "" {
 		var info supervisor.AgentInfo
 		if err := g.call("agent.permissions", p, &info); err != nil {
 			return err
@@ -282,6 +287,16 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 	row("provider session", s.ProviderSessionID)
 	row("children", strings.Join(a.Children, ", "))
 	row("pending messages", fmt.Sprint(res.Pending))
+	for _, ap := range s.Approvals {
+		state := "PENDING"
+		if !ap.Pending() {
+			state = ap.Answer + " by " + ap.By + reasonIn(ap.Reason)
+			if ap.Remember != "" {
+				state += ", remembered " + ap.Remember
+			}
+		}
+		row("approval "+ap.ID, fmt.Sprintf("%s %s: %s", ap.Tool, clipText(string(ap.Input), 80), state))
+	}
 	row("turns", fmt.Sprint(a.Counters.Turns))
 	row("tokens in/out", fmt.Sprintf("%d/%d (subtree %d/%d)", a.Counters.InputTokens, a.Counters.OutputTokens, a.Subtree.InputTokens, a.Subtree.OutputTokens))
 	row("cost", fmt.Sprintf("$%.4f (subtree $%.4f)", a.Counters.CostUSD, a.Subtree.CostUSD))

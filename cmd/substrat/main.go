@@ -42,6 +42,9 @@ type CLI struct {
 	Workspace  WorkspaceCmd  `cmd:"" help:"Manage sandboxed workspaces and run commands in them."`
 	Top        TopCmd        `cmd:"" help:"Watch and steer the whole team live, full screen (one snapshot when not a terminal)."`
 	Inbox      InboxCmd      `cmd:"" help:"Read the messages agents sent to USER."`
+	Approvals  ApprovalsCmd  `cmd:"" help:"List the approval requests that wait for an answer."`
+	Approve    ApproveCmd    `cmd:"" help:"Allow an approval request (--remember a rule for the rest of the agent's life)."`
+	Deny       DenyCmd       `cmd:"" help:"Deny an approval request, with --reason the agent sees."`
 	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`
 	Fsck       FsckCmd       `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
 	Backup     BackupCmd     `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`

@@ -7,6 +7,7 @@
 //	       --mcp-config <home>/agents/<id>/mcp.json --strict-mcp-config
 //	       --permission-mode <mode> --allowedTools mcp__substrat__*[,<rules>]
 //	       [--disallowedTools <rules>] [--append-system-prompt <instructions>]
+//	       [--permission-prompt-tool mcp__substrat__request_approval]
 //	       [--model <model>] (--session-id <uuid> | --resume <uuid>)
 //
 // in Config.WorkDir (the agent's working directory; /workspace in a
@@ -39,7 +40,13 @@
 // adapter sets IS_SANDBOX=1 there, and only there. Outside a sandbox the
 // default is the CLI's safe mode, in which print mode refuses what would
 // need a prompt: the CLI prints a system/permission_denied line and the
-// turn goes on.
+// turn goes on; unless the agent has an approver (its parent, or USER for
+// a root: the default), in which case --permission-prompt-tool makes the
+// CLI call the request_approval tool instead, which waits for the
+// approver's answer (checked with the pinned CLI: it calls the tool with
+// {"tool_name","input","tool_use_id"} and reads back
+// {"behavior":"allow","updatedInput":…} or {"behavior":"deny","message":…};
+// a denial becomes the tool's error result and the turn goes on).
 //
 // # Sessions
 //
@@ -253,6 +260,12 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"--allowedTools", strings.Join(allowed, ",")}
 	if len(perm.DisallowedTools) > 0 {
 		args = append(args, "--disallowedTools", strings.Join(perm.DisallowedTools, ","))
+	}
+	if provider.AsksApproval(perm) {
+		// What the mode would prompt for goes to the agent's approver;
+		// the tool call waits for the answer (the CLI's MCP tool timeout
+		// is about 28 hours; the turn's own timeout comes first).
+		args = append(args, "--permission-prompt-tool", "mcp__substrat__"+provider.ApprovalTool)
 	}
 	if cfg.Instructions != "" {
 		args = append(args, "--append-system-prompt", cfg.Instructions)
