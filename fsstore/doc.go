@@ -57,7 +57,16 @@
 //     bypassPermissions in a sandbox (the sandbox is the boundary) and
 //     default (the CLI's safe mode) outside one. It may be changed by hand
 //     (an "edited" event) or with 'substrat agent permissions' (a
-//     "permissions" event).
+//     "permissions" event). Two more fields say who answers what the mode
+//     would prompt for: approver ("parent", the default: the parent, or
+//     USER for a root; "user"; or "deny") and approval_timeout (a Go
+//     duration, "10m" when empty);
+//   - approvals: the agent's approval requests that wait ({id, tool,
+//     input, tool_use_id, approver, requested_at, deadline}) and the last
+//     20 answered (with answer allow, deny or expired, reason, by,
+//     remember, answered_at). An answer's remembered rule joins
+//     allowed_tools (deny: disallowed_tools) in the same event
+//     (approval.go).
 //
 // It is only ever replaced whole: a temporary file ".session.json<digits>"
 // is written in the same directory and fsynced, exchanged with
@@ -90,8 +99,9 @@
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
 // (counters, added), "metadata", "edited" (a hand edit that was adopted),
-// "permissions", "work_dir" and the orchestration events (pool, budget,
-// gate, waiting, reminders, subscriptions); see apply.go for their data.
+// "permissions", "work_dir", "approval_requested", "approval_answered"
+// and the orchestration events (pool, budget, gate, waiting, reminders,
+// subscriptions); see apply.go and approval.go for their data.
 // Other types ("message_sent", "message_delivered", "spawned",
 // "tool_denied" (a tool call the provider's own rules refused), "work" (a
 // work tool the daemon ran: tool, args, result cut to a few KiB), and any

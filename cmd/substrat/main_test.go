@@ -21,7 +21,8 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"substrat": func() { os.Exit(run(os.Args[1:])) },
+		"substrat":       func() { os.Exit(run(os.Args[1:])) },
+		"approver-model": func() { os.Exit(approverModel()) },
 	})
 }
 
