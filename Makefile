@@ -24,12 +24,12 @@ tools: ## install the test tools (staticcheck) into .tools/ if missing
 	@scripts/install-tools.sh
 
 .PHONY: lint
-lint: tools ## gofmt, go vet, staticcheck, and the package dependency rule
+lint: tools ## gofmt, go vet, staticcheck, go mod tidy -diff, and the package dependency rule
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags sqlitebench ./cmd/substrat
 	$(TOOLS)/bin/staticcheck $(PKGS)
+	$(GO) mod tidy -diff
 	@scripts/check-deps.sh
 
 .PHONY: test
@@ -49,9 +49,9 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 
 BENCHFLAGS ?=
 .PHONY: bench
-bench: build ## substrat bench: the disk's limits, Substrat and SQLite in one run (BENCHFLAGS=--quick, --json)
-	$(GO) build -tags sqlitebench -o $(BIN)/substrat-bench ./cmd/substrat
-	$(BIN)/substrat-bench bench --daemon $(BIN)/substrat $(BENCHFLAGS)
+bench: build ## substrat-bench: the disk's limits, Substrat and SQLite in one run (BENCHFLAGS=--quick, --json)
+	$(GO) build -o $(BIN)/substrat-bench ./cmd/substrat-bench
+	$(BIN)/substrat-bench --daemon $(BIN)/substrat $(BENCHFLAGS)
 
 .PHONY: bench-go
 bench-go: ## go test benchmarks of the store against bare write+fsync

@@ -9,6 +9,17 @@ if [ -n "$bad" ]; then
   echo "fsstore must not import:"; echo "$bad"; exit 1
 fi
 
+# Arrows run down: no provider imports the daemon (supervisor), except in
+# tests, and the bench program is the only user of SQLite.
+bad=$(go list -deps ./provider/... | grep -E "^$mod/supervisor" || true)
+if [ -n "$bad" ]; then
+  echo "provider must not import:"; echo "$bad"; exit 1
+fi
+bad=$(go list -deps ./cmd/substrat ./supervisor/... ./provider/... ./fsstore/... | grep -E "^modernc.org/sqlite$" || true)
+if [ -n "$bad" ]; then
+  echo "only cmd/substrat-bench may import modernc.org/sqlite"; exit 1
+fi
+
 # Every package says what it is for.
 undocumented=$(go list -f '{{if not .Doc}}{{.ImportPath}}{{end}}' ./... | grep -v '^$' || true)
 if [ -n "$undocumented" ]; then

@@ -18,8 +18,8 @@ import (
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/retry"
-	"github.com/substrat/substrat/provider/internal/testdaemon"
 	"github.com/substrat/substrat/provider/providertest"
+	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
 func TestMain(m *testing.M) {
@@ -68,12 +68,12 @@ func fakeCLI(t *testing.T) string {
 var fastRetry = retry.Policy{Tries: 3, Base: 5 * time.Millisecond}
 
 type env struct {
-	d   *testdaemon.Daemon
+	d   *rpctest.Daemon
 	cli string
 }
 
 func newEnv(t *testing.T) *env {
-	return &env{d: testdaemon.Start(t), cli: fakeCLI(t)}
+	return &env{d: rpctest.Start(t), cli: fakeCLI(t)}
 }
 
 func (e *env) provider() provider.Provider {
@@ -134,7 +134,8 @@ func TestCommandLine(t *testing.T) {
 		}
 		mcp := filepath.Join(cfg.WorkDir, "mcp.json")
 		want := []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", mcp, "--strict-mcp-config",
-			"--permission-mode", "default", "--allowedTools", "mcp__substrat__*", "--append-system-prompt", "Be a test agent.", flag, id}
+			"--permission-mode", "default", "--allowedTools", "mcp__substrat__*", "--permission-prompt-tool", "mcp__substrat__request_approval",
+			"--append-system-prompt", "Be a test agent.", flag, id}
 		if !slices.Equal(got.Args, want) {
 			t.Errorf("turn %d args\n%q, want\n%q", turn+1, got.Args, want)
 		}
@@ -339,7 +340,7 @@ func TestNoResult(t *testing.T) {
 }
 
 func TestMissingCLI(t *testing.T) {
-	d := testdaemon.Start(t)
+	d := rpctest.Start(t)
 	p := New(Options{Command: "substrat-no-such-claude", Home: d.Home})
 	s, err := p.Create(context.Background(), d.Config(t))
 	if err != nil {
@@ -352,7 +353,7 @@ func TestMissingCLI(t *testing.T) {
 }
 
 func TestHomeFromWorkDir(t *testing.T) {
-	d := testdaemon.Start(t)
+	d := rpctest.Start(t)
 	cfg := d.Config(t)
 	s, err := New(Options{Command: fakeCLI(t), Substrat: "/x/substrat"}).Create(context.Background(), cfg)
 	if err != nil {
@@ -521,6 +522,9 @@ func TestPermissionFlags(t *testing.T) {
 		{"full outside a sandbox", provider.Permissions{Mode: provider.ModeFull}, false, []string{"--permission-mode", "bypassPermissions"}, false},
 		{"full in a sandbox", provider.Permissions{Mode: provider.ModeFull}, true, []string{"--permission-mode", "bypassPermissions"}, true},
 		{"safe in a sandbox", provider.Permissions{Mode: provider.ModePlan}, true, []string{"--permission-mode", "plan"}, false},
+		{"no approver", provider.Permissions{Mode: provider.ModeDefault, Approver: "deny"}, false, []string{"--permission-mode", "default"}, false},
+		{"prompts go to the approver", provider.Permissions{Mode: provider.ModeDefault}, false,
+			[]string{"--allowedTools", "mcp__substrat__*", "--permission-prompt-tool", "mcp__substrat__request_approval"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := e.d.Config(t)
@@ -548,6 +552,9 @@ func TestPermissionFlags(t *testing.T) {
 			joined := strings.Join(got.Args, "\x00")
 			if !strings.Contains(joined, strings.Join(c.wantArgs, "\x00")) {
 				t.Errorf("args %q lack %q", got.Args, c.wantArgs)
+			}
+			if prompts := slices.Contains(got.Args, "--permission-prompt-tool"); prompts != provider.AsksApproval(c.perm) {
+				t.Errorf("--permission-prompt-tool given: %v, want %v", prompts, !prompts)
 			}
 			if c.sandboxed {
 				if has := slices.Contains(env, "IS_SANDBOX=1"); has != c.isSandbox {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/internal/testdaemon"
+	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
 // The test binary doubles as a fake `claude`: run under that name it plays
@@ -47,7 +47,8 @@ func runFakeClaude() int {
 		switch a := args[i]; a {
 		case "-p", "--print", "--verbose", "--strict-mcp-config":
 			bools[a] = true
-		case "--output-format", "--mcp-config", "--allowedTools", "--disallowedTools", "--permission-mode", "--append-system-prompt", "--model", "--session-id", "--resume":
+		case "--output-format", "--mcp-config", "--allowedTools", "--disallowedTools", "--permission-mode", "--append-system-prompt", "--model", "--session-id", "--resume",
+			"--permission-prompt-tool":
 			if i+1 >= len(args) {
 				return fail("option %s needs a value", a)
 			}
@@ -118,11 +119,11 @@ func runFakeClaude() int {
 		name, argsJSON, _ := strings.Cut(rest, " ")
 		toolID := fmt.Sprintf("toolu_fake_%d", len(history))
 		assistant(map[string]any{"type": "tool_use", "id": toolID, "name": "mcp__substrat__" + name, "input": json.RawMessage(argsJSON)})
-		agent, socket, err := testdaemon.MCPArgs(flags["--mcp-config"])
+		agent, socket, err := rpctest.MCPArgs(flags["--mcp-config"])
 		if err != nil {
 			return fail("mcp config: %v", err)
 		}
-		res, err := testdaemon.CallTool(context.Background(), socket, agent, provider.ToolCall{ID: toolID, Name: name, Args: json.RawMessage(argsJSON)})
+		res, err := rpctest.CallTool(context.Background(), socket, agent, provider.ToolCall{ID: toolID, Name: name, Args: json.RawMessage(argsJSON)})
 		if err != nil {
 			return fail("tool call: %v", err)
 		}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/retry"
-	"github.com/substrat/substrat/provider/internal/testdaemon"
 	"github.com/substrat/substrat/provider/providertest"
+	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
 // The test binary doubles as a fake cursor-agent (see runFakeCursor).
@@ -145,11 +145,11 @@ func runFakeCursor() int {
 		if _, err := os.Stat(mcpPath); err != nil {
 			mcpPath = filepath.Join(os.Getenv("HOME"), ".cursor", "mcp.json")
 		}
-		agent, socket, err := testdaemon.MCPArgs(mcpPath)
+		agent, socket, err := rpctest.MCPArgs(mcpPath)
 		if err != nil {
 			return fail("mcp.json: %v", err)
 		}
-		res, err := testdaemon.CallTool(context.Background(), socket, agent, provider.ToolCall{ID: callID, Name: name, Args: json.RawMessage(argsJSON)})
+		res, err := rpctest.CallTool(context.Background(), socket, agent, provider.ToolCall{ID: callID, Name: name, Args: json.RawMessage(argsJSON)})
 		if err != nil {
 			return fail("tool call: %v", err)
 		}
@@ -194,7 +194,7 @@ func runFakeCursor() int {
 }
 
 type env struct {
-	d     *testdaemon.Daemon
+	d     *rpctest.Daemon
 	cli   string
 	chats string
 }
@@ -227,7 +227,7 @@ func newEnv(t *testing.T) *env {
 	if err := os.Symlink("../versions/1/cursor-agent", cli); err != nil {
 		t.Fatal(err)
 	}
-	return &env{d: testdaemon.Start(t), cli: cli, chats: t.TempDir()}
+	return &env{d: rpctest.Start(t), cli: cli, chats: t.TempDir()}
 }
 
 func (e *env) provider() provider.Provider {
@@ -303,7 +303,7 @@ func TestChatIDAndResume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.WorkDir, ".cursor")); err == nil {
 		t.Error("the session wrote .cursor into the working directory")
 	}
-	agent, socket, err := testdaemon.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
+	agent, socket, err := rpctest.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
 	if err != nil || agent != cfg.AgentID || socket != filepath.Join(e.d.Home, "daemon.sock") {
 		t.Errorf("$HOME/.cursor/mcp.json: agent %q socket %q, %v", agent, socket, err)
 	}
@@ -433,7 +433,7 @@ func TestSandboxed(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.WorkDir, ".cursor")); err == nil {
 		t.Error("a sandboxed session wrote .cursor into the working directory")
 	}
-	agent, socket, err := testdaemon.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
+	agent, socket, err := rpctest.MCPArgs(filepath.Join(ahome, ".cursor", "mcp.json"))
 	if err != nil || agent != cfg.AgentID || socket != cfg.ToolSocket {
 		t.Fatalf("the MCP config in the CLI's HOME: agent %q socket %q, %v", agent, socket, err)
 	}
@@ -462,7 +462,7 @@ func TestSandboxed(t *testing.T) {
 	if fi, err := os.Lstat(dot); err != nil || !fi.IsDir() {
 		t.Errorf("$HOME/.cursor after a restore: %v, %v", fi, err)
 	}
-	if _, _, err := testdaemon.MCPArgs(filepath.Join(dot, "mcp.json")); err != nil {
+	if _, _, err := rpctest.MCPArgs(filepath.Join(dot, "mcp.json")); err != nil {
 		t.Errorf("the MCP config after a restore: %v", err)
 	}
 }

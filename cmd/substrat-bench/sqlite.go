@@ -1,10 +1,8 @@
-//go:build sqlitebench
-
 package main
 
-// The SQLite side of `substrat bench`, built only with -tags sqlitebench
-// (make bench does), so that the daemon's binary does not carry a SQL
-// engine. modernc.org/sqlite is SQLite compiled to pure Go.
+// The SQLite side of the bench (a program of its own, so that the
+// daemon's binary does not carry a SQL engine). modernc.org/sqlite is
+// SQLite compiled to pure Go.
 //
 // The database is set up as an application that wants the same durability
 // as Substrat would set it up: WAL, synchronous=FULL (the WAL is fsynced at
@@ -15,6 +13,8 @@ package main
 import (
 	"database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -188,3 +188,32 @@ func (s *sqliteDB) Prepare(op string, w, n int, p *benchPayloads) (func() error,
 	}
 	return nil, fmt.Errorf("sqlite: unknown operation %q", op)
 }
+
+// sqliteMeasure measures op on a fresh SQLite database with workers
+// writers over conns connections.
+func (b *benchRun) sqliteMeasure(op string, workers, conns, per int, d time.Duration, round int) (benchRate, error) {
+	dir := filepath.Join(b.dir, "sqlite", fmt.Sprintf("%s-%d-%d-%d", op, workers, conns, round))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return benchRate{}, err
+	}
+	defer b.cleanup(dir)
+	db, err := sqlBackend(filepath.Join(dir, "bench.db"), conns)
+	if err != nil {
+		return benchRate{}, err
+	}
+	defer db.Close()
+	if b.res.SQLite == sqliteMissing {
+		b.res.SQLite, b.res.HasSQLite = db.Version(), true
+	}
+	var r benchRate
+	err = b.profiled(fmt.Sprintf("sqlite-%s-%d-%d-%d", op, workers, conns, round), func() (err error) {
+		r, err = b.measure(workers, d, func(w int) (func() error, func(), error) {
+			f, err := db.Prepare(op, w, per, b.pay)
+			return f, nil, err
+		})
+		return err
+	})
+	return r, err
+}
+
+// Start-up recovery and RSS.

@@ -1,9 +1,9 @@
-// Package testdaemon is a stand-in for the Substrat daemon in the tests of
+// Package rpctest is a stand-in for the Substrat daemon in the tests of
 // the CLI providers: it serves tool.list and tool.call on the socket of a
 // temporary home, and routes each tool.call to the ToolHandler of the turn
 // the agent is in, as the daemon does. Fake CLIs reach it the way
 // `substrat mcp` does.
-package testdaemon
+package rpctest
 
 import (
 	"context"
