@@ -201,17 +201,28 @@ func (d *Daemon) requestStop() {
 	d.stopOnce.Do(func() { close(d.stopCh) })
 }
 
-// tick fires due reminders once a second.
+// tick fires due reminders once a second, and once a minute removes the
+// agents/<id> copies of agents archived more than fsstore.ArchiveGrace ago.
 func (d *Daemon) tick(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	d.core.Tick(time.Now())
+	var swept time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			d.core.Tick(now)
+			if now.Sub(swept) >= time.Minute {
+				swept = now
+				ids, err := d.store.SweepArchived(now)
+				if err != nil {
+					d.log.Warn("sweeping archived agents' copies in agents/", "err", err)
+				} else if len(ids) > 0 {
+					d.log.Info("removed the agents/ copies of archived agents", "count", len(ids))
+				}
+			}
 		}
 	}
 }
