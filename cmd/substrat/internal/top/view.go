@@ -198,7 +198,11 @@ func (m *Model) rowLine(r row, c cols) string {
 		line += fmt.Sprintf(" %*s", c.budget, budgetUse(a))
 	}
 	if c.now > 0 {
-		line += " " + clip(m.activity[a.ID], c.now)
+		now := m.activity[a.ID]
+		if now == "" && a.AgentState == fsstore.AgentBusy {
+			now = "thinking…"
+		}
+		line += " " + clip(now, c.now)
 	}
 	if a.ID == m.sel {
 		return m.styles.sel.Render("›" + " " + line)
@@ -236,7 +240,7 @@ func (m *Model) detailPane() []string {
 	if a.Workspace != "" {
 		where = "sandbox of workspace " + a.Workspace
 	}
-	out = append(out, fmt.Sprintf("%s %s · %s · permissions %s · pool %s", a.Provider, a.Model, where, perm, a.Pool))
+	out = append(out, fmt.Sprintf("%s · %s · permissions %s · pool %s", strings.TrimSpace(a.Provider+" "+a.Model), where, perm, a.Pool))
 	kids := a.Children // their names
 	figures := fmt.Sprintf("turns %d · tokens %s in / %s out · $%.4f · pending %d", a.Counters.Turns, count(a.Counters.InputTokens),
 		count(a.Counters.OutputTokens), a.Counters.CostUSD, a.Pending)
