@@ -96,10 +96,11 @@ func Tools() []ToolSpec {
 type turnTools struct {
 	c        *Core
 	n        *node
-	inTurn   map[string]bool   // message ids in the turn's prompt
-	lastFrom map[string]string // sender id -> newest message from it in the prompt
-	hops     int               // the most hops of a message in the prompt
-	done     <-chan struct{}   // closed when the turn ends (nil outside a turn)
+	msgs     []*fsstore.Message // the turn's prompt
+	inTurn   map[string]bool    // message ids in the turn's prompt
+	lastFrom map[string]string  // sender id -> newest message from it in the prompt
+	hops     int                // the most hops of a message in the prompt
+	done     <-chan struct{}    // closed when the turn ends (nil outside a turn)
 
 	mu       sync.Mutex // guards the fields below
 	spawned  []*node
@@ -108,7 +109,7 @@ type turnTools struct {
 }
 
 func newTurnTools(c *Core, n *node, msgs []*fsstore.Message) *turnTools {
-	t := &turnTools{c: c, n: n, inTurn: map[string]bool{}, lastFrom: map[string]string{}}
+	t := &turnTools{c: c, n: n, msgs: msgs, inTurn: map[string]bool{}, lastFrom: map[string]string{}}
 	for _, m := range msgs {
 		t.inTurn[m.ID] = true
 		t.lastFrom[m.From] = m.ID
@@ -116,6 +117,9 @@ func newTurnTools(c *Core, n *node, msgs []*fsstore.Message) *turnTools {
 	}
 	return t
 }
+
+// prompt returns the messages of the turn's prompt.
+func (t *turnTools) prompt() []*fsstore.Message { return t.msgs }
 
 // checkedIDs returns the messages check_inbox handed over this turn, in
 // id order. They are delivered when the turn ends, with the prompt's.

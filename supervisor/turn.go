@@ -111,31 +111,67 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	if err != nil {
 		return msgs, c.turnFailed(ctx, n, msgs, err)
 	}
+	if err := c.beginTurn(n, tools); err != nil {
+		return msgs, err
+	}
+	defer func() {
+		c.mu.Lock()
+		n.turn = nil
+		c.mu.Unlock()
+	}()
+	prompt := RenderPrompt(msgs)
+	res, err := c.runTurn(ctx, n, live, prompt, tools)
+	if err != nil {
+		return msgs, err
+	}
+	if res == nil {
+		return msgs, nil // the turn failed, and turnFailed dealt with it
+	}
+	ids, err := c.deliverTurn(n, msgs, tools)
+	if err != nil {
+		return msgs, err
+	}
+	if err := c.endTurn(n, tools); err != nil {
+		return msgs, err
+	}
+	c.snapshot(n)
+	c.transcript(n, prompt, res.Text)
+	c.mu.Lock()
+	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
+		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
+	n.failures, n.retryAt = nil, time.Time{}
+	c.mu.Unlock()
+	c.checkBudgets(n)
+	c.outcomes.settle(ids, Outcome{Text: res.Text})
+	return msgs, nil
+}
+
+// beginTurn makes n BUSY with tools as its turn's, after what an earlier
+// turn left: a BUSY left by a store error, a permit to use up.
+func (c *Core) beginTurn(n *node, tools *turnTools) error {
 	if n.s().AgentState == fsstore.AgentBusy {
 		// Left BUSY by a store error in an earlier turn.
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "recovered from a store error"}); err != nil {
-			return msgs, err
+			return err
 		}
 	}
 	if n.s().Gated {
 		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{AddPermits: -1}); err != nil {
-			return msgs, err
+			return err
 		}
 	}
 	c.mu.Lock()
 	n.turn = tools
 	n.lastUsed = c.clock.Now()
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		n.turn = nil
-		c.mu.Unlock()
-	}()
-	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
-		return msgs, err
-	}
+	return c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy})
+}
 
-	prompt := RenderPrompt(msgs)
+// runTurn sends the prompt to the live session, streaming its output to
+// watchers and recording the tools the provider's own rules refused. A
+// failed turn goes to turnFailed, and runTurn returns a nil result and
+// turnFailed's error.
+func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
 	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Output: func(ch provider.Chunk) {
 		c.mu.Lock()
@@ -150,30 +186,35 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	c.mu.Unlock()
 	for _, d := range refused {
 		if cerr := c.commit(n, fsstore.EvToolDenied, d); cerr != nil {
-			return msgs, cerr
+			return nil, cerr
 		}
 	}
 	if err != nil {
-		return msgs, c.turnFailed(ctx, n, msgs, err)
+		return nil, c.turnFailed(ctx, n, tools.prompt(), err)
 	}
 	if err := c.commit(n, fsstore.EvTurn, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
 		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
-		return msgs, err
+		return nil, err
 	}
-	// Delivery: the prompt's messages and those check_inbox handed over.
-	// The log first, then the inbox; a crash between the two leaves the
-	// messages in inbox/new under a message_delivered event, and the next
-	// scan finishes the delivery (fsstore FindUnfinishedDelivery).
+	return &res, nil
+}
+
+// deliverTurn delivers the prompt's messages and those check_inbox handed
+// over, and returns their ids. The log first, then the inbox; a crash
+// between the two leaves the messages in inbox/new under a
+// message_delivered event, and the next scan finishes the delivery
+// (fsstore FindUnfinishedDelivery).
+func (c *Core) deliverTurn(n *node, msgs []*fsstore.Message, tools *turnTools) ([]string, error) {
 	ids := make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		ids = append(ids, m.ID)
 	}
 	ids = append(ids, tools.checkedIDs()...)
 	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
-		return msgs, err
+		return ids, err
 	}
 	if err := n.agent.MarkDelivered(ids); err != nil {
-		return msgs, storeErr(err)
+		return ids, storeErr(err)
 	}
 	c.mu.Lock()
 	n.pending = max(0, n.pending-len(ids))
@@ -181,6 +222,12 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	if _, err := fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now()); err != nil {
 		c.log.Warn("delivered messages not swept from inbox/new", "agent", n.id(), "err", err)
 	}
+	return ids, nil
+}
+
+// endTurn leaves n TERMINATED (it completed), WAITING (a request it sent
+// awaits a reply) or IDLE.
+func (c *Core) endTurn(n *node, tools *turnTools) error {
 	c.mu.Lock()
 	done := n.terminated()
 	waiting := n.s().WaitingFor
@@ -188,36 +235,17 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	if requests := tools.requestsSent(); len(requests) > 0 && !done {
 		waiting = addWaiting(waiting, requests)
 		if err := c.commit(n, fsstore.EvWaiting, fsstore.Waiting{IDs: waiting}); err != nil {
-			return msgs, err
+			return err
 		}
 	}
 	switch {
 	case done:
-		if err := c.terminateHeld(n, n.s().StateReason); err != nil {
-			return msgs, err
-		}
+		return c.terminateHeld(n, n.s().StateReason)
 	case len(waiting) > 0:
 		// A request is outstanding: WAITING until the reply wakes it.
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentWaiting}); err != nil {
-			return msgs, err
-		}
-	default:
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle}); err != nil {
-			return msgs, err
-		}
+		return c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentWaiting})
 	}
-	c.snapshot(n)
-	c.transcript(n, prompt, res.Text)
-	c.mu.Lock()
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
-		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
-	c.mu.Unlock()
-	c.mu.Lock()
-	n.failures, n.retryAt = nil, time.Time{}
-	c.mu.Unlock()
-	c.checkBudgets(n)
-	c.outcomes.settle(ids, Outcome{Text: res.Text})
-	return msgs, nil
+	return c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle})
 }
 
 // turnFailed handles a turn that did not finish: the messages stay in the
