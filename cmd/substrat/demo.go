@@ -49,135 +49,26 @@ func demoScript() string {
 
 // Run runs the demo.
 func (c *DemoCmd) Run(g *Globals) error {
-	start := time.Now()
-	step := func(format string, args ...any) {
-		fmt.Printf("[%5.1fs] ", time.Since(start).Seconds())
-		fmt.Printf(format+"\n", args...)
-	}
-	home := g.Home
-	if def, _ := os.UserHomeDir(); home == def+"/.substrat" || home == "" {
+	d := &demo{start: time.Now(), home: g.Home}
+	if def, _ := os.UserHomeDir(); d.home == def+"/.substrat" || d.home == "" {
 		dir, err := os.MkdirTemp("", "substrat-demo-")
 		if err != nil {
 			return err
 		}
-		home = dir
+		d.home = dir
 	}
-	dg := &Globals{Home: home}
-	layout := fsstore.Layout{Home: home}
-	deadline := time.Now().Add(c.Timeout)
-
-	step("home: %s", home)
-	pid, err := startDaemon(dg, 4, 30*time.Second)
-	if err != nil {
-		return err
-	}
-	step("daemon started (pid %d)", pid)
-
-	var lead supervisor.AgentInfo
-	if err := dg.call("agent.create", supervisor.CreateParams{Name: "lead", Provider: "script",
-		Instructions: "Lead the demo team."}, &lead); err != nil {
-		return err
-	}
-	step("created root agent %s (%s)", lead.Name, lead.ID)
-	var sent supervisor.SendResult
-	if err := dg.call("agent.send", map[string]any{"ref": "lead", "text": demoScript()}, &sent); err != nil {
-		return err
-	}
-	step("asked lead to spawn %s; message %s is durable", strings.Join(demoWorkers, ", "), sent.MessageID)
-
-	// Wait until the team is mid-work: every worker exists and one is busy.
-	for {
-		if time.Now().After(deadline) {
-			return fail("the demo timed out before the team started", "see "+layout.Log())
-		}
-		list, err := demoList(dg)
-		if err != nil {
+	d.g, d.layout, d.deadline = &Globals{Home: d.home}, fsstore.Layout{Home: d.home}, time.Now().Add(c.Timeout)
+	for _, phase := range []func() error{d.startTeam, d.waitWork, d.killAndRestart, d.waitDone, d.show} {
+		if err := phase(); err != nil {
 			return err
 		}
-		workers, busy := 0, 0
-		for _, a := range list {
-			if a.ParentID == lead.ID {
-				workers++
-				if a.AgentState == "BUSY" {
-					busy++
-				}
-			}
-		}
-		if workers == len(demoWorkers) && busy > 0 {
-			step("team at work: %d workers, %d busy", workers, busy)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
-
-	step("kill -9 the daemon (pid %d) mid-work", pid)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return err
-	}
-	for held, _ := supervisor.Held(layout.Lock()); held; held, _ = supervisor.Held(layout.Lock()) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	pid, err = startDaemon(dg, 4, 30*time.Second)
-	if err != nil {
-		return err
-	}
-	step("daemon restarted (pid %d); recovery report:", pid)
-	var rep supervisor.Report
-	if err := dg.call("daemon.recovery", nil, &rep); err != nil {
-		return err
-	}
-	printReport(&rep)
-
-	step("waiting for the team to finish")
-	for {
-		if time.Now().After(deadline) {
-			return fail("the demo timed out waiting for the team", "see "+layout.Log()+" and 'substrat --home "+home+" agent list'")
-		}
-		list, err := demoList(dg)
-		if err != nil {
-			return err
-		}
-		done, idle := 0, false
-		for _, a := range list {
-			if a.ParentID == lead.ID && a.AgentState == "TERMINATED" {
-				done++
-			}
-			if a.ID == lead.ID {
-				idle = a.AgentState == "IDLE"
-			}
-		}
-		var insp supervisor.InspectResult
-		if err := dg.call("agent.inspect", map[string]string{"ref": lead.ID}, &insp); err != nil {
-			return err
-		}
-		if done == len(demoWorkers) && idle && insp.Pending == 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	step("all %d workers completed; final tree:", len(demoWorkers))
-	list, err := demoList(dg)
-	if err != nil {
-		return err
-	}
-	fmt.Print(drawTree(list))
-	step("what lead was told, read straight from its inbox/cur/ files:")
-	msgs, _, err := fsstore.ReadInbox(fsstore.OS{}, layout.Agent(lead.ID).Inbox(), fsstore.InboxCur)
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		fmt.Printf("  from %-7s %s\n", m.FromName+":", oneLine(m.Text, 90))
-	}
-
 	if c.Keep {
-		step("the daemon keeps running: substrat --home %s daemon stop", home)
-	} else {
-		if err := (&DaemonStopCmd{Timeout: 30 * time.Second}).Run(dg); err != nil {
-			return err
-		}
+		d.step("the daemon keeps running: substrat --home %s daemon stop", d.home)
+	} else if err := (&DaemonStopCmd{Timeout: 30 * time.Second}).Run(d.g); err != nil {
+		return err
 	}
-	step("done. Everything is plain files; look for yourself:")
+	d.step("done. Everything is plain files; look for yourself:")
 	fmt.Printf(`
   export SUBSTRAT_HOME=%[1]s
   jq . $SUBSTRAT_HOME/recovery.json                        # what the restart found and did
@@ -185,7 +76,148 @@ func (c *DemoCmd) Run(g *Globals) error {
   jq -c '{seq, type, data}' $SUBSTRAT_HOME/agents/%[2]s/events.jsonl   # lead's history
   jq -r .text $SUBSTRAT_HOME/agents/%[2]s/inbox/cur/*.json            # what lead was told
   substrat agent list                                      # (after: substrat daemon start)
-`, home, lead.ID)
+  substrat top                                             # the team, live (after: substrat daemon start)
+`, d.home, d.lead.ID)
+	return nil
+}
+
+// demo is one run of the demo, phase by phase.
+type demo struct {
+	start    time.Time
+	home     string
+	g        *Globals
+	layout   fsstore.Layout
+	deadline time.Time
+	pid      int
+	lead     supervisor.AgentInfo
+}
+
+func (d *demo) step(format string, args ...any) {
+	fmt.Printf("[%5.1fs] ", time.Since(d.start).Seconds())
+	fmt.Printf(format+"\n", args...)
+}
+
+// startTeam starts the daemon and asks the lead to spawn the workers.
+func (d *demo) startTeam() error {
+	d.step("home: %s", d.home)
+	pid, err := startDaemon(d.g, 4, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	d.pid = pid
+	d.step("daemon started (pid %d)", pid)
+	if err := d.g.call("agent.create", supervisor.CreateParams{Name: "lead", Provider: "script",
+		Instructions: "Lead the demo team."}, &d.lead); err != nil {
+		return err
+	}
+	d.step("created root agent %s (%s)", d.lead.Name, d.lead.ID)
+	var sent supervisor.SendResult
+	if err := d.g.call("agent.send", map[string]any{"ref": "lead", "text": demoScript()}, &sent); err != nil {
+		return err
+	}
+	d.step("asked lead to spawn %s; message %s is durable", strings.Join(demoWorkers, ", "), sent.MessageID)
+	return nil
+}
+
+// waitWork waits until the team is mid-work: every worker exists and one
+// is busy.
+func (d *demo) waitWork() error {
+	for {
+		if time.Now().After(d.deadline) {
+			return fail("the demo timed out before the team started", "see "+d.layout.Log())
+		}
+		list, err := demoList(d.g)
+		if err != nil {
+			return err
+		}
+		workers, busy := 0, 0
+		for _, a := range list {
+			if a.ParentID == d.lead.ID {
+				workers++
+				if a.AgentState == "BUSY" {
+					busy++
+				}
+			}
+		}
+		if workers == len(demoWorkers) && busy > 0 {
+			d.step("team at work: %d workers, %d busy", workers, busy)
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killAndRestart kills the daemon with SIGKILL, starts a new one, and
+// prints what its recovery did.
+func (d *demo) killAndRestart() error {
+	d.step("kill -9 the daemon (pid %d) mid-work", d.pid)
+	if err := syscall.Kill(d.pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	for held, _ := supervisor.Held(d.layout.Lock()); held; held, _ = supervisor.Held(d.layout.Lock()) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid, err := startDaemon(d.g, 4, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	d.pid = pid
+	d.step("daemon restarted (pid %d); recovery report:", pid)
+	var rep supervisor.Report
+	if err := d.g.call("daemon.recovery", nil, &rep); err != nil {
+		return err
+	}
+	printReport(&rep)
+	return nil
+}
+
+// waitDone waits until every worker completed and the lead read it all.
+func (d *demo) waitDone() error {
+	d.step("waiting for the team to finish")
+	for {
+		if time.Now().After(d.deadline) {
+			return fail("the demo timed out waiting for the team", "see "+d.layout.Log()+" and 'substrat --home "+d.home+" agent list'")
+		}
+		list, err := demoList(d.g)
+		if err != nil {
+			return err
+		}
+		done, idle := 0, false
+		for _, a := range list {
+			if a.ParentID == d.lead.ID && a.AgentState == "TERMINATED" {
+				done++
+			}
+			if a.ID == d.lead.ID {
+				idle = a.AgentState == "IDLE"
+			}
+		}
+		var insp supervisor.InspectResult
+		if err := d.g.call("agent.inspect", map[string]string{"ref": d.lead.ID}, &insp); err != nil {
+			return err
+		}
+		if done == len(demoWorkers) && idle && insp.Pending == 0 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// show prints the final tree and what the lead was told, from its files.
+func (d *demo) show() error {
+	d.step("all %d workers completed; final tree:", len(demoWorkers))
+	list, err := demoList(d.g)
+	if err != nil {
+		return err
+	}
+	fmt.Print(drawTree(list))
+	d.step("what lead was told, read straight from its inbox/cur/ files:")
+	msgs, _, err := fsstore.ReadInbox(fsstore.OS{}, d.layout.Agent(d.lead.ID).Inbox(), fsstore.InboxCur)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		fmt.Printf("  from %-7s %s\n", m.FromName+":", oneLine(m.Text, 90))
+	}
 	return nil
 }
 
