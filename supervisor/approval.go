@@ -93,10 +93,8 @@ func approvalTools() []tool {
 			"The request goes to the agent's approver; the answer is JSON {\"behavior\":\"allow\"|\"deny\",...}.",
 			json.RawMessage(`{"type":"object","properties":{"tool_name":{"type":"string"},"input":{"type":"object"},"tool_use_id":{"type":"string"}},"required":["tool_name"]}`)},
 			(*turnTools).requestApproval},
-		{ToolSpec{"approve", "Answer an approval request of one of your children (its id is in the approval message): allow true or false, " +
-			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git *)\".",
-			schema(`"request_id":{"type":"string"},"allow":{"type":"boolean"},"reason":{"type":"string"},"remember":{"type":"string"}`, "request_id", "allow")},
-			(*turnTools).approve},
+		newTool("approve", "Answer an approval request of one of your children (its id is in the approval message): allow true or false, "+
+			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git *)\".", (*turnTools).approve),
 	}
 }
 
@@ -217,16 +215,7 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 	return err
 }
 
-func (t *turnTools) approve(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		RequestID string `json:"request_id"`
-		Allow     bool   `json:"allow"`
-		Reason    string `json:"reason"`
-		Remember  string `json:"remember"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) approve(ctx context.Context, call provider.ToolCall, a approveArgs) (string, error) {
 	req, err := t.c.Answer(ctx, AnswerParams{ID: a.RequestID, Allow: a.Allow, Reason: a.Reason, Remember: a.Remember, By: t.n.id()})
 	if err != nil {
 		return "", err
@@ -424,4 +413,12 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// approveArgs are the arguments of approve.
+type approveArgs struct {
+	RequestID string `json:"request_id"`
+	Allow     bool   `json:"allow"`
+	Reason    string `json:"reason,omitempty"`
+	Remember  string `json:"remember,omitempty"`
 }

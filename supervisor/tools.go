@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -26,54 +29,61 @@ type ToolSpec struct {
 
 type toolFunc func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error)
 
+// newTool makes the tool name, whose arguments decode strictly into an A
+// and whose input schema is generated from A: a property per json tag,
+// required unless omitempty, described by its jsonschema tag.
+func newTool[A any](name, desc string, run func(t *turnTools, ctx context.Context, call provider.ToolCall, a A) (string, error)) tool {
+	s, err := jsonschema.For[A](&jsonschema.ForOptions{TypeSchemas: argTypeSchemas})
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: %v", name, err))
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: %v", name, err))
+	}
+	return tool{ToolSpec{name, desc, raw}, func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error) {
+		var a A
+		if err := args(call, &a); err != nil {
+			return "", err
+		}
+		return run(t, ctx, call, a)
+	}}
+}
+
+// argTypeSchemas are the schemas of argument types that are not plain Go.
+var argTypeSchemas = map[reflect.Type]*jsonschema.Schema{
+	reflect.TypeFor[delay]():    {Types: []string{"string", "number"}},
+	reflect.TypeFor[linkMode](): {Type: "string", Enum: []any{"ro", "rw"}},
+}
+
+// noArgs are the arguments of a tool that takes none.
+type noArgs struct{}
+
 type tool struct {
 	spec ToolSpec
 	run  toolFunc
-}
-
-func schema(props string, required ...string) json.RawMessage {
-	req, _ := json.Marshal(required)
-	if required == nil {
-		req = []byte("[]")
-	}
-	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `,"additionalProperties":false}`)
 }
 
 var tools = map[string]tool{}
 
 func init() {
 	for _, t := range []tool{
-		{ToolSpec{"spawn_agent", "Create a child agent with a name and instructions. Its session starts after your turn ends; messages you send it now are kept.",
-			schema(`"name":{"type":"string"},"instructions":{"type":"string"},"workspace":{"type":"string"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}`, "name", "instructions")}, (*turnTools).spawnAgent},
-		{ToolSpec{"send_message", "Send a message to your parent, a child or a sibling (by name), or to USER if you are a root agent.",
-			schema(`"recipient":{"type":"string"},"text":{"type":"string"}`, "recipient", "text")}, (*turnTools).sendMessage},
-		{ToolSpec{"check_inbox", "Read messages that arrived during this turn, optionally only from one sender or of one kind.",
-			schema(`"sender":{"type":"string"},"kind":{"type":"string"}`)}, (*turnTools).checkInbox},
-		{ToolSpec{"complete", "Report your result to your parent and end: your agent terminates after this turn.",
-			schema(`"result":{"type":"string"}`, "result")}, (*turnTools).complete},
-		{ToolSpec{"list_children", "List your children with their states.", schema(``)}, (*turnTools).listChildren},
-		{ToolSpec{"inspect_agent", "Show an agent one hop away (parent, child, sibling) or yourself.",
-			schema(`"name":{"type":"string"}`, "name")}, (*turnTools).inspectAgent},
-		{ToolSpec{"broadcast", "Send a message to all your live siblings.",
-			schema(`"text":{"type":"string"}`, "text")}, (*turnTools).broadcast},
-		{ToolSpec{"poke", "Wake an agent one hop away with a nudge to check its inbox.",
-			schema(`"agent_name":{"type":"string"}`, "agent_name")}, (*turnTools).poke},
-		{ToolSpec{"remind_me", "Get a SYSTEM message after timeout (\"90s\", \"5m\" or seconds), optionally repeating every interval.",
-			schema(`"reason":{"type":"string"},"timeout":{"type":["string","number"]},"every":{"type":["string","number"]}`, "reason", "timeout")}, (*turnTools).remindMe},
-		{ToolSpec{"cancel_reminder", "Cancel one of your reminders by id.",
-			schema(`"id":{"type":"string"}`, "id")}, (*turnTools).cancelReminder},
-		{ToolSpec{"set_agent_metadata", "Set (or, without value, remove) a metadata key on yourself or an agent one hop away.",
-			schema(`"agent_name":{"type":"string"},"key":{"type":"string"},"value":{"type":["string","null"]}`, "agent_name", "key")}, (*turnTools).setMetadata},
-		{ToolSpec{"subscribe", "Be told when an agent one hop away changes state, e.g. transition \"BUSY->IDLE\" or \"*->TERMINATED\".",
-			schema(`"agent_name":{"type":"string"},"transition":{"type":"string"},"once":{"type":"boolean"}`, "agent_name", "transition")}, (*turnTools).subscribe},
-		{ToolSpec{"unsubscribe", "End one of your subscriptions by id.",
-			schema(`"id":{"type":"string"}`, "id")}, (*turnTools).unsubscribe},
-		{ToolSpec{"gate", "Stop an agent one hop away from starting turns until you permit or ungate it.",
-			schema(`"agent_name":{"type":"string"}`, "agent_name")}, gateTool("gate")},
-		{ToolSpec{"ungate", "Let a gated agent run freely again.",
-			schema(`"agent_name":{"type":"string"}`, "agent_name")}, gateTool("ungate")},
-		{ToolSpec{"permit_turn", "Let a gated agent take one turn.",
-			schema(`"agent_name":{"type":"string"}`, "agent_name")}, gateTool("permit")},
+		newTool("spawn_agent", "Create a child agent with a name and instructions. Its session starts after your turn ends; messages you send it now are kept.", (*turnTools).spawnAgent),
+		newTool("send_message", "Send a message to your parent, a child or a sibling (by name), or to USER if you are a root agent.", (*turnTools).sendMessage),
+		newTool("check_inbox", "Read messages that arrived during this turn, optionally only from one sender or of one kind.", (*turnTools).checkInbox),
+		newTool("complete", "Report your result to your parent and end: your agent terminates after this turn.", (*turnTools).complete),
+		newTool("list_children", "List your children with their states.", (*turnTools).listChildren),
+		newTool("inspect_agent", "Show an agent one hop away (parent, child, sibling) or yourself.", (*turnTools).inspectAgent),
+		newTool("broadcast", "Send a message to all your live siblings.", (*turnTools).broadcast),
+		newTool("poke", "Wake an agent one hop away with a nudge to check its inbox.", (*turnTools).poke),
+		newTool("remind_me", "Get a SYSTEM message after timeout (\"90s\", \"5m\" or seconds), optionally repeating every interval.", (*turnTools).remindMe),
+		newTool("cancel_reminder", "Cancel one of your reminders by id.", (*turnTools).cancelReminder),
+		newTool("set_agent_metadata", "Set (or, without value, remove) a metadata key on yourself or an agent one hop away.", (*turnTools).setMetadata),
+		newTool("subscribe", "Be told when an agent one hop away changes state, e.g. transition \"BUSY->IDLE\" or \"*->TERMINATED\".", (*turnTools).subscribe),
+		newTool("unsubscribe", "End one of your subscriptions by id.", (*turnTools).unsubscribe),
+		newTool("gate", "Stop an agent one hop away from starting turns until you permit or ungate it.", gateTool("gate")),
+		newTool("ungate", "Let a gated agent run freely again.", gateTool("ungate")),
+		newTool("permit_turn", "Let a gated agent take one turn.", gateTool("permit")),
 	} {
 		tools[t.spec.Name] = t
 	}
@@ -203,16 +213,7 @@ func (t *turnTools) releaseSpawned() {
 	t.c.signal()
 }
 
-func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Name         string            `json:"name"`
-		Instructions string            `json:"instructions"`
-		Workspace    string            `json:"workspace"`
-		Metadata     map[string]string `json:"metadata"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall, a spawnAgentArgs) (string, error) {
 	if strings.TrimSpace(a.Instructions) == "" {
 		return "", fmt.Errorf("instructions are empty")
 	}
@@ -305,14 +306,7 @@ func (c *Core) spawnedBy(n *node, key string) string {
 	return keys[key]
 }
 
-func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Recipient string `json:"recipient"`
-		Text      string `json:"text"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall, a sendMessageArgs) (string, error) {
 	if strings.TrimSpace(a.Text) == "" {
 		return "", fmt.Errorf("message text is empty")
 	}
@@ -352,13 +346,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall) (st
 	return fmt.Sprintf("sent to %s (message %s); you will be woken by the reply", to.s().Name, m.ID), nil
 }
 
-func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Text string `json:"text"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall, a broadcastArgs) (string, error) {
 	if strings.TrimSpace(a.Text) == "" {
 		return "", fmt.Errorf("message text is empty")
 	}
@@ -397,13 +385,7 @@ func (t *turnTools) neighbour(name string) (*node, error) {
 	return t.c.neighbourLocked(t.n, name)
 }
 
-func (t *turnTools) poke(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		AgentName string `json:"agent_name"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) poke(ctx context.Context, call provider.ToolCall, a pokeArgs) (string, error) {
 	to, err := t.neighbour(a.AgentName)
 	if err != nil {
 		return "", err
@@ -421,20 +403,12 @@ func (t *turnTools) poke(ctx context.Context, call provider.ToolCall) (string, e
 	return "poked " + to.s().Name, nil
 }
 
-func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Reason  string          `json:"reason"`
-		Timeout json.RawMessage `json:"timeout"`
-		Every   json.RawMessage `json:"every"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
-	after, err := parseDelay(a.Timeout)
+func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall, a remindMeArgs) (string, error) {
+	after, err := parseDelay(json.RawMessage(a.Timeout))
 	if err != nil || after <= 0 {
 		return "", fmt.Errorf("timeout: %v", orText(err, "must be positive"))
 	}
-	every, err := parseDelay(a.Every)
+	every, err := parseDelay(json.RawMessage(a.Every))
 	if err != nil || (len(a.Every) > 0 && string(a.Every) != "null" && every < time.Second) {
 		return "", fmt.Errorf("every: %v", orText(err, "must be at least 1s"))
 	}
@@ -453,13 +427,7 @@ func orText(err error, text string) string {
 	return text
 }
 
-func (t *turnTools) cancelReminder(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		ID string `json:"id"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) cancelReminder(ctx context.Context, call provider.ToolCall, a cancelReminderArgs) (string, error) {
 	t.c.mu.Lock()
 	found := slices.ContainsFunc(t.n.s().Reminders, func(r fsstore.Reminder) bool { return r.ID == a.ID })
 	t.c.mu.Unlock()
@@ -472,15 +440,7 @@ func (t *turnTools) cancelReminder(ctx context.Context, call provider.ToolCall) 
 	return "reminder " + a.ID + " cancelled", nil
 }
 
-func (t *turnTools) setMetadata(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		AgentName string  `json:"agent_name"`
-		Key       string  `json:"key"`
-		Value     *string `json:"value"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) setMetadata(ctx context.Context, call provider.ToolCall, a setMetadataArgs) (string, error) {
 	if a.Key == "" {
 		return "", fmt.Errorf("key is empty")
 	}
@@ -499,15 +459,7 @@ func (t *turnTools) setMetadata(ctx context.Context, call provider.ToolCall) (st
 
 var agentStates = []string{"*", "IDLE", "BUSY", "WAITING", "TERMINATED"}
 
-func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		AgentName  string `json:"agent_name"`
-		Transition string `json:"transition"`
-		Once       bool   `json:"once"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall, a subscribeArgs) (string, error) {
 	from, to, ok := strings.Cut(strings.ReplaceAll(a.Transition, " ", ""), "->")
 	from, to = strings.ToUpper(from), strings.ToUpper(to)
 	if !ok || !slices.Contains(agentStates, from) || !slices.Contains(agentStates, to) {
@@ -527,13 +479,7 @@ func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall) (stri
 	return fmt.Sprintf("subscription %s: you will be told when %s goes %s -> %s", s.ID, target.s().Name, from, to), nil
 }
 
-func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		ID string `json:"id"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall, a unsubscribeArgs) (string, error) {
 	t.c.mu.Lock()
 	found := slices.ContainsFunc(t.n.s().Subscriptions, func(s fsstore.Subscription) bool { return s.ID == a.ID })
 	t.c.mu.Unlock()
@@ -546,14 +492,13 @@ func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall) (st
 	return "subscription " + a.ID + " ended", nil
 }
 
-func gateTool(op string) toolFunc {
-	return func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error) {
-		var a struct {
-			AgentName string `json:"agent_name"`
-		}
-		if err := args(call, &a); err != nil {
-			return "", err
-		}
+// agentNameArgs name an agent one hop away.
+type agentNameArgs struct {
+	AgentName string `json:"agent_name"`
+}
+
+func gateTool(op string) func(t *turnTools, ctx context.Context, call provider.ToolCall, a agentNameArgs) (string, error) {
+	return func(t *turnTools, ctx context.Context, call provider.ToolCall, a agentNameArgs) (string, error) {
 		to, err := t.neighbour(a.AgentName)
 		if err != nil {
 			return "", err
@@ -569,14 +514,7 @@ func gateTool(op string) toolFunc {
 	}
 }
 
-func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Sender string `json:"sender"`
-		Kind   string `json:"kind"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall, a checkInboxArgs) (string, error) {
 	msgs, _, err := t.n.agent.Pending()
 	if err != nil {
 		return "", storeErr(err)
@@ -603,13 +541,7 @@ func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall) (str
 	return RenderPrompt(picked), nil
 }
 
-func (t *turnTools) complete(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Result string `json:"result"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a completeArgs) (string, error) {
 	t.c.mu.Lock()
 	me := t.n.s()
 	parent := t.c.nodes[me.ParentID]
@@ -633,10 +565,7 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall) (strin
 	return "result sent; this agent ends when the turn does", nil
 }
 
-func (t *turnTools) listChildren(ctx context.Context, call provider.ToolCall) (string, error) {
-	if err := args(call, &struct{}{}); err != nil {
-		return "", err
-	}
+func (t *turnTools) listChildren(ctx context.Context, call provider.ToolCall, a noArgs) (string, error) {
 	t.c.mu.Lock()
 	var out []AgentInfo
 	for _, id := range t.n.children {
@@ -651,13 +580,7 @@ func (t *turnTools) listChildren(ctx context.Context, call provider.ToolCall) (s
 	return toolJSON(out)
 }
 
-func (t *turnTools) inspectAgent(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Name string `json:"name"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) inspectAgent(ctx context.Context, call provider.ToolCall, a inspectAgentArgs) (string, error) {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	target := t.n
@@ -673,4 +596,85 @@ func (t *turnTools) inspectAgent(ctx context.Context, call provider.ToolCall) (s
 func toolJSON(v any) (string, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	return string(b), err
+}
+
+// spawnAgentArgs are the arguments of spawn_agent.
+type spawnAgentArgs struct {
+	Name         string            `json:"name"`
+	Instructions string            `json:"instructions"`
+	Workspace    string            `json:"workspace,omitempty"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+}
+
+// sendMessageArgs are the arguments of send_message.
+type sendMessageArgs struct {
+	Recipient string `json:"recipient"`
+	Text      string `json:"text"`
+}
+
+// checkInboxArgs are the arguments of check_inbox.
+type checkInboxArgs struct {
+	Sender string `json:"sender,omitempty"`
+	Kind   string `json:"kind,omitempty"`
+}
+
+// completeArgs are the arguments of complete.
+type completeArgs struct {
+	Result string `json:"result"`
+}
+
+// inspectAgentArgs are the arguments of inspect_agent.
+type inspectAgentArgs struct {
+	Name string `json:"name"`
+}
+
+// broadcastArgs are the arguments of broadcast.
+type broadcastArgs struct {
+	Text string `json:"text"`
+}
+
+// pokeArgs are the arguments of poke.
+type pokeArgs struct {
+	AgentName string `json:"agent_name"`
+}
+
+// remindMeArgs are the arguments of remind_me.
+type remindMeArgs struct {
+	Reason  string `json:"reason"`
+	Timeout delay  `json:"timeout"`
+	Every   delay  `json:"every,omitempty"`
+}
+
+// delay is a duration as a model writes it: "90s", "5m", or a number of
+// seconds (parseDelay reads it).
+type delay json.RawMessage
+
+// UnmarshalJSON keeps the raw value.
+func (d *delay) UnmarshalJSON(b []byte) error {
+	*d = append((*d)[:0], b...)
+	return nil
+}
+
+// cancelReminderArgs are the arguments of cancel_reminder.
+type cancelReminderArgs struct {
+	ID string `json:"id"`
+}
+
+// setMetadataArgs are the arguments of set_agent_metadata.
+type setMetadataArgs struct {
+	AgentName string  `json:"agent_name"`
+	Key       string  `json:"key"`
+	Value     *string `json:"value,omitempty"`
+}
+
+// subscribeArgs are the arguments of subscribe.
+type subscribeArgs struct {
+	AgentName  string `json:"agent_name"`
+	Transition string `json:"transition"`
+	Once       bool   `json:"once,omitempty"`
+}
+
+// unsubscribeArgs are the arguments of unsubscribe.
+type unsubscribeArgs struct {
+	ID string `json:"id"`
 }

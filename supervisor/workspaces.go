@@ -398,17 +398,12 @@ func hostPath(grants []bwrap.Mount, p string) string {
 
 func workspaceTools() []tool {
 	return []tool{
-		{ToolSpec{"list_workspaces", "List the workspaces you can use: yours, the ones you created, and USER's.", schema(``)}, (*turnTools).listWorkspaces},
-		{ToolSpec{"create_workspace", "Create an empty workspace in your scope (network only if yours has network).",
-			schema(`"name":{"type":"string"},"network_access":{"type":"boolean"}`, "name")}, (*turnTools).createWorkspace},
-		{ToolSpec{"delete_workspace", "Delete a workspace of your scope that no live agent uses.",
-			schema(`"name":{"type":"string"}`, "name")}, (*turnTools).deleteWorkspace},
-		{ToolSpec{"link_dir", "Bind a directory your own workspace grants (a path as you see it) into a workspace of your scope.",
-			schema(`"workspace":{"type":"string"},"source":{"type":"string"},"target":{"type":"string","description":"where it appears in the sandbox: absolute, or relative to /workspace"},"mode":{"type":"string","enum":["ro","rw"]}`, "workspace", "source", "target")}, (*turnTools).linkDir},
-		{ToolSpec{"unlink_dir", "Remove a link from a workspace of your scope.",
-			schema(`"workspace":{"type":"string"},"target":{"type":"string"}`, "workspace", "target")}, (*turnTools).unlinkDir},
-		{ToolSpec{"link_from", "Bind a directory of another workspace you can use into a workspace of your scope.",
-			schema(`"workspace":{"type":"string"},"source_workspace":{"type":"string"},"subdir":{"type":"string"},"target":{"type":"string"},"mode":{"type":"string","enum":["ro","rw"]}`, "workspace", "source_workspace", "target")}, (*turnTools).linkFrom},
+		newTool("list_workspaces", "List the workspaces you can use: yours, the ones you created, and USER's.", (*turnTools).listWorkspaces),
+		newTool("create_workspace", "Create an empty workspace in your scope (network only if yours has network).", (*turnTools).createWorkspace),
+		newTool("delete_workspace", "Delete a workspace of your scope that no live agent uses.", (*turnTools).deleteWorkspace),
+		newTool("link_dir", "Bind a directory your own workspace grants (a path as you see it) into a workspace of your scope.", (*turnTools).linkDir),
+		newTool("unlink_dir", "Remove a link from a workspace of your scope.", (*turnTools).unlinkDir),
+		newTool("link_from", "Bind a directory of another workspace you can use into a workspace of your scope.", (*turnTools).linkFrom),
 	}
 }
 
@@ -420,10 +415,7 @@ func (t *turnTools) ownScope(name string) (*workspace.Workspace, error) {
 	return w, nil
 }
 
-func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall) (string, error) {
-	if err := args(call, &struct{}{}); err != nil {
-		return "", err
-	}
+func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall, a noArgs) (string, error) {
 	all, _ := t.c.ws.List()
 	var out []WorkspaceInfo
 	for _, w := range all {
@@ -437,14 +429,7 @@ func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall) 
 	return toolJSON(out)
 }
 
-func (t *turnTools) createWorkspace(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Name          string `json:"name"`
-		NetworkAccess bool   `json:"network_access"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) createWorkspace(ctx context.Context, call provider.ToolCall, a createWorkspaceArgs) (string, error) {
 	if a.NetworkAccess {
 		if _, own, ok, err := t.c.agentSpec(t.n.s()); err != nil || (ok && !own.NetworkAccess) {
 			return "", fmt.Errorf("your workspace has no network access, so you cannot grant it")
@@ -457,13 +442,7 @@ func (t *turnTools) createWorkspace(ctx context.Context, call provider.ToolCall)
 	return "created workspace " + w.Ref(), nil
 }
 
-func (t *turnTools) deleteWorkspace(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Name string `json:"name"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) deleteWorkspace(ctx context.Context, call provider.ToolCall, a deleteWorkspaceArgs) (string, error) {
 	if _, err := t.ownScope(a.Name); err != nil {
 		return "", err
 	}
@@ -473,13 +452,7 @@ func (t *turnTools) deleteWorkspace(ctx context.Context, call provider.ToolCall)
 	return "deleted workspace " + a.Name, nil
 }
 
-func (t *turnTools) linkDir(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Workspace, Source, Target, Mode string
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) linkDir(ctx context.Context, call provider.ToolCall, a linkDirArgs) (string, error) {
 	if a.Mode == "" {
 		a.Mode = workspace.ModeRO
 	}
@@ -497,20 +470,14 @@ func (t *turnTools) linkDir(ctx context.Context, call provider.ToolCall) (string
 	if err != nil {
 		return "", err
 	}
-	w, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode})
+	w, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: string(a.Mode)})
 	if err != nil {
 		return "", workspaceErr(err)
 	}
 	return fmt.Sprintf("linked %s at %s (%s) in %s", a.Source, w.Links[len(w.Links)-1].MountPath, a.Mode, a.Workspace), nil
 }
 
-func (t *turnTools) unlinkDir(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Workspace, Target string
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) unlinkDir(ctx context.Context, call provider.ToolCall, a unlinkDirArgs) (string, error) {
 	if _, err := t.ownScope(a.Workspace); err != nil {
 		return "", err
 	}
@@ -521,17 +488,7 @@ func (t *turnTools) unlinkDir(ctx context.Context, call provider.ToolCall) (stri
 	return "unlinked " + target, nil
 }
 
-func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Workspace       string `json:"workspace"`
-		SourceWorkspace string `json:"source_workspace"`
-		Subdir          string `json:"subdir"`
-		Target          string `json:"target"`
-		Mode            string `json:"mode"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall, a linkFromArgs) (string, error) {
 	if a.Mode == "" {
 		a.Mode = workspace.ModeRO
 	}
@@ -559,9 +516,46 @@ func (t *turnTools) linkFrom(ctx context.Context, call provider.ToolCall) (strin
 	if err != nil {
 		return "", err
 	}
-	w, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: a.Mode})
+	w, err := t.c.ws.Link(t.n.id(), a.Workspace, workspace.Link{HostPath: resolved, MountPath: a.Target, Mode: string(a.Mode)})
 	if err != nil {
 		return "", workspaceErr(err)
 	}
 	return fmt.Sprintf("linked %s:%s at %s (%s) in %s", ref, a.Subdir, w.Links[len(w.Links)-1].MountPath, a.Mode, a.Workspace), nil
+}
+
+// createWorkspaceArgs are the arguments of create_workspace.
+type createWorkspaceArgs struct {
+	Name          string `json:"name"`
+	NetworkAccess bool   `json:"network_access,omitempty"`
+}
+
+// deleteWorkspaceArgs are the arguments of delete_workspace.
+type deleteWorkspaceArgs struct {
+	Name string `json:"name"`
+}
+
+// linkDirArgs are the arguments of link_dir.
+type linkDirArgs struct {
+	Workspace string   `json:"workspace"`
+	Source    string   `json:"source"`
+	Target    string   `json:"target" jsonschema:"where it appears in the sandbox: absolute, or relative to /workspace"`
+	Mode      linkMode `json:"mode,omitempty"`
+}
+
+// linkMode is how a link is bound: "ro" (the default) or "rw".
+type linkMode string
+
+// unlinkDirArgs are the arguments of unlink_dir.
+type unlinkDirArgs struct {
+	Workspace string `json:"workspace"`
+	Target    string `json:"target"`
+}
+
+// linkFromArgs are the arguments of link_from.
+type linkFromArgs struct {
+	Workspace       string   `json:"workspace"`
+	SourceWorkspace string   `json:"source_workspace"`
+	Subdir          string   `json:"subdir,omitempty"`
+	Target          string   `json:"target"`
+	Mode            linkMode `json:"mode,omitempty"`
 }

@@ -24,17 +24,11 @@ var workTools = map[string]tool{}
 
 func init() {
 	for _, t := range []tool{
-		{ToolSpec{"shell", "Run a command with /bin/sh where you work (your workspace in its sandbox, or your directory). " +
-			"The working directory and exported variables carry over between calls. Output is capped; a command past its timeout is killed.",
-			schema(`"command":{"type":"string"},"timeout_seconds":{"type":"number","description":"default 120, at most 600"}`, "command")},
-			(*turnTools).shellTool},
-		{ToolSpec{"read_file", "Read a text file (a path as you see it; relative to where you work), optionally lines from..to (1-based).",
-			schema(`"path":{"type":"string"},"from":{"type":"integer"},"to":{"type":"integer"}`, "path")}, (*turnTools).readFileTool},
-		{ToolSpec{"write_file", "Create or replace a file with the content given (missing directories are made).",
-			schema(`"path":{"type":"string"},"content":{"type":"string"}`, "path", "content")}, (*turnTools).writeFileTool},
-		{ToolSpec{"edit_file", "Replace the one occurrence of old_string in a file with new_string (it must match exactly, once).",
-			schema(`"path":{"type":"string"},"old_string":{"type":"string"},"new_string":{"type":"string"}`, "path", "old_string", "new_string")},
-			(*turnTools).editFileTool},
+		newTool("shell", "Run a command with /bin/sh where you work (your workspace in its sandbox, or your directory). "+
+			"The working directory and exported variables carry over between calls. Output is capped; a command past its timeout is killed.", (*turnTools).shellTool),
+		newTool("read_file", "Read a text file (a path as you see it; relative to where you work), optionally lines from..to (1-based).", (*turnTools).readFileTool),
+		newTool("write_file", "Create or replace a file with the content given (missing directories are made).", (*turnTools).writeFileTool),
+		newTool("edit_file", "Replace the one occurrence of old_string in a file with new_string (it must match exactly, once).", (*turnTools).editFileTool),
 	} {
 		workTools[t.spec.Name] = t
 	}
@@ -161,50 +155,21 @@ func cut(s string, n int) string {
 	return s[:k] + fmt.Sprintf("... [%d bytes more]", len(s)-k)
 }
 
-func (t *turnTools) shellTool(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Command        string  `json:"command"`
-		TimeoutSeconds float64 `json:"timeout_seconds"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) shellTool(ctx context.Context, call provider.ToolCall, a shellArgs) (string, error) {
 	return t.runWork("shell", call, func(pl worktools.Place) (string, error) {
 		return pl.Shell(ctx, a.Command, time.Duration(a.TimeoutSeconds*float64(time.Second)))
 	})
 }
 
-func (t *turnTools) readFileTool(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Path     string `json:"path"`
-		From, To int
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) readFileTool(ctx context.Context, call provider.ToolCall, a readFileArgs) (string, error) {
 	return t.runWork("read_file", call, func(pl worktools.Place) (string, error) { return pl.ReadFile(a.Path, a.From, a.To) })
 }
 
-func (t *turnTools) writeFileTool(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Path    string `json:"path"`
-		Content string `json:"content"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) writeFileTool(ctx context.Context, call provider.ToolCall, a writeFileArgs) (string, error) {
 	return t.runWork("write_file", call, func(pl worktools.Place) (string, error) { return pl.WriteFile(a.Path, a.Content) })
 }
 
-func (t *turnTools) editFileTool(ctx context.Context, call provider.ToolCall) (string, error) {
-	var a struct {
-		Path      string `json:"path"`
-		OldString string `json:"old_string"`
-		NewString string `json:"new_string"`
-	}
-	if err := args(call, &a); err != nil {
-		return "", err
-	}
+func (t *turnTools) editFileTool(ctx context.Context, call provider.ToolCall, a editFileArgs) (string, error) {
 	return t.runWork("edit_file", call, func(pl worktools.Place) (string, error) {
 		return pl.EditFile(a.Path, a.OldString, a.NewString)
 	})
@@ -218,4 +183,30 @@ func workToolNames() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// shellArgs are the arguments of shell.
+type shellArgs struct {
+	Command        string  `json:"command"`
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"default 120, at most 600"`
+}
+
+// readFileArgs are the arguments of read_file.
+type readFileArgs struct {
+	Path string `json:"path"`
+	From int    `json:"from,omitempty"`
+	To   int    `json:"to,omitempty"`
+}
+
+// writeFileArgs are the arguments of write_file.
+type writeFileArgs struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// editFileArgs are the arguments of edit_file.
+type editFileArgs struct {
+	Path      string `json:"path"`
+	OldString string `json:"old_string"`
+	NewString string `json:"new_string"`
 }

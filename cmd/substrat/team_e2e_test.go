@@ -279,13 +279,14 @@ func TestClaudeTeamE2E(t *testing.T) {
 	}
 	t.Logf("%d API requests (%d after the restart); USER got %q", len(api.Requests()), len(api.Requests())-before, summary)
 
-	// Outside a sandbox, in the CLI's safe mode, a write outside the
-	// agent's directory is refused by the CLI; the turn goes on and the
-	// refusal is recorded.
+	// Outside a sandbox, in the CLI's safe mode with no approver, a write
+	// outside the agent's directory is refused by the CLI; the turn goes
+	// on and the refusal is recorded. (With an approver, the default, it
+	// would be asked: approval_e2e_test.go.)
 	dir := t.TempDir()
 	var loner supervisor.AgentInfo
 	d.mustCall("agent.create", supervisor.CreateParams{Name: "loner", Provider: "claude", WorkDir: dir,
-		Instructions: "ROLE=loner."}, &loner)
+		Instructions: "ROLE=loner.", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, Approver: fsstore.ApproverDeny}}, &loner)
 	res := d.send("loner", "write outside")
 	if !strings.Contains(res.Text, "could not write there") {
 		t.Errorf("the loner's turn: %q", res.Text)
