@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -148,8 +149,8 @@ func (c *chaos) load(ctx context.Context, seed uint64) {
 			c.names++
 			name := fmt.Sprintf("r%d", c.names)
 			c.mu.Unlock()
-			var info supervisor.AgentInfo
-			if err := cl.Call(ctx, "agent.create", supervisor.CreateParams{Name: name}, &info); err != nil {
+			var info api.AgentInfo
+			if err := cl.Call(ctx, "agent.create", api.CreateParams{Name: name}, &info); err != nil {
 				if isConnErr(err) {
 					return
 				}
@@ -167,7 +168,7 @@ func (c *chaos) load(ctx context.Context, seed uint64) {
 		if r.IntN(40) == 0 {
 			text += fmt.Sprintf("\n!spawn_agent {\"name\":\"k%d\",\"instructions\":\"hello\"}", r.Uint32())
 		}
-		var res supervisor.SendResult
+		var res api.SendResult
 		err := cl.Call(ctx, "agent.send", map[string]any{"ref": ids[i], "text": text}, &res)
 		if err != nil {
 			if isConnErr(err) {
@@ -195,7 +196,7 @@ func (c *chaos) verify(when string) {
 		c.t.Fatalf("%s: dial: %v", when, err)
 	}
 	defer cl.Close()
-	var list []supervisor.AgentInfo
+	var list []api.AgentInfo
 	if err := cl.Call(context.Background(), "agent.list", struct{}{}, &list); err != nil {
 		c.t.Fatalf("%s: agent.list: %v", when, err)
 	}

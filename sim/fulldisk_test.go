@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -49,7 +51,7 @@ func TestFullDisk(t *testing.T) {
 		return st, c
 	}
 	st, core := open()
-	root, err := core.CreateAgent(supervisor.CreateParams{Name: "root"})
+	root, err := core.CreateAgent(api.CreateParams{Name: "root"})
 	must(t, err)
 
 	// Most of the disk goes to a file that is not ours.
@@ -69,12 +71,12 @@ func TestFullDisk(t *testing.T) {
 		switch i % 3 {
 		case 0:
 			var m *fsstore.Message
-			if m, err = core.Send(supervisor.SendParams{To: "root", Text: fmt.Sprintf("m%d %s", i, text)}); err == nil {
+			if m, err = core.Send(api.SendParams{To: "root", Text: fmt.Sprintf("m%d %s", i, text)}); err == nil {
 				sent = append(sent, m.ID)
 			}
 		case 1:
-			var a supervisor.AgentInfo
-			if a, err = core.CreateAgent(supervisor.CreateParams{Name: fmt.Sprintf("a%d", i)}); err == nil {
+			var a api.AgentInfo
+			if a, err = core.CreateAgent(api.CreateParams{Name: fmt.Sprintf("a%d", i)}); err == nil {
 				agents = append(agents, a.ID)
 			}
 		case 2:
@@ -147,7 +149,7 @@ func TestFullDisk(t *testing.T) {
 	// Space comes back: work resumes without a restart, and after one.
 	must(t, os.Remove(filler))
 	clock.Set(clock.Now().Add(time.Minute))
-	if _, err := core.Send(supervisor.SendParams{To: "root", Text: "after the disk was freed\n!spawn_agent {\"name\":\"kid\",\"instructions\":\"hi\"}"}); err != nil {
+	if _, err := core.Send(api.SendParams{To: "root", Text: "after the disk was freed\n!spawn_agent {\"name\":\"kid\",\"instructions\":\"hi\"}"}); err != nil {
 		t.Fatalf("send after freeing space: %v", err)
 	}
 	for range 5 {
@@ -169,7 +171,7 @@ func TestFullDisk(t *testing.T) {
 	core.Shutdown(ctx, 0)
 	st, core = open()
 	check("after a restart")
-	if _, err := core.CreateAgent(supervisor.CreateParams{Name: "late"}); err != nil {
+	if _, err := core.CreateAgent(api.CreateParams{Name: "late"}); err != nil {
 		t.Errorf("create after the restart: %v", err)
 	}
 }

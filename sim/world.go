@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -30,7 +32,7 @@ type world struct {
 	ids    *IDs
 	store  *fsstore.Store
 	core   *supervisor.Core
-	report *supervisor.Report
+	report *api.Report
 }
 
 // start opens the store on fsys and recovers it into a new core, as the
@@ -74,10 +76,10 @@ func (w *world) do(ctx context.Context, a Action) error {
 	c := w.core
 	switch a.Kind {
 	case CreateRoot:
-		_, err := c.CreateAgent(supervisor.CreateParams{Name: a.Name})
+		_, err := c.CreateAgent(api.CreateParams{Name: a.Name})
 		return err
 	case UserSend:
-		_, err := c.Send(supervisor.SendParams{To: a.Name, Text: a.Text})
+		_, err := c.Send(api.SendParams{To: a.Name, Text: a.Text})
 		return err
 	case SendCollide:
 		// The message gets the id of one still waiting in inbox/new: the
@@ -88,7 +90,7 @@ func (w *world) do(ctx context.Context, a Action) error {
 				w.ids.ForceNext(msgs[len(msgs)-1].ID)
 			}
 		}
-		_, err := c.Send(supervisor.SendParams{To: a.Name, Text: a.Text})
+		_, err := c.Send(api.SendParams{To: a.Name, Text: a.Text})
 		w.ids.ForceNext("")
 		return err
 	case Turn:
@@ -120,7 +122,7 @@ func (w *world) do(ctx context.Context, a Action) error {
 		_, err := c.Resume(ctx, a.Name)
 		return err
 	case Terminate:
-		_, err := c.Terminate(ctx, supervisor.TerminateParams{Ref: a.Name, Recursive: a.Recursive})
+		_, err := c.Terminate(ctx, api.TerminateParams{Ref: a.Name, Recursive: a.Recursive})
 		return err
 	case HandEdit:
 		return w.handEdit(a.Name, a.Text)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/google/uuid"
 
 	"github.com/substrat/substrat/fsstore"
@@ -89,9 +91,9 @@ func (a *approvals) archivedPath(id string) string {
 
 func approvalTools() []tool {
 	return []tool{
-		{ToolSpec{ApprovalTool, "Ask for permission to use a tool (called by the provider CLI when its permission mode would prompt). " +
+		{api.ToolSpec{Name: ApprovalTool, Description: "Ask for permission to use a tool (called by the provider CLI when its permission mode would prompt). " +
 			"The request goes to the agent's approver; the answer is JSON {\"behavior\":\"allow\"|\"deny\",...}.",
-			json.RawMessage(`{"type":"object","properties":{"tool_name":{"type":"string"},"input":{"type":"object"},"tool_use_id":{"type":"string"}},"required":["tool_name"]}`)},
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"tool_name":{"type":"string"},"input":{"type":"object"},"tool_use_id":{"type":"string"}},"required":["tool_name"]}`)},
 			(*turnTools).requestApproval},
 		newTool("approve", "Answer an approval request of one of your children (its id is in the approval message): allow true or false, "+
 			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git *)\".", (*turnTools).approve),
@@ -216,26 +218,16 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 }
 
 func (t *turnTools) approve(ctx context.Context, call provider.ToolCall, a approveArgs) (string, error) {
-	req, err := t.c.Answer(ctx, AnswerParams{ID: a.RequestID, Allow: a.Allow, Reason: a.Reason, Remember: a.Remember, By: t.n.id()})
+	req, err := t.c.Answer(ctx, api.AnswerParams{ID: a.RequestID, Allow: a.Allow, Reason: a.Reason, Remember: a.Remember, By: t.n.id()})
 	if err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("request %s: %s", req.ID, req.Answer), nil
 }
 
-// AnswerParams answer an approval request.
-type AnswerParams struct {
-	ID       string `json:"id"`
-	Allow    bool   `json:"allow"`
-	Reason   string `json:"reason,omitempty"`
-	Remember string `json:"remember,omitempty"`
-	// By is who answers: an agent id, or USER (the CLI).
-	By string `json:"by"`
-}
-
 // Answer answers an approval request: the first answer wins; the turn
 // that waits for it (if any) goes on with it.
-func (c *Core) Answer(ctx context.Context, p AnswerParams) (fsstore.Approval, error) {
+func (c *Core) Answer(ctx context.Context, p api.AnswerParams) (fsstore.Approval, error) {
 	if p.Remember != "" {
 		if err := fsstore.CheckRule(p.Remember); err != nil {
 			return fsstore.Approval{}, rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
@@ -311,25 +303,19 @@ func (c *Core) findApprovalLocked(id string) (*node, fsstore.Approval) {
 	return nil, fsstore.Approval{}
 }
 
-// PendingApproval is a request waiting for its answer, as listed.
-type PendingApproval struct {
-	fsstore.Approval
-	Agent string `json:"agent"` // the requesting agent's path
-}
-
 // PendingApprovals lists every request still waiting, oldest first.
-func (c *Core) PendingApprovals() []PendingApproval {
+func (c *Core) PendingApprovals() []api.PendingApproval {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := []PendingApproval{}
+	out := []api.PendingApproval{}
 	for _, n := range c.nodes {
 		for _, a := range n.s().Approvals {
 			if a.Pending() {
-				out = append(out, PendingApproval{Approval: a, Agent: c.pathLocked(n)})
+				out = append(out, api.PendingApproval{Approval: a, Agent: c.pathLocked(n)})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b PendingApproval) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b api.PendingApproval) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 

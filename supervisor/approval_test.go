@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 )
@@ -23,7 +25,7 @@ func ask(tt *turnTools, id, tool, input string) <-chan provider.ToolResult {
 }
 
 // waitPending waits until n requests wait, and returns them.
-func waitPending(t *testing.T, c *Core, n int) []PendingApproval {
+func waitPending(t *testing.T, c *Core, n int) []api.PendingApproval {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -49,8 +51,8 @@ func behavior(t *testing.T, r provider.ToolResult) promptAnswer {
 func TestApprovals(t *testing.T) {
 	home := t.TempDir()
 	c, _ := newCore(t, home, false)
-	boss := mustCreate(t, c, CreateParams{Name: "boss"})
-	mustCreate(t, c, CreateParams{Name: "w", Parent: boss.ID,
+	boss := mustCreate(t, c, api.CreateParams{Name: "boss"})
+	mustCreate(t, c, api.CreateParams{Name: "w", Parent: boss.ID,
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "400ms"}})
 	tt := newTurnTools(c, nodeOf(t, c, "w"), nil)
 
@@ -65,23 +67,23 @@ func TestApprovals(t *testing.T) {
 		t.Fatalf("the parent's inbox: %v %+v", err, msgs)
 	}
 	// Only the approver answers; an unknown id is refused.
-	if _, err := c.Answer(context.Background(), AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err == nil || !strings.Contains(err.Error(), "is for boss to answer") {
+	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err == nil || !strings.Contains(err.Error(), "is for boss to answer") {
 		t.Errorf("USER answered boss's request: %v", err)
 	}
-	if _, err := c.Answer(context.Background(), AnswerParams{ID: "nope", Allow: true, By: boss.ID}); err == nil || !strings.Contains(err.Error(), "no approval request nope") {
+	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: "nope", Allow: true, By: boss.ID}); err == nil || !strings.Contains(err.Error(), "no approval request nope") {
 		t.Errorf("an unknown id: %v", err)
 	}
-	if _, err := c.Answer(context.Background(), AnswerParams{ID: req.ID, Allow: true, By: boss.ID, Remember: "Bash(git *"}); err == nil {
+	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: boss.ID, Remember: "Bash(git *"}); err == nil {
 		t.Error("a malformed rule was accepted")
 	}
-	if _, err := c.Answer(context.Background(), AnswerParams{ID: req.ID, Allow: true, By: boss.ID, Remember: "Bash(git *)"}); err != nil {
+	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: boss.ID, Remember: "Bash(git *)"}); err != nil {
 		t.Fatal(err)
 	}
 	if a := behavior(t, <-res); a.Behavior != "allow" || string(a.UpdatedInput) != `{"command":"git status"}` {
 		t.Errorf("allowed request answered %+v", a)
 	}
 	// The first answer wins.
-	if _, err := c.Answer(context.Background(), AnswerParams{ID: req.ID, Allow: false, By: boss.ID}); err == nil || !strings.Contains(err.Error(), "already answered: allow by boss") {
+	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: false, By: boss.ID}); err == nil || !strings.Contains(err.Error(), "already answered: allow by boss") {
 		t.Errorf("a second answer: %v", err)
 	}
 
@@ -107,7 +109,7 @@ func TestApprovals(t *testing.T) {
 	// 4. A root's request goes to USER, and outlives a crash: the new
 	// daemon lists it, and an answer for the dead turn is recorded and
 	// remembered.
-	root := mustCreate(t, c, CreateParams{Name: "solo", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault}})
+	root := mustCreate(t, c, api.CreateParams{Name: "solo", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault}})
 	tr := newTurnTools(c, nodeOf(t, c, "solo"), nil)
 	ask(tr, "toolu_4", "Write", `{"file_path":"/src/app/main.go","content":"x"}`)
 	req = waitPending(t, c, 1)[0]
@@ -122,7 +124,7 @@ func TestApprovals(t *testing.T) {
 	if p := waitPending(t, c2, 1); p[0].ID != req.ID {
 		t.Fatalf("after the restart: %+v", p)
 	}
-	got, err := c2.Answer(context.Background(), AnswerParams{ID: req.ID, Allow: false, Reason: "not main.go", Remember: "Write(/src/app/*)", By: fsstore.User})
+	got, err := c2.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: false, Reason: "not main.go", Remember: "Write(/src/app/*)", By: fsstore.User})
 	if err != nil || got.Answer != fsstore.ApprovalDeny {
 		t.Fatalf("answer after the restart: %v %+v", err, got)
 	}
@@ -135,7 +137,7 @@ func TestApprovals(t *testing.T) {
 	if _, err := c2.Archive(context.Background(), "boss"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c2.Answer(context.Background(), AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err == nil || !strings.Contains(err.Error(), "was archived") {
+	if _, err := c2.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err == nil || !strings.Contains(err.Error(), "was archived") {
 		t.Errorf("an answer for an archived agent: %v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -11,7 +13,7 @@ import (
 // to archive/<id>, leaves first. The agents leave the live tree; their
 // history stays on disk. Moving a directory back into agents/ by hand and
 // restarting the daemon brings it back.
-func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
+func (c *Core) Archive(ctx context.Context, ref string) ([]api.AgentInfo, error) {
 	c.mu.Lock()
 	root, err := c.resolveLocked(ref)
 	c.mu.Unlock()
@@ -25,7 +27,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		return nil, err
 	}
 	defer thaw()
-	if _, err := c.Terminate(ctx, TerminateParams{Ref: ref, Recursive: true}); err != nil {
+	if _, err := c.Terminate(ctx, api.TerminateParams{Ref: ref, Recursive: true}); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -35,7 +37,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 		return nil, err
 	}
 	order := c.subtreeLocked(n)
-	out := make([]AgentInfo, 0, len(order))
+	out := make([]api.AgentInfo, 0, len(order))
 	for _, x := range order {
 		out = append(out, c.infoLocked(x))
 	}
@@ -55,7 +57,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]AgentInfo, error) {
 			if p := c.nodes[x.s().ParentID]; p != nil {
 				p.children = removeString(p.children, x.id())
 			}
-			c.publishLocked(WatchEvent{Agent: x.id(), Name: x.s().Name, Type: "archived", Time: c.clock.Now().UTC()})
+			c.publishLocked(api.WatchEvent{Agent: x.id(), Name: x.s().Name, Type: "archived", Time: c.clock.Now().UTC()})
 			c.mu.Unlock()
 		}
 		c.release(x)
@@ -93,30 +95,24 @@ func removeString(list []string, s string) []string {
 	return out
 }
 
-// InboxMessage is a message to USER as `substrat inbox` shows it.
-type InboxMessage struct {
-	*fsstore.Message
-	Unread bool `json:"unread"`
-}
-
 // UserInbox returns the unread messages to USER (and with all, the read
 // ones too), oldest first, and marks the unread ones read.
-func (c *Core) UserInbox(all bool) ([]InboxMessage, error) { return c.userInbox(all, false) }
+func (c *Core) UserInbox(all bool) ([]api.InboxMessage, error) { return c.userInbox(all, false) }
 
 // PeekUserInbox is UserInbox without marking anything read: for a view
 // that only looks (substrat top).
-func (c *Core) PeekUserInbox(all bool) ([]InboxMessage, error) { return c.userInbox(all, true) }
+func (c *Core) PeekUserInbox(all bool) ([]api.InboxMessage, error) { return c.userInbox(all, true) }
 
-func (c *Core) userInbox(all, peek bool) ([]InboxMessage, error) {
+func (c *Core) userInbox(all, peek bool) ([]api.InboxMessage, error) {
 	fsys, box := c.store.FS(), c.store.Layout().UserInbox()
-	out := []InboxMessage{}
+	out := []api.InboxMessage{}
 	if all {
 		read, _, err := fsstore.ReadInbox(fsys, box, fsstore.InboxCur)
 		if err != nil {
 			return nil, storeErr(err)
 		}
 		for _, m := range read {
-			out = append(out, InboxMessage{Message: m})
+			out = append(out, api.InboxMessage{Message: m})
 		}
 	}
 	unread, _, err := fsstore.ReadInbox(fsys, box, fsstore.InboxNew)
@@ -125,7 +121,7 @@ func (c *Core) userInbox(all, peek bool) ([]InboxMessage, error) {
 	}
 	ids := make([]string, 0, len(unread))
 	for _, m := range unread {
-		out = append(out, InboxMessage{Message: m, Unread: true})
+		out = append(out, api.InboxMessage{Message: m, Unread: true})
 		ids = append(ids, m.ID)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].ID < out[j].ID })

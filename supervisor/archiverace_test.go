@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -19,8 +21,8 @@ func TestArchiveRacesChildCreation(t *testing.T) {
 	for iter := range 10 {
 		home := t.TempDir()
 		c, _ := newCore(t, home, false)
-		mustCreate(t, c, CreateParams{Name: "boss"})
-		mustCreate(t, c, CreateParams{Name: "mid", Parent: "boss"})
+		mustCreate(t, c, api.CreateParams{Name: "boss"})
+		mustCreate(t, c, api.CreateParams{Name: "mid", Parent: "boss"})
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		for w := range 3 {
@@ -37,7 +39,7 @@ func TestArchiveRacesChildCreation(t *testing.T) {
 					if i%2 == 1 {
 						parent = "boss/mid"
 					}
-					c.CreateAgent(CreateParams{Name: fmt.Sprintf("k%d-%d", w, i), Parent: parent})
+					c.CreateAgent(api.CreateParams{Name: fmt.Sprintf("k%d-%d", w, i), Parent: parent})
 				}
 			}()
 		}
@@ -79,9 +81,9 @@ func TestArchiveRacesChildCreation(t *testing.T) {
 // message USER, and the roots are not its siblings.
 func TestOrphanIsNoRoot(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "lead"})
-	mustCreate(t, c, CreateParams{Name: "other"})
-	mustCreate(t, c, CreateParams{Name: "w", Parent: "lead"})
+	mustCreate(t, c, api.CreateParams{Name: "lead"})
+	mustCreate(t, c, api.CreateParams{Name: "other"})
+	mustCreate(t, c, api.CreateParams{Name: "w", Parent: "lead"})
 	lead := nodeOf(t, c, "lead")
 	c.mu.Lock()
 	delete(c.nodes, lead.id()) // as when its directory is moved away

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -185,7 +187,7 @@ func (c *Core) commit(n *node, typ string, data any) error {
 	if n.turn != nil {
 		hops = n.turn.hops + 1
 	}
-	c.publishLocked(WatchEvent{Agent: sess.ID, Name: sess.Name, Type: typ, Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
+	c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: typ, Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
 	c.mu.Unlock()
 	if to := sess.AgentState; to != from {
 		c.notifyTransition(n, from, to, hops)
@@ -259,32 +261,11 @@ func ioHint(err error) string {
 	return "check daemon.log and free disk space"
 }
 
-// CreateParams are the inputs of CreateAgent.
-type CreateParams struct {
-	Name         string `json:"name"`
-	Provider     string `json:"provider,omitempty"`
-	Model        string `json:"model,omitempty"`
-	Instructions string `json:"instructions,omitempty"`
-	Workspace    string `json:"workspace,omitempty"`
-	// WorkDir is the host directory an agent without a workspace works
-	// in (absolute; not inside the home). Empty: its parent's, else a
-	// scratch directory of its own.
-	WorkDir string `json:"work_dir,omitempty"`
-	// Permissions is the agent's permission setting. Nil: its parent's,
-	// else the default for where it runs (see work.go).
-	Permissions *fsstore.Permissions `json:"permissions,omitempty"`
-	Parent      string               `json:"parent,omitempty"` // a ref; empty for a root
-	Metadata    map[string]string    `json:"metadata,omitempty"`
-	Pool        string               `json:"pool,omitempty"`
-	Budget      *fsstore.Budget      `json:"budget,omitempty"`
-	SpawnKey    string               `json:"-"`
-}
-
 // CreateAgent creates a root (or, with Parent, a child) agent durably.
-func (c *Core) CreateAgent(p CreateParams) (AgentInfo, error) {
+func (c *Core) CreateAgent(p api.CreateParams) (api.AgentInfo, error) {
 	n, _, err := c.createAgent(p, nil)
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -293,7 +274,7 @@ func (c *Core) CreateAgent(p CreateParams) (AgentInfo, error) {
 
 // createAgent creates an agent. With a spawn key it is idempotent: a child
 // of parent already made with that key is returned (existed = true).
-func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool, err error) {
+func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed bool, err error) {
 	if err := fsstore.CheckNewName(p.Name); err != nil {
 		return nil, false, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
@@ -400,29 +381,29 @@ func (c *Core) createAgent(p CreateParams, parent *node) (n *node, existed bool,
 	}
 	c.mu.Lock()
 	n = c.insertLocked(a)
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: fsstore.EvCreated, Seq: 1, Time: n.s().CreatedAt})
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: fsstore.EvCreated, Seq: 1, Time: n.s().CreatedAt})
 	c.mu.Unlock()
 	c.log.Info("agent created", "agent", n.id(), "name", p.Name, "parent", parentID)
 	return n, false, nil
 }
 
 // Inspect returns one agent.
-func (c *Core) Inspect(ref string) (AgentInfo, error) {
+func (c *Core) Inspect(ref string) (api.AgentInfo, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, err := c.resolveLocked(ref)
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	return c.infoLocked(n), nil
 }
 
 // List returns every agent, parents before children, siblings in creation
 // order.
-func (c *Core) List() []AgentInfo {
+func (c *Core) List() []api.AgentInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []AgentInfo
+	var out []api.AgentInfo
 	seen := map[string]bool{}
 	var walk func(n *node)
 	walk = func(n *node) {
@@ -454,15 +435,9 @@ func (c *Core) Resolve(ref string) (string, error) {
 	return n.id(), nil
 }
 
-// SendParams are the inputs of Send.
-type SendParams struct {
-	To   string `json:"to"` // an agent ref
-	Text string `json:"text"`
-}
-
 // Send delivers a message from USER to an agent and returns once it is
 // durable in the agent's inbox.
-func (c *Core) Send(p SendParams) (*fsstore.Message, error) {
+func (c *Core) Send(p api.SendParams) (*fsstore.Message, error) {
 	c.mu.Lock()
 	n, err := c.resolveLocked(p.To)
 	c.mu.Unlock()
@@ -493,7 +468,7 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	c.mu.Lock()
 	to.mail = true
 	to.pending++
-	c.publishLocked(WatchEvent{Agent: to.id(), Name: to.s().Name, Type: "message", Time: m.SentAt,
+	c.publishLocked(api.WatchEvent{Agent: to.id(), Name: to.s().Name, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	answered := m.ReplyTo != "" && slices.Contains(to.s().WaitingFor, m.ReplyTo)
 	rest := slices.DeleteFunc(slices.Clone(to.s().WaitingFor), func(id string) bool { return id == m.ReplyTo })
@@ -516,7 +491,7 @@ func (c *Core) sendUser(m *fsstore.Message) error {
 		return storeErr(err)
 	}
 	c.mu.Lock()
-	c.publishLocked(WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: "message", Time: m.SentAt,
+	c.publishLocked(api.WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	c.mu.Unlock()
 	return nil
@@ -585,15 +560,9 @@ func (c *Core) Runnable() []string {
 	return ids
 }
 
-// TerminateParams are the inputs of Terminate.
-type TerminateParams struct {
-	Ref       string `json:"ref"`
-	Recursive bool   `json:"recursive,omitempty"`
-}
-
 // Terminate ends an agent (and with Recursive its subtree, leaves first).
 // A running turn is cancelled.
-func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, error) {
+func (c *Core) Terminate(ctx context.Context, p api.TerminateParams) ([]api.AgentInfo, error) {
 	if p.Recursive {
 		c.mu.Lock()
 		n, err := c.resolveLocked(p.Ref)
@@ -634,7 +603,7 @@ func (c *Core) Terminate(ctx context.Context, p TerminateParams) ([]AgentInfo, e
 		}
 	}
 	c.mu.Unlock()
-	var out []AgentInfo
+	var out []api.AgentInfo
 	for _, x := range order {
 		if err := c.terminate(ctx, x, "terminated by the user"); err != nil {
 			return out, err
@@ -737,35 +706,35 @@ func (c *Core) settlePending(n *node, why string) {
 }
 
 // Suspend saves an agent's live provider session to its state blob.
-func (c *Core) Suspend(ctx context.Context, ref string) (AgentInfo, error) {
+func (c *Core) Suspend(ctx context.Context, ref string) (api.AgentInfo, error) {
 	n, err := c.hold(ctx, ref)
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	defer c.release(n)
 	if n.s().SessionState != fsstore.SessionActive {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "the session of %s is %s, not ACTIVE", n.s().Name, n.s().SessionState)
+		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "the session of %s is %s, not ACTIVE", n.s().Name, n.s().SessionState)
 	}
 	if err := c.suspendHeld(ctx, n, "suspended by the user"); err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	return c.infoOf(n), nil
 }
 
 // Resume restores an agent's provider session now instead of on demand.
-func (c *Core) Resume(ctx context.Context, ref string) (AgentInfo, error) {
+func (c *Core) Resume(ctx context.Context, ref string) (api.AgentInfo, error) {
 	n, err := c.hold(ctx, ref)
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	defer c.release(n)
 	if n.terminated() {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
+		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
 	}
 	if _, err := c.ensureSession(ctx, n); errors.Is(err, errPoolFull) {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.s()))
+		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.s()))
 	} else if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	c.snapshot(n)
 	return c.infoOf(n), nil
@@ -773,14 +742,14 @@ func (c *Core) Resume(ctx context.Context, ref string) (AgentInfo, error) {
 
 // ResetSession stops an agent's provider session and forgets its saved
 // state, so that the next turn starts a new one (session delete).
-func (c *Core) ResetSession(ctx context.Context, ref string) (AgentInfo, error) {
+func (c *Core) ResetSession(ctx context.Context, ref string) (api.AgentInfo, error) {
 	n, err := c.hold(ctx, ref)
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	defer c.release(n)
 	if n.terminated() {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
+		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
 	}
 	c.mu.Lock()
 	live := n.live
@@ -790,11 +759,11 @@ func (c *Core) ResetSession(ctx context.Context, ref string) (AgentInfo, error) 
 		live.Stop()
 	}
 	if err := c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{Reset: true}); err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	if n.s().SessionState != fsstore.SessionCreated {
 		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionCreated, Reason: "session deleted by the user"}); err != nil {
-			return AgentInfo{}, err
+			return api.AgentInfo{}, err
 		}
 	}
 	c.snapshot(n)
@@ -816,7 +785,7 @@ func (c *Core) hold(ctx context.Context, ref string) (*node, error) {
 	return n, nil
 }
 
-func (c *Core) infoOf(n *node) AgentInfo {
+func (c *Core) infoOf(n *node) api.AgentInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.infoLocked(n)

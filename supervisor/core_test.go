@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -24,7 +26,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // newCore opens home and recovers a core on it, as a daemon start does.
-func newCore(t *testing.T, home string, unclean bool) (*Core, *Report) {
+func newCore(t *testing.T, home string, unclean bool) (*Core, *api.Report) {
 	t.Helper()
 	st, err := fsstore.Open(home, fsstore.Options{})
 	if err != nil {
@@ -55,7 +57,7 @@ func drain(t *testing.T, c *Core) {
 	t.Fatal("still runnable after 100 rounds")
 }
 
-func mustCreate(t *testing.T, c *Core, p CreateParams) AgentInfo {
+func mustCreate(t *testing.T, c *Core, p api.CreateParams) api.AgentInfo {
 	t.Helper()
 	a, err := c.CreateAgent(p)
 	if err != nil {
@@ -85,7 +87,7 @@ func call(name string, id string, args any) provider.ToolCall {
 func TestIdempotentSpawnAcrossCrash(t *testing.T) {
 	home := t.TempDir()
 	c1, _ := newCore(t, home, false)
-	mustCreate(t, c1, CreateParams{Name: "root"})
+	mustCreate(t, c1, api.CreateParams{Name: "root"})
 	tt := newTurnTools(c1, nodeOf(t, c1, "root"), nil)
 	spawn := call("spawn_agent", "toolu_1", map[string]string{"name": "kid", "instructions": "do it"})
 	if r := tt.CallTool(context.Background(), spawn); r.IsError {
@@ -121,7 +123,7 @@ func TestIdempotentSpawnAcrossCrash(t *testing.T) {
 func TestMessageToChildSpawnedInSameTurn(t *testing.T) {
 	home := t.TempDir()
 	c1, _ := newCore(t, home, false)
-	mustCreate(t, c1, CreateParams{Name: "root"})
+	mustCreate(t, c1, api.CreateParams{Name: "root"})
 	tt := newTurnTools(c1, nodeOf(t, c1, "root"), nil)
 	tt.CallTool(context.Background(), call("spawn_agent", "t1", map[string]string{"name": "kid", "instructions": "start"}))
 	if r := tt.CallTool(context.Background(), call("send_message", "t2", map[string]string{"recipient": "kid", "text": "second"})); r.IsError {
@@ -147,8 +149,8 @@ func TestMessageToChildSpawnedInSameTurn(t *testing.T) {
 func TestRecoverySuspendsAndRequeues(t *testing.T) {
 	home := t.TempDir()
 	c1, _ := newCore(t, home, false)
-	mustCreate(t, c1, CreateParams{Name: "root"})
-	if _, err := c1.Send(SendParams{To: "root", Text: "hi"}); err != nil {
+	mustCreate(t, c1, api.CreateParams{Name: "root"})
+	if _, err := c1.Send(api.SendParams{To: "root", Text: "hi"}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, c1)
@@ -160,7 +162,7 @@ func TestRecoverySuspendsAndRequeues(t *testing.T) {
 	if err := c1.commit(root, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c1.Send(SendParams{To: "root", Text: "pending"}); err != nil {
+	if _, err := c1.Send(api.SendParams{To: "root", Text: "pending"}); err != nil {
 		t.Fatal(err)
 	}
 	c2, rep := newCore(t, home, true)
@@ -188,10 +190,10 @@ func TestRecoverySuspendsAndRequeues(t *testing.T) {
 
 func TestOneHopRouting(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root"})
-	mustCreate(t, c, CreateParams{Name: "a", Parent: "root"})
-	mustCreate(t, c, CreateParams{Name: "b", Parent: "root"})
-	mustCreate(t, c, CreateParams{Name: "a1", Parent: "root/a"})
+	mustCreate(t, c, api.CreateParams{Name: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "a", Parent: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "b", Parent: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "a1", Parent: "root/a"})
 	send := func(from, to string) provider.ToolResult {
 		tt := newTurnTools(c, nodeOf(t, c, from), nil)
 		return tt.CallTool(context.Background(), call("send_message", "x", map[string]string{"recipient": to, "text": "hi"}))
@@ -210,7 +212,7 @@ func TestOneHopRouting(t *testing.T) {
 
 func TestToolErrorsAreResults(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "root"})
 	tt := newTurnTools(c, nodeOf(t, c, "root"), nil)
 	for _, tc := range []struct {
 		call provider.ToolCall
@@ -251,8 +253,8 @@ func TestTransitions(t *testing.T) {
 
 func TestCompleteReportsToParentAndEnds(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root"})
-	if _, err := c.Send(SendParams{To: "root", Text: `!spawn_agent {"name":"kid","instructions":"!complete {\"result\":\"42\"}"}`}); err != nil {
+	mustCreate(t, c, api.CreateParams{Name: "root"})
+	if _, err := c.Send(api.SendParams{To: "root", Text: `!spawn_agent {"name":"kid","instructions":"!complete {\"result\":\"42\"}"}`}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, c)
@@ -264,7 +266,7 @@ func TestCompleteReportsToParentAndEnds(t *testing.T) {
 	if root.s().Counters.Turns != 2 {
 		t.Fatalf("root turns %d, want 2 (the spawn, then the result)", root.s().Counters.Turns)
 	}
-	if _, err := c.Send(SendParams{To: "kid", Text: "more"}); err == nil {
+	if _, err := c.Send(api.SendParams{To: "kid", Text: "more"}); err == nil {
 		t.Error("a terminated agent accepted a message")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/substrat/substrat/fsstore"
@@ -41,7 +43,7 @@ type Daemon struct {
 	log     *slog.Logger
 	srv     *rpc.Server
 	started time.Time
-	report  *Report
+	report  *api.Report
 
 	stopOnce sync.Once
 	stopCh   chan struct{}

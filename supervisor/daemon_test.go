@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -154,12 +156,12 @@ func TestSocketManyClients(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			var info AgentInfo
-			if err := c.Call(context.Background(), "agent.create", CreateParams{Name: fmt.Sprintf("a%d", i)}, &info); err != nil {
+			var info api.AgentInfo
+			if err := c.Call(context.Background(), "agent.create", api.CreateParams{Name: fmt.Sprintf("a%d", i)}, &info); err != nil {
 				errs <- err
 				return
 			}
-			var res SendResult
+			var res api.SendResult
 			if err := c.Call(context.Background(), "agent.send", map[string]any{"ref": info.ID, "text": "ping", "wait": true}, &res); err != nil {
 				errs <- err
 				return
@@ -221,12 +223,12 @@ func TestToolCallRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var specs []ToolSpec
+	var specs []api.ToolSpec
 	if err := c.Call(context.Background(), "tool.list", nil, &specs); err != nil || len(specs) < 6 {
 		t.Fatalf("tool.list: %v, %d tools", err, len(specs))
 	}
-	var info AgentInfo
-	if err := c.Call(context.Background(), "agent.create", CreateParams{Name: "r"}, &info); err != nil {
+	var info api.AgentInfo
+	if err := c.Call(context.Background(), "agent.create", api.CreateParams{Name: "r"}, &info); err != nil {
 		t.Fatal(err)
 	}
 	var res provider.ToolResult
@@ -253,15 +255,15 @@ func TestTopQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var info AgentInfo
-	if err := c.Call(ctx, "agent.create", CreateParams{Name: "r"}, &info); err != nil {
+	var info api.AgentInfo
+	if err := c.Call(ctx, "agent.create", api.CreateParams{Name: "r"}, &info); err != nil {
 		t.Fatal(err)
 	}
-	var res SendResult
+	var res api.SendResult
 	if err := c.Call(ctx, "agent.send", map[string]any{"ref": "r", "text": "hi", "wait": true}, &res); err != nil || res.Failed != "" {
 		t.Fatalf("send: %v %+v", err, res)
 	}
-	var st StatusResult
+	var st api.StatusResult
 	if err := c.Call(ctx, "daemon.status", nil, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +294,7 @@ func TestTopQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, peek := range []bool{true, true, false} {
-		var got []InboxMessage
+		var got []api.InboxMessage
 		if err := c.Call(ctx, "inbox.list", map[string]bool{"peek": peek}, &got); err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +302,7 @@ func TestTopQueries(t *testing.T) {
 			t.Fatalf("inbox.list peek=%v: %+v (a peek must leave the message unread)", peek, got)
 		}
 	}
-	var got []InboxMessage
+	var got []api.InboxMessage
 	if err := c.Call(ctx, "inbox.list", nil, &got); err != nil || len(got) != 0 {
 		t.Fatalf("after a read the inbox still has %+v (%v)", got, err)
 	}

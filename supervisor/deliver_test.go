@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -31,7 +33,7 @@ type midTurnSession struct {
 }
 
 func (s *midTurnSession) Send(ctx context.Context, turn provider.Turn) (provider.TurnResult, error) {
-	if _, err := (*s.p.c).Send(SendParams{To: "a", Text: "late news"}); err != nil {
+	if _, err := (*s.p.c).Send(api.SendParams{To: "a", Text: "late news"}); err != nil {
 		return provider.TurnResult{}, err
 	}
 	*s.p.got = turn.Tools.CallTool(ctx, provider.ToolCall{ID: "k", Name: "check_inbox", Args: []byte(`{}`)}).Text
@@ -51,7 +53,7 @@ func TestCheckInboxDeliversAtTurnEnd(t *testing.T) {
 		var c *Core
 		var got string
 		c = newCoreWith(t, t.TempDir(), false, Config{Providers: provider.NewRegistry(midTurn{script.New(), &c, fail, &got})})
-		mustCreate(t, c, CreateParams{Name: "a"})
+		mustCreate(t, c, api.CreateParams{Name: "a"})
 		send(t, c, "a", "first")
 		n := nodeOf(t, c, "a")
 		if err := c.RunTurn(context.Background(), n.id()); err != nil {

@@ -7,7 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -48,72 +49,22 @@ type eventsParams struct {
 	Tail int    `json:"tail,omitempty"`
 }
 
-// StatusResult is daemon.status.
-type StatusResult struct {
-	Pid          int       `json:"pid"`
-	Home         string    `json:"home"`
-	Version      string    `json:"version"`
-	StartedAt    time.Time `json:"started_at"`
-	Agents       int       `json:"agents"`
-	LiveSessions int       `json:"live_sessions"`
-	Busy         int       `json:"busy"`
-	MaxSlots     int       `json:"max_slots"`
-	Watchers     int       `json:"watchers"`
-	// Pools gives each pool's live sessions, busy agents and size.
-	Pools []PoolStatus `json:"pools"`
-}
-
-// PoolStatus is one pool of daemon.status.
-type PoolStatus struct {
-	Name string `json:"name"`
-	Live int    `json:"live"`
-	Busy int    `json:"busy"`
-	Size int    `json:"size"`
-}
-
-// InspectResult is agent.inspect.
-type InspectResult struct {
-	Agent   AgentInfo        `json:"agent"`
-	Session *fsstore.Session `json:"session"`
-	Pending int              `json:"pending_messages"`
-}
-
-// SendResult is the final result of agent.send.
-type SendResult struct {
-	MessageID string `json:"message_id"`
-	Text      string `json:"text,omitempty"`
-	Failed    string `json:"failed,omitempty"`
-	// Dropped counts the frames of the turn a slow reader missed.
-	Dropped int `json:"dropped,omitempty"`
-}
-
-// SessionInfo is one row of session.list.
-type SessionInfo struct {
-	ID                string               `json:"id"`
-	Path              string               `json:"path"`
-	Provider          string               `json:"provider"`
-	SessionState      fsstore.SessionState `json:"session_state"`
-	ProviderSessionID string               `json:"provider_session_id,omitempty"`
-	HasStateBlob      bool                 `json:"has_state_blob"`
-	Live              bool                 `json:"live"`
-}
-
 func (d *Daemon) register() {
 	c := d.core
 	handle(d, "daemon.status", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		st := StatusResult{Pid: os.Getpid(), Home: d.store.Layout().Home, Version: d.opts.Version,
+		st := api.StatusResult{Pid: os.Getpid(), Home: d.store.Layout().Home, Version: d.opts.Version,
 			StartedAt: d.started.UTC(), Agents: len(c.nodes), MaxSlots: d.opts.MaxSlots, Watchers: len(c.subs)}
-		pools := map[string]*PoolStatus{}
+		pools := map[string]*api.PoolStatus{}
 		for name := range c.pools {
-			pools[name] = &PoolStatus{Name: name, Size: c.poolLimit(name)}
+			pools[name] = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
 		}
 		for _, n := range c.nodes {
 			name := poolOf(n.s())
 			p := pools[name]
 			if p == nil {
-				p = &PoolStatus{Name: name, Size: c.poolLimit(name)}
+				p = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
 				pools[name] = p
 			}
 			if n.live != nil {
@@ -128,7 +79,7 @@ func (d *Daemon) register() {
 		for _, p := range pools {
 			st.Pools = append(st.Pools, *p)
 		}
-		slices.SortFunc(st.Pools, func(a, b PoolStatus) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(st.Pools, func(a, b api.PoolStatus) int { return strings.Compare(a.Name, b.Name) })
 		return st, nil
 	})
 	handle(d, "daemon.stop", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
@@ -138,13 +89,13 @@ func (d *Daemon) register() {
 	handle(d, "daemon.recovery", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		return d.report, nil
 	})
-	handle(d, "agent.create", func(ctx context.Context, p CreateParams, _ func(any) error) (any, error) {
+	handle(d, "agent.create", func(ctx context.Context, p api.CreateParams, _ func(any) error) (any, error) {
 		return c.CreateAgent(p)
 	})
 	handle(d, "agent.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		l := c.List()
 		if l == nil {
-			l = []AgentInfo{}
+			l = []api.AgentInfo{}
 		}
 		return l, nil
 	})
@@ -155,7 +106,7 @@ func (d *Daemon) register() {
 			c.mu.Unlock()
 			return nil, err
 		}
-		res := InspectResult{Agent: c.infoLocked(n), Session: n.s().Clone()}
+		res := api.InspectResult{Agent: c.infoLocked(n), Session: n.s().Clone()}
 		c.mu.Unlock()
 		if msgs, _, err := n.agent.Pending(); err == nil {
 			res.Pending = len(msgs)
@@ -172,21 +123,21 @@ func (d *Daemon) register() {
 			return nil, err
 		}
 		if !p.Wait {
-			m, err := c.Send(SendParams{To: id, Text: p.Text})
+			m, err := c.Send(api.SendParams{To: id, Text: p.Text})
 			if err != nil {
 				return nil, err
 			}
-			return SendResult{MessageID: m.ID}, nil
+			return api.SendResult{MessageID: m.ID}, nil
 		}
 		sub := c.Subscribe(id)
 		defer sub.Close()
-		m, outcome, cancel, err := c.SendAndAwait(SendParams{To: id, Text: p.Text})
+		m, outcome, cancel, err := c.SendAndAwait(api.SendParams{To: id, Text: p.Text})
 		if err != nil {
 			return nil, err
 		}
 		defer cancel()
 		send(map[string]string{"type": "sent", "message_id": m.ID})
-		return waitTurn(ctx, sub, outcome, SendResult{MessageID: m.ID}, send)
+		return waitTurn(ctx, sub, outcome, api.SendResult{MessageID: m.ID}, send)
 	})
 	handle(d, "agent.attach", func(ctx context.Context, p refParams, send func(any) error) (any, error) {
 		id, err := c.Resolve(p.Ref)
@@ -234,22 +185,22 @@ func (d *Daemon) register() {
 		}
 		return map[string]int{"events": count}, nil
 	})
-	handle(d, "agent.terminate", func(ctx context.Context, p TerminateParams, _ func(any) error) (any, error) {
+	handle(d, "agent.terminate", func(ctx context.Context, p api.TerminateParams, _ func(any) error) (any, error) {
 		return c.Terminate(ctx, p)
 	})
 	handle(d, "agent.archive", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.Archive(ctx, p.Ref)
 	})
-	handle(d, "agent.permissions", func(ctx context.Context, p PermissionsParams, _ func(any) error) (any, error) {
+	handle(d, "agent.permissions", func(ctx context.Context, p api.PermissionsParams, _ func(any) error) (any, error) {
 		return c.SetPermissions(ctx, p)
 	})
 	handle(d, "session.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
-		out := []SessionInfo{}
+		out := []api.SessionInfo{}
 		for _, a := range c.List() {
 			c.mu.Lock()
 			n := c.nodes[a.ID]
 			if n != nil {
-				out = append(out, SessionInfo{ID: a.ID, Path: a.Path, Provider: n.s().Provider, SessionState: n.s().SessionState,
+				out = append(out, api.SessionInfo{ID: a.ID, Path: a.Path, Provider: n.s().Provider, SessionState: n.s().SessionState,
 					ProviderSessionID: n.s().ProviderSessionID, HasStateBlob: len(n.s().StateBlob) > 0, Live: n.live != nil})
 			}
 			c.mu.Unlock()
@@ -272,10 +223,10 @@ func (d *Daemon) register() {
 	}, _ func(any) error) (any, error) {
 		return c.SetBudget(p.Ref, fsstore.Budget{Tokens: p.Tokens, CostUSD: p.CostUSD})
 	})
-	handle(d, "agent.gate", func(ctx context.Context, p GateParams, _ func(any) error) (any, error) {
+	handle(d, "agent.gate", func(ctx context.Context, p api.GateParams, _ func(any) error) (any, error) {
 		return c.Gate(p)
 	})
-	handle(d, "workspace.create", func(ctx context.Context, p WorkspaceParams, _ func(any) error) (any, error) {
+	handle(d, "workspace.create", func(ctx context.Context, p api.WorkspaceParams, _ func(any) error) (any, error) {
 		w, err := c.CreateWorkspace(p)
 		if err != nil {
 			return nil, err
@@ -291,7 +242,7 @@ func (d *Daemon) register() {
 	handle(d, "workspace.delete", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return map[string]bool{"deleted": true}, c.DeleteWorkspace(p.Ref)
 	})
-	handle(d, "workspace.link", func(ctx context.Context, p LinkParams, _ func(any) error) (any, error) {
+	handle(d, "workspace.link", func(ctx context.Context, p api.LinkParams, _ func(any) error) (any, error) {
 		w, err := c.LinkWorkspace(p)
 		if err != nil {
 			return nil, err
@@ -308,14 +259,14 @@ func (d *Daemon) register() {
 		}
 		return c.workspaceInfo(w), nil
 	})
-	handle(d, "workspace.view", func(ctx context.Context, p ViewParams, _ func(any) error) (any, error) {
+	handle(d, "workspace.view", func(ctx context.Context, p api.ViewParams, _ func(any) error) (any, error) {
 		w, err := c.ViewWorkspace(p)
 		if err != nil {
 			return nil, err
 		}
 		return c.workspaceInfo(w), nil
 	})
-	handle(d, "approval.answer", func(ctx context.Context, p AnswerParams, _ func(any) error) (any, error) {
+	handle(d, "approval.answer", func(ctx context.Context, p api.AnswerParams, _ func(any) error) (any, error) {
 		p.By = fsstore.User // the socket is USER's; agents answer with their approve tool
 		return c.Answer(ctx, p)
 	})
@@ -340,7 +291,7 @@ func (d *Daemon) register() {
 // the outcome of the message once the turn that took it ended (or
 // failed). The outcome never depends on the stream: a client that reads
 // late misses frames, is told how many, and still gets its result.
-func waitTurn(ctx context.Context, sub *Subscription, outcome <-chan Outcome, res SendResult, send func(any) error) (any, error) {
+func waitTurn(ctx context.Context, sub *Subscription, outcome <-chan Outcome, res api.SendResult, send func(any) error) (any, error) {
 	reported := 0
 	lagging := func() {
 		if n := sub.Dropped(); n > reported {

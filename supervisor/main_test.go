@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 		defer cancel()
 		c, err := rpc.Dial(ctx, sock)
 		if err == nil {
-			var st StatusResult
+			var st api.StatusResult
 			if err = c.Call(ctx, "daemon.status", nil, &st); err == nil {
 				fmt.Printf("status: pid %d\n", st.Pid)
 			}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -228,39 +230,8 @@ func (c *Core) subtreeLocked(n *node) []*node {
 	return order
 }
 
-// AgentInfo is an agent as the CLI and the tools show it.
-type AgentInfo struct {
-	ID           string               `json:"id"`
-	Name         string               `json:"name"`
-	Path         string               `json:"path"`
-	ParentID     string               `json:"parent_id,omitempty"`
-	Provider     string               `json:"provider"`
-	Model        string               `json:"model,omitempty"`
-	AgentState   fsstore.AgentState   `json:"agent_state"`
-	SessionState fsstore.SessionState `json:"session_state"`
-	StateReason  string               `json:"state_reason,omitempty"`
-	Children     []string             `json:"children,omitempty"`
-	Counters     fsstore.Counters     `json:"counters"`
-	Subtree      fsstore.Counters     `json:"subtree_counters"`
-	Live         bool                 `json:"live"`
-	Dir          string               `json:"dir"`
-	// DiskInvalid, when set, says why the session.json on disk was
-	// refused; the daemon keeps the last good state meanwhile.
-	DiskInvalid string `json:"disk_invalid,omitempty"`
-	Gated       bool   `json:"gated,omitempty"`
-	// Pending counts the undelivered messages (as the daemon last saw
-	// inbox/new).
-	Pending   int             `json:"pending"`
-	Budget    *fsstore.Budget `json:"budget,omitempty"`
-	Pool      string          `json:"pool,omitempty"`
-	Workspace string          `json:"workspace,omitempty"`
-	// Failing counts the agent's failed turns in a row (within the restart
-	// window); zero once a turn succeeds.
-	Failing int `json:"failing,omitempty"`
-}
-
-func (c *Core) infoLocked(n *node) AgentInfo {
-	info := AgentInfo{
+func (c *Core) infoLocked(n *node) api.AgentInfo {
+	info := api.AgentInfo{
 		ID: n.id(), Name: n.s().Name, Path: c.pathLocked(n), ParentID: n.s().ParentID,
 		Provider: n.s().Provider, Model: n.s().Model, AgentState: n.s().AgentState,
 		SessionState: n.s().SessionState, StateReason: n.s().StateReason,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -261,33 +263,26 @@ func (c *Core) enforceBudget(a *node) {
 }
 
 // SetBudget sets (or with a zero budget removes) an agent's budget.
-func (c *Core) SetBudget(ref string, b fsstore.Budget) (AgentInfo, error) {
+func (c *Core) SetBudget(ref string, b fsstore.Budget) (api.AgentInfo, error) {
 	if b.Tokens < 0 || b.CostUSD < 0 {
-		return AgentInfo{}, invalidParams("a budget cannot be negative")
+		return api.AgentInfo{}, invalidParams("a budget cannot be negative")
 	}
 	c.mu.Lock()
 	n, err := c.resolveLocked(ref)
 	c.mu.Unlock()
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	if err := c.commit(n, fsstore.EvBudget, b); err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	c.snapshot(n)
 	c.checkBudgets(n)
 	return c.infoOf(n), nil
 }
 
-// GateParams are the inputs of Gate.
-type GateParams struct {
-	Ref       string `json:"ref"`
-	Op        string `json:"op"` // "gate", "ungate" or "permit"
-	Recursive bool   `json:"recursive,omitempty"`
-}
-
 // Gate gates, ungates or permits one turn to an agent (or its subtree).
-func (c *Core) Gate(p GateParams) ([]AgentInfo, error) {
+func (c *Core) Gate(p api.GateParams) ([]api.AgentInfo, error) {
 	c.mu.Lock()
 	n, err := c.resolveLocked(p.Ref)
 	var targets []*node
@@ -301,7 +296,7 @@ func (c *Core) Gate(p GateParams) ([]AgentInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []AgentInfo
+	var out []api.AgentInfo
 	for _, x := range targets {
 		if err := c.gateOp(x, p.Op, "by the user"); err != nil {
 			return out, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -51,7 +53,7 @@ func newCoreWith(t *testing.T, home string, unclean bool, cfg Config) *Core {
 
 func send(t *testing.T, c *Core, to, text string) {
 	t.Helper()
-	if _, err := c.Send(SendParams{To: to, Text: text}); err != nil {
+	if _, err := c.Send(api.SendParams{To: to, Text: text}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -71,7 +73,7 @@ func pendingTexts(t *testing.T, n *node) []string {
 
 func TestWaitingUntilReply(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "root"})
 	send(t, c, "root", `!spawn_agent {"name":"b","instructions":"hello"}`)
 	drain(t, c)
 	// root asks b something; b's script answers.
@@ -102,7 +104,7 @@ func TestWaitingUntilReply(t *testing.T) {
 
 func TestSubscriptionsFireOnEveryTransition(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "root"})
 	send(t, c, "root", `!spawn_agent {"name":"kid","instructions":"hi"}
 !subscribe {"agent_name":"kid","transition":"IDLE->BUSY"}
 !subscribe {"agent_name":"kid","transition":"*->TERMINATED","once":true}`)
@@ -119,7 +121,7 @@ func TestSubscriptionsFireOnEveryTransition(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], "kid went IDLE -> BUSY") {
 		t.Fatalf("root's inbox after kid's turn: %q", got)
 	}
-	if _, err := c.Terminate(context.Background(), TerminateParams{Ref: "kid"}); err != nil {
+	if _, err := c.Terminate(context.Background(), api.TerminateParams{Ref: "kid"}); err != nil {
 		t.Fatal(err)
 	}
 	got = pendingTexts(t, nodeOf(t, c, "root"))
@@ -136,7 +138,7 @@ func TestRemindersSurviveRestart(t *testing.T) {
 	home := t.TempDir()
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c := newCoreWith(t, home, false, Config{Clock: clk})
-	mustCreate(t, c, CreateParams{Name: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "root"})
 	send(t, c, "root", `!remind_me {"reason":"check the build","timeout":"60s"}
 !remind_me {"reason":"heartbeat","timeout":30,"every":"30s"}`)
 	drain(t, c)
@@ -169,7 +171,7 @@ func TestRemindersSurviveRestart(t *testing.T) {
 
 func TestGatesAndPermits(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root"})
+	mustCreate(t, c, api.CreateParams{Name: "root"})
 	send(t, c, "root", `!spawn_agent {"name":"kid","instructions":"hi"}
 !gate {"agent_name":"kid"}`)
 	drain(t, c)
@@ -187,7 +189,7 @@ func TestGatesAndPermits(t *testing.T) {
 	if kid = nodeOf(t, c, "kid"); kid.s().Counters.Turns != 1 {
 		t.Fatalf("a gated agent ran without a permit")
 	}
-	if _, err := c.Gate(GateParams{Ref: "kid", Op: "ungate"}); err != nil {
+	if _, err := c.Gate(api.GateParams{Ref: "kid", Op: "ungate"}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, c)
@@ -203,7 +205,7 @@ func TestPoolEvictsLeastRecentlyUsed(t *testing.T) {
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c := newCoreWith(t, t.TempDir(), false, Config{Clock: clk, Pools: map[string]int{"small": 2}})
 	for _, n := range []string{"a", "b", "c"} {
-		mustCreate(t, c, CreateParams{Name: n, Pool: "small"})
+		mustCreate(t, c, api.CreateParams{Name: n, Pool: "small"})
 	}
 	turn := func(name string) {
 		clk.Add(time.Second)
@@ -240,7 +242,7 @@ func TestPoolEvictsLeastRecentlyUsed(t *testing.T) {
 
 func TestBudgetGatesSubtreeAndTellsUser(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "root", Budget: &fsstore.Budget{Tokens: 60}})
+	mustCreate(t, c, api.CreateParams{Name: "root", Budget: &fsstore.Budget{Tokens: 60}})
 	send(t, c, "root", `!spawn_agent {"name":"kid","instructions":"`+strings.Repeat("x", 200)+`"}`)
 	drain(t, c)
 	for _, name := range []string{"root", "kid"} {
@@ -262,7 +264,7 @@ func TestBudgetGatesSubtreeAndTellsUser(t *testing.T) {
 	if _, err := c.SetBudget("root", fsstore.Budget{Tokens: 100000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Gate(GateParams{Ref: "root", Op: "ungate", Recursive: true}); err != nil {
+	if _, err := c.Gate(api.GateParams{Ref: "root", Op: "ungate", Recursive: true}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, c)
@@ -276,8 +278,8 @@ func TestBudgetGatesSubtreeAndTellsUser(t *testing.T) {
 
 func TestPingPongGuard(t *testing.T) {
 	c, _ := newCore(t, t.TempDir(), false)
-	mustCreate(t, c, CreateParams{Name: "a"})
-	mustCreate(t, c, CreateParams{Name: "b"})
+	mustCreate(t, c, api.CreateParams{Name: "a"})
+	mustCreate(t, c, api.CreateParams{Name: "b"})
 	m := &fsstore.Message{From: nodeOf(t, c, "b").id(), FromName: "b", Kind: fsstore.KindMessage, Hops: DefaultMaxHops,
 		Text: `!send_message {"recipient":"b","text":"again"}`}
 	if _, err := c.deliver(m, nodeOf(t, c, "a")); err != nil {
@@ -317,7 +319,7 @@ func TestRestartBackoffAndLimit(t *testing.T) {
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	c := newCoreWith(t, t.TempDir(), false, Config{Clock: clk,
 		Providers: provider.NewRegistry(failingProvider{script.New()})})
-	mustCreate(t, c, CreateParams{Name: "flaky"})
+	mustCreate(t, c, api.CreateParams{Name: "flaky"})
 	send(t, c, "flaky", "work")
 	id := nodeOf(t, c, "flaky").id()
 	for i, wait := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"sync"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -65,7 +67,7 @@ func (o *outcomes) settle(ids []string, out Outcome) {
 // SendAndAwait sends USER's message like Send, and returns a channel that
 // receives the outcome of the turn that takes it (or fails it). cancel
 // stops waiting.
-func (c *Core) SendAndAwait(p SendParams) (m *fsstore.Message, outcome <-chan Outcome, cancel func(), err error) {
+func (c *Core) SendAndAwait(p api.SendParams) (m *fsstore.Message, outcome <-chan Outcome, cancel func(), err error) {
 	c.mu.Lock()
 	n, err := c.resolveLocked(p.To)
 	c.mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"pgregory.net/rapid"
 
 	"github.com/substrat/substrat/fsstore"
@@ -306,14 +308,14 @@ func TestOrchestratorProperties(t *testing.T) {
 		t.Repeat(map[string]func(*rapid.T){
 			"createRoot": func(t *rapid.T) {
 				m.names++
-				if _, err := m.core.CreateAgent(CreateParams{Name: fmt.Sprintf("r%d", m.names)}); err != nil {
+				if _, err := m.core.CreateAgent(api.CreateParams{Name: fmt.Sprintf("r%d", m.names)}); err != nil {
 					t.Fatal(err)
 				}
 			},
 			"userSend": func(t *rapid.T) {
 				n := m.pick(t, "to")
 				lines := rapid.SliceOfN(rapid.Custom(m.scriptLine), 1, 4).Draw(t, "lines")
-				_, err := m.core.Send(SendParams{To: n.id(), Text: strings.Join(lines, "\n")})
+				_, err := m.core.Send(api.SendParams{To: n.id(), Text: strings.Join(lines, "\n")})
 				if err != nil && !n.terminated() {
 					t.Fatalf("send to %s: %v", n.s().Name, err)
 				}
@@ -340,7 +342,7 @@ func TestOrchestratorProperties(t *testing.T) {
 			},
 			"terminate": func(t *rapid.T) {
 				n := m.pick(t, "agent")
-				m.core.Terminate(ctx, TerminateParams{Ref: n.id(), Recursive: rapid.Bool().Draw(t, "recursive")})
+				m.core.Terminate(ctx, api.TerminateParams{Ref: n.id(), Recursive: rapid.Bool().Draw(t, "recursive")})
 			},
 			"restart": func(t *rapid.T) {
 				m.start(true) // the old core is dropped as a crash would drop it

@@ -5,36 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"time"
+
+	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
 )
-
-// Report is recovery.json: what the last start-up recovery found and did.
-type Report struct {
-	Version    int       `json:"version"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	DurationMS int64     `json:"duration_ms"`
-	// Unclean is true when the previous daemon did not stop cleanly.
-	Unclean     bool              `json:"unclean"`
-	Agents      int               `json:"agents"`
-	Findings    []fsstore.Finding `json:"findings"`
-	KeptOut     []fsstore.Finding `json:"kept_out"`
-	Suspended   []RecoveredAgent  `json:"suspended"`
-	Redelivered []RecoveredAgent  `json:"redelivered"`
-	Resumed     []RecoveredAgent  `json:"resumed"`
-	// Reaped lists provider processes a killed daemon left running.
-	Reaped []string `json:"reaped"`
-}
-
-// RecoveredAgent names an agent the recovery acted on.
-type RecoveredAgent struct {
-	ID       string `json:"id"`
-	Path     string `json:"path"`
-	Messages int    `json:"messages,omitempty"`
-	Detail   string `json:"detail,omitempty"`
-}
 
 // RecoveryPrompt is the message root agents get after an unclean stop.
 const RecoveryPrompt = "The Substrat daemon restarted after an unclean stop (crash, kill or power loss). " +
@@ -44,10 +19,10 @@ const RecoveryPrompt = "The Substrat daemon restarted after an unclean stop (cra
 // Recover loads the store into the core and runs the recovery procedure
 // (SPEC "Recovery", steps 2 to 8; the daemon has taken the lock, step 1).
 // unclean says whether the previous daemon died without a clean stop.
-func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
-	rep := &Report{Version: 1, StartedAt: c.clock.Now().UTC(), Unclean: unclean,
+func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
+	rep := &api.Report{Version: 1, StartedAt: c.clock.Now().UTC(), Unclean: unclean,
 		Findings: []fsstore.Finding{}, KeptOut: []fsstore.Finding{},
-		Suspended: []RecoveredAgent{}, Redelivered: []RecoveredAgent{}, Resumed: []RecoveredAgent{}, Reaped: []string{}}
+		Suspended: []api.RecoveredAgent{}, Redelivered: []api.RecoveredAgent{}, Resumed: []api.RecoveredAgent{}, Reaped: []string{}}
 	if r := reap(c.store.Layout().Procs(), c.log); r != nil {
 		rep.Reaped = r
 	}
@@ -92,7 +67,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 				Reason: "recovered: the daemon stopped while the session was active"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}
-			rep.Suspended = append(rep.Suspended, RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
+			rep.Suspended = append(rep.Suspended, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
 		}
 		if n.s().AgentState == fsstore.AgentBusy {
 			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle,
@@ -110,7 +85,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 			c.mu.Lock()
 			n.mail = true
 			c.mu.Unlock()
-			rep.Redelivered = append(rep.Redelivered, RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
+			rep.Redelivered = append(rep.Redelivered, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
 		}
 		// Agents from before working directories and permission
 		// settings get the ones they run with, recorded.
@@ -135,7 +110,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*Report, error) {
 			if _, err := c.deliver(m, r); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", r.s().Name, err)
 			}
-			rep.Resumed = append(rep.Resumed, RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})
+			rep.Resumed = append(rep.Resumed, api.RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})
 		}
 	}
 

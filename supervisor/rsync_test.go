@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -56,8 +58,8 @@ func TestRsyncWhileBusy(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			var me AgentInfo
-			if err := c.Call(ctx, "agent.create", CreateParams{Name: fmt.Sprintf("w%d", i)}, &me); err != nil {
+			var me api.AgentInfo
+			if err := c.Call(ctx, "agent.create", api.CreateParams{Name: fmt.Sprintf("w%d", i)}, &me); err != nil {
 				t.Error(err)
 				return
 			}
@@ -72,7 +74,7 @@ func TestRsyncWhileBusy(t *testing.T) {
 				case 2:
 					text = fmt.Sprintf(`!spawn_agent {"name":"c%d","instructions":"child work"}`, j)
 				}
-				var res SendResult
+				var res api.SendResult
 				if err := c.Call(ctx, "agent.send", map[string]any{"ref": me.ID, "text": text}, &res); err != nil {
 					if ctx.Err() == nil {
 						t.Error(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/bwrap/bwraptest"
 	"github.com/substrat/substrat/provider"
@@ -26,10 +28,10 @@ import (
 func TestSandboxLinkRace(t *testing.T) {
 	home := t.TempDir()
 	c, _ := newCore(t, home, false)
-	if _, err := c.CreateWorkspace(WorkspaceParams{Name: "wa"}); err != nil {
+	if _, err := c.CreateWorkspace(api.WorkspaceParams{Name: "wa"}); err != nil {
 		t.Fatal(err)
 	}
-	mustCreate(t, c, CreateParams{Name: "boss", Workspace: "wa"})
+	mustCreate(t, c, api.CreateParams{Name: "boss", Workspace: "wa"})
 	root := c.store.Layout().WorkspaceRoot(workspace.UserScope, "wa")
 	shared, alt := filepath.Join(root, "shared"), filepath.Join(root, "alt")
 	bwraptest.MkSwapPair(t, shared, alt, "inside")

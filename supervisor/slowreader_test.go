@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // A client that reads late still gets its reply: the stream says how many
@@ -29,7 +31,7 @@ func TestSlowReaderGetsItsReply(t *testing.T) {
 	time.Sleep(3 * time.Second) // read nothing while the turn streams
 	var (
 		frames, dropped int
-		res             SendResult
+		res             api.SendResult
 	)
 	rc.c.SetReadDeadline(time.Now().Add(60 * time.Second))
 	for {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -63,9 +65,9 @@ func TestStoreErrorInATurn(t *testing.T) {
 	if _, err := c.Recover(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	mustCreate(t, c, CreateParams{Name: "a"})
+	mustCreate(t, c, api.CreateParams{Name: "a"})
 	// The disk turns read-only while the turn runs (the script sleeps).
-	m, outcome, cancel, err := c.SendAndAwait(SendParams{To: "a", Text: "!sleep 300ms\nhello"})
+	m, outcome, cancel, err := c.SendAndAwait(api.SendParams{To: "a", Text: "!sleep 300ms\nhello"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestStoreErrorInATurn(t *testing.T) {
 	if got := c.Runnable(); len(got) != 1 {
 		t.Fatalf("runnable after the backoff: %v", got)
 	}
-	m2, outcome2, cancel2, err := c.SendAndAwait(SendParams{To: "a", Text: "again"})
+	m2, outcome2, cancel2, err := c.SendAndAwait(api.SendParams{To: "a", Text: "again"})
 	if err != nil {
 		t.Fatal(err)
 	}

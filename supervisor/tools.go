@@ -13,19 +13,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 )
-
-// ToolSpec describes an agent tool: its name, what it does, and a JSON
-// Schema of its arguments. Providers that speak MCP expose these.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
-}
 
 type toolFunc func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error)
 
@@ -41,7 +35,7 @@ func newTool[A any](name, desc string, run func(t *turnTools, ctx context.Contex
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: %v", name, err))
 	}
-	return tool{ToolSpec{name, desc, raw}, func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error) {
+	return tool{api.ToolSpec{Name: name, Description: desc, InputSchema: raw}, func(t *turnTools, ctx context.Context, call provider.ToolCall) (string, error) {
 		var a A
 		if err := args(call, &a); err != nil {
 			return "", err
@@ -60,7 +54,7 @@ var argTypeSchemas = map[reflect.Type]*jsonschema.Schema{
 type noArgs struct{}
 
 type tool struct {
-	spec ToolSpec
+	spec api.ToolSpec
 	run  toolFunc
 }
 
@@ -93,8 +87,8 @@ func init() {
 }
 
 // Tools returns the specs of every agent tool, sorted by name.
-func Tools() []ToolSpec {
-	out := make([]ToolSpec, 0, len(tools))
+func Tools() []api.ToolSpec {
+	out := make([]api.ToolSpec, 0, len(tools))
 	for _, t := range tools {
 		out = append(out, t.spec)
 	}
@@ -168,7 +162,7 @@ func (t *turnTools) CallTool(ctx context.Context, call provider.ToolCall) provid
 	}
 	text, err := tl.run(t, ctx, call)
 	t.c.mu.Lock()
-	t.c.publishLocked(WatchEvent{Agent: t.n.id(), Name: t.n.s().Name, Type: "tool", Time: t.c.clock.Now().UTC(),
+	t.c.publishLocked(api.WatchEvent{Agent: t.n.id(), Name: t.n.s().Name, Type: "tool", Time: t.c.clock.Now().UTC(),
 		Data: map[string]any{"tool": call.Name, "ok": err == nil}})
 	t.c.mu.Unlock()
 	if err != nil {
@@ -242,7 +236,7 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall, a sp
 	if ws == "" {
 		workDir = parent.WorkDir
 	}
-	child, existed, err := t.c.createAgent(CreateParams{
+	child, existed, err := t.c.createAgent(api.CreateParams{
 		Name: a.Name, Provider: parent.Provider, Model: parent.Model, Instructions: a.Instructions,
 		Workspace: ws, WorkDir: workDir, Metadata: a.Metadata, SpawnKey: call.ID, Pool: parent.Pool,
 	}, t.n)
@@ -567,7 +561,7 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a comp
 
 func (t *turnTools) listChildren(ctx context.Context, call provider.ToolCall, a noArgs) (string, error) {
 	t.c.mu.Lock()
-	var out []AgentInfo
+	var out []api.AgentInfo
 	for _, id := range t.n.children {
 		if ch := t.c.nodes[id]; ch != nil {
 			out = append(out, t.c.infoLocked(ch))

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -24,11 +26,11 @@ import (
 func TestToolSocket(t *testing.T) {
 	home := t.TempDir()
 	c, _ := newCore(t, home, false)
-	if _, err := c.CreateWorkspace(WorkspaceParams{Name: "w"}); err != nil {
+	if _, err := c.CreateWorkspace(api.WorkspaceParams{Name: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	a := mustCreate(t, c, CreateParams{Name: "a", Workspace: "w"})
-	b := mustCreate(t, c, CreateParams{Name: "b"})
+	a := mustCreate(t, c, api.CreateParams{Name: "a", Workspace: "w"})
+	b := mustCreate(t, c, api.CreateParams{Name: "b"})
 	sock := c.store.Layout().ToolSocket(a.ID)
 
 	hook := c.sandboxFor(nodeOf(t, c, "a").s())
@@ -68,7 +70,7 @@ func TestToolSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var specs []ToolSpec
+	var specs []api.ToolSpec
 	if err := cl.Call(ctx, "tool.list", nil, &specs); err != nil || len(specs) != len(Tools()) {
 		t.Errorf("tool.list: %d tools, %v", len(specs), err)
 	}
@@ -84,7 +86,7 @@ func TestToolSocket(t *testing.T) {
 	}{
 		{"tool.call", map[string]any{"agent": b.ID, "call": provider.ToolCall{ID: "k2", Name: "list_children"}}, rpc.CodeInvalidParams},
 		{"agent.list", nil, rpc.CodeUnknownMethod},
-		{"agent.create", CreateParams{Name: "x"}, rpc.CodeUnknownMethod},
+		{"agent.create", api.CreateParams{Name: "x"}, rpc.CodeUnknownMethod},
 		{"daemon.stop", nil, rpc.CodeUnknownMethod},
 	} {
 		err := cl.Call(ctx, m.method, m.params, nil)
@@ -95,7 +97,7 @@ func TestToolSocket(t *testing.T) {
 	}
 
 	// The socket goes with the agent.
-	if _, err := c.Terminate(ctx, TerminateParams{Ref: "a"}); err != nil {
+	if _, err := c.Terminate(ctx, api.TerminateParams{Ref: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // TestToolSpecs: the schemas generated from the tools' argument structs
@@ -17,11 +19,11 @@ func TestToolSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []ToolSpec
+	var want []api.ToolSpec
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]ToolSpec{}
+	got := map[string]api.ToolSpec{}
 	for _, s := range Tools() {
 		got[s.Name] = s
 	}

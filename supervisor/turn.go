@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 )
@@ -137,7 +139,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	c.snapshot(n)
 	c.transcript(n, prompt, res.Text)
 	c.mu.Lock()
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
 	n.failures, n.retryAt = nil, time.Time{}
 	c.mu.Unlock()
@@ -178,7 +180,7 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 		if ch.Kind == provider.ChunkDenied {
 			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
 		}
-		c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
+		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
 	}})
 	c.mu.Lock()

@@ -1,25 +1,14 @@
 package supervisor
 
 import (
-	"time"
+	"github.com/substrat/substrat/supervisor/api"
 )
-
-// WatchEvent is what subscribers see: a committed event, a message, or a
-// piece of turn output.
-type WatchEvent struct {
-	Agent string    `json:"agent"`
-	Name  string    `json:"name"`
-	Type  string    `json:"type"`
-	Seq   uint64    `json:"seq,omitempty"`
-	Time  time.Time `json:"ts"`
-	Data  any       `json:"data,omitempty"`
-}
 
 // Subscription receives WatchEvents for one agent (or all when agent is
 // empty). A subscriber that falls behind loses events and is told so by
 // Lagged.
 type Subscription struct {
-	C       chan WatchEvent
+	C       chan api.WatchEvent
 	agent   string
 	lagged  bool
 	dropped int
@@ -28,7 +17,7 @@ type Subscription struct {
 
 // Subscribe starts a subscription; Close it when done.
 func (c *Core) Subscribe(agent string) *Subscription {
-	s := &Subscription{C: make(chan WatchEvent, 256), agent: agent, core: c}
+	s := &Subscription{C: make(chan api.WatchEvent, 256), agent: agent, core: c}
 	c.mu.Lock()
 	c.subs[s] = struct{}{}
 	c.mu.Unlock()
@@ -56,7 +45,7 @@ func (s *Subscription) Lagged() bool {
 	return s.lagged
 }
 
-func (c *Core) publishLocked(e WatchEvent) {
+func (c *Core) publishLocked(e api.WatchEvent) {
 	for s := range c.subs {
 		if s.agent != "" && s.agent != e.Agent {
 			continue

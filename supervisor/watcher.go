@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/substrat/substrat/fsstore"
@@ -321,7 +323,7 @@ func (c *Core) reloadAgent(ctx context.Context, n *node, why string) {
 	n.state.Store(a.Session())
 	n.pending = a.PendingAtLoad()
 	n.spawnKeys = nil
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: a.Session().Name, Type: "reloaded", Time: c.clock.Now().UTC(),
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: a.Session().Name, Type: "reloaded", Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": why}})
 	c.mu.Unlock()
 	old.Close()
@@ -358,7 +360,7 @@ func (c *Core) detach(ctx context.Context, n *node) {
 		p.children = removeString(p.children, n.id())
 	}
 	c.indexSubsLocked(stubNode(n.id()))
-	c.publishLocked(WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "detached", Time: c.clock.Now().UTC(),
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "detached", Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": "its directory left agents/"}})
 	c.mu.Unlock()
 	n.agent.Close()
@@ -403,7 +405,7 @@ func (c *Core) adopt(id string) {
 		}
 	}
 	slices.Sort(n.children)
-	c.publishLocked(WatchEvent{Agent: id, Name: n.s().Name, Type: "adopted", Time: c.clock.Now().UTC()})
+	c.publishLocked(api.WatchEvent{Agent: id, Name: n.s().Name, Type: "adopted", Time: c.clock.Now().UTC()})
 	c.mu.Unlock()
 	c.checkInbox(n)
 	c.log.Info("agent directory adopted", "agent", id, "name", n.s().Name)

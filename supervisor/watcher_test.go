@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/substrat/substrat/fsstore"
@@ -101,7 +103,7 @@ func hasEvent(t *testing.T, c *Core, ref, typ string) bool {
 
 func TestHandEditPatterns(t *testing.T) {
 	c, _ := watched(t)
-	mustCreate(t, c, CreateParams{Name: "a", Instructions: "old"})
+	mustCreate(t, c, api.CreateParams{Name: "a", Instructions: "old"})
 	send(t, c, "a", "warm up")
 	drain(t, c)
 
@@ -169,7 +171,7 @@ func must(b []byte, err error) []byte {
 
 func TestInvalidHandEditRefused(t *testing.T) {
 	c, _ := watched(t)
-	mustCreate(t, c, CreateParams{Name: "a", Instructions: "good"})
+	mustCreate(t, c, api.CreateParams{Name: "a", Instructions: "good"})
 	path := nodeOf(t, c, "a").agent.Files().Session()
 	garbage := []byte(`{"version": 1, "name": "a", oops`)
 	if err := os.WriteFile(path, garbage, 0o600); err != nil {
@@ -216,7 +218,7 @@ func TestInvalidHandEditRefused(t *testing.T) {
 
 func TestMoveOutAndBack(t *testing.T) {
 	c, _ := watched(t)
-	mustCreate(t, c, CreateParams{Name: "p"})
+	mustCreate(t, c, api.CreateParams{Name: "p"})
 	send(t, c, "p", `!spawn_agent {"name":"kid","instructions":"hi"}`)
 	drain(t, c)
 	p := nodeOf(t, c, "p")
@@ -266,7 +268,7 @@ func TestWatchOverflowRescans(t *testing.T) {
 	restore := shrinkInotifyQueue(t, 64)
 	c, w := watched(t)
 	restore()
-	mustCreate(t, c, CreateParams{Name: "a"})
+	mustCreate(t, c, api.CreateParams{Name: "a"})
 	dir := nodeOf(t, c, "a").agent.Files().Dir
 	eventually(t, "the watch on a's directory", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.watched[dir] })
 	w.mu.Lock()
@@ -318,7 +320,7 @@ func TestWatchLimitFallsBackToPolling(t *testing.T) {
 	if !w.Polling() {
 		t.Fatal("not polling after ENOSPC")
 	}
-	mustCreate(t, c, CreateParams{Name: "a"})
+	mustCreate(t, c, api.CreateParams{Name: "a"})
 	path, data := edited(t, c, "a", func(m map[string]any) { m["instructions"] = "seen by polling" })
 	os.WriteFile(path, data, 0o600)
 	eventually(t, "the polled edit", func() bool { return sessionOf(c, "a").Instructions == "seen by polling" })
@@ -341,7 +343,7 @@ func invalidOf(t *testing.T, c *Core, ref string) string {
 // gone at the next start.
 func TestReplacedLogIsReloaded(t *testing.T) {
 	c, _ := watched(t)
-	mustCreate(t, c, CreateParams{Name: "a"})
+	mustCreate(t, c, api.CreateParams{Name: "a"})
 	send(t, c, "a", "first")
 	drain(t, c)
 	path := nodeOf(t, c, "a").agent.Files().Events()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -49,7 +51,7 @@ func effectivePermissions(s *fsstore.Session) fsstore.Permissions {
 // placeCreate decides where a new agent works and what it may do:
 // p.WorkDir and p.Permissions are set for the store. id is the new
 // agent's id (for its scratch directory).
-func (c *Core) placeCreate(p *CreateParams, parent *fsstore.Session, id string) error {
+func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id string) error {
 	home := c.store.Layout().Home
 	switch {
 	case p.Workspace != "" && p.WorkDir != "":
@@ -139,25 +141,13 @@ func (c *Core) migrateWork(n *node) error {
 	return nil
 }
 
-// PermissionsParams are the inputs of SetPermissions: the new setting (a
-// nil list leaves that list as it is; an empty one clears it).
-type PermissionsParams struct {
-	Ref             string   `json:"ref"`
-	Mode            string   `json:"mode,omitempty"`
-	AllowedTools    []string `json:"allowed_tools"`
-	DisallowedTools []string `json:"disallowed_tools"`
-	// Approver and ApprovalTimeout change when not empty.
-	Approver        string `json:"approver,omitempty"`
-	ApprovalTimeout string `json:"approval_timeout,omitempty"`
-}
-
 // SetPermissions changes an agent's permission setting. It takes effect
 // at the agent's next session start: a live session is suspended (its
 // state saved) and resumes with the new setting at the next turn.
-func (c *Core) SetPermissions(ctx context.Context, p PermissionsParams) (AgentInfo, error) {
+func (c *Core) SetPermissions(ctx context.Context, p api.PermissionsParams) (api.AgentInfo, error) {
 	n, err := c.hold(ctx, p.Ref)
 	if err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	defer c.release(n)
 	perm := effectivePermissions(n.s())
@@ -183,10 +173,10 @@ func (c *Core) SetPermissions(ctx context.Context, p PermissionsParams) (AgentIn
 		perm.DisallowedTools = nil
 	}
 	if err := perm.Validate(); err != nil {
-		return AgentInfo{}, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return api.AgentInfo{}, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	if err := c.commit(n, fsstore.EvPermissions, perm); err != nil {
-		return AgentInfo{}, err
+		return api.AgentInfo{}, err
 	}
 	c.mu.Lock()
 	live := n.live != nil
@@ -194,7 +184,7 @@ func (c *Core) SetPermissions(ctx context.Context, p PermissionsParams) (AgentIn
 	if live {
 		// The provider reads the setting when a session starts.
 		if err := c.suspendHeld(ctx, n, "permissions changed"); err != nil {
-			return AgentInfo{}, err
+			return api.AgentInfo{}, err
 		}
 	}
 	c.snapshot(n)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -15,7 +17,7 @@ import (
 func TestWorkDirAndPermissions(t *testing.T) {
 	home := t.TempDir()
 	c, _ := newCore(t, home, false)
-	if _, err := c.CreateWorkspace(WorkspaceParams{Name: "lab"}); err != nil {
+	if _, err := c.CreateWorkspace(api.WorkspaceParams{Name: "lab"}); err != nil {
 		t.Fatal(err)
 	}
 	proj := t.TempDir()
@@ -25,36 +27,36 @@ func TestWorkDirAndPermissions(t *testing.T) {
 	}
 
 	// Outside a sandbox: the directory asked for, the CLI's safe mode.
-	mustCreate(t, c, CreateParams{Name: "dev", WorkDir: proj})
+	mustCreate(t, c, api.CreateParams{Name: "dev", WorkDir: proj})
 	if s := sess("dev"); s.WorkDir != proj || s.Permissions == nil || s.Permissions.Mode != fsstore.ModeDefault {
 		t.Errorf("dev: work_dir %q permissions %+v", s.WorkDir, s.Permissions)
 	}
 	// In a sandbox: full tool permission, no work_dir.
-	mustCreate(t, c, CreateParams{Name: "boxed", Workspace: "lab"})
+	mustCreate(t, c, api.CreateParams{Name: "boxed", Workspace: "lab"})
 	if s := sess("boxed"); s.WorkDir != "" || s.Permissions.Mode != fsstore.ModeFull {
 		t.Errorf("boxed: work_dir %q permissions %+v", s.WorkDir, s.Permissions)
 	}
 	// Neither: a scratch directory of its own in the home.
-	mustCreate(t, c, CreateParams{Name: "api"})
+	mustCreate(t, c, api.CreateParams{Name: "api"})
 	if s := sess("api"); s.WorkDir != c.store.Layout().ScratchDir(s.ID) {
 		t.Errorf("api: work_dir %q", s.WorkDir)
 	}
 	// Asked for explicitly.
-	mustCreate(t, c, CreateParams{Name: "trusted", WorkDir: proj, Permissions: &fsstore.Permissions{Mode: fsstore.ModeAcceptEdits, AllowedTools: []string{"Bash(go test *)"}}})
+	mustCreate(t, c, api.CreateParams{Name: "trusted", WorkDir: proj, Permissions: &fsstore.Permissions{Mode: fsstore.ModeAcceptEdits, AllowedTools: []string{"Bash(go test *)"}}})
 	if p := sess("trusted").Permissions; p.Mode != fsstore.ModeAcceptEdits || len(p.AllowedTools) != 1 {
 		t.Errorf("trusted: %+v", p)
 	}
 
 	// Refusals.
 	for _, bad := range []struct {
-		p    CreateParams
+		p    api.CreateParams
 		want string
 	}{
-		{CreateParams{Name: "x1", WorkDir: "relative"}, "not absolute"},
-		{CreateParams{Name: "x2", WorkDir: filepath.Join(proj, "missing")}, "no such file"},
-		{CreateParams{Name: "x3", WorkDir: c.store.Layout().AgentsDir()}, "inside the Substrat home"},
-		{CreateParams{Name: "x4", WorkDir: proj, Workspace: "lab"}, "not both"},
-		{CreateParams{Name: "x5", WorkDir: proj, Permissions: &fsstore.Permissions{Mode: "yolo"}}, `permission mode "yolo"`},
+		{api.CreateParams{Name: "x1", WorkDir: "relative"}, "not absolute"},
+		{api.CreateParams{Name: "x2", WorkDir: filepath.Join(proj, "missing")}, "no such file"},
+		{api.CreateParams{Name: "x3", WorkDir: c.store.Layout().AgentsDir()}, "inside the Substrat home"},
+		{api.CreateParams{Name: "x4", WorkDir: proj, Workspace: "lab"}, "not both"},
+		{api.CreateParams{Name: "x5", WorkDir: proj, Permissions: &fsstore.Permissions{Mode: "yolo"}}, `permission mode "yolo"`},
 	} {
 		if _, err := c.CreateAgent(bad.p); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: %v, want %q", bad.p, err, bad.want)
@@ -78,13 +80,13 @@ func TestWorkDirAndPermissions(t *testing.T) {
 	}
 
 	// The setting changes with an event, and a live session restarts.
-	if _, err := c.SetPermissions(context.Background(), PermissionsParams{Ref: "dev", Mode: fsstore.ModePlan, DisallowedTools: []string{"WebFetch"}}); err != nil {
+	if _, err := c.SetPermissions(context.Background(), api.PermissionsParams{Ref: "dev", Mode: fsstore.ModePlan, DisallowedTools: []string{"WebFetch"}}); err != nil {
 		t.Fatal(err)
 	}
 	if p := sess("dev").Permissions; p.Mode != fsstore.ModePlan || len(p.DisallowedTools) != 1 {
 		t.Errorf("after SetPermissions: %+v", p)
 	}
-	if _, err := c.SetPermissions(context.Background(), PermissionsParams{Ref: "dev", Mode: "everything"}); err == nil {
+	if _, err := c.SetPermissions(context.Background(), api.PermissionsParams{Ref: "dev", Mode: "everything"}); err == nil {
 		t.Error("a bad mode was set")
 	}
 

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -66,15 +68,8 @@ func (c *Core) getWorkspace(ref string) (*workspace.Workspace, error) {
 	return w, workspaceErr(err)
 }
 
-// WorkspaceParams are the inputs of CreateWorkspace.
-type WorkspaceParams struct {
-	Name    string `json:"name"`
-	Scope   string `json:"scope,omitempty"` // USER (default) or an agent ref
-	Network bool   `json:"network,omitempty"`
-}
-
 // CreateWorkspace makes a new, empty workspace.
-func (c *Core) CreateWorkspace(p WorkspaceParams) (*workspace.Workspace, error) {
+func (c *Core) CreateWorkspace(p api.WorkspaceParams) (*workspace.Workspace, error) {
 	scope := workspace.UserScope
 	if p.Scope != "" && p.Scope != workspace.UserScope {
 		id, err := c.Resolve(p.Scope)
@@ -87,29 +82,21 @@ func (c *Core) CreateWorkspace(p WorkspaceParams) (*workspace.Workspace, error) 
 	return w, workspaceErr(err)
 }
 
-// WorkspaceInfo is a workspace and the agents that use it.
-type WorkspaceInfo struct {
-	*workspace.Workspace
-	Ref   string   `json:"ref"`
-	Root  string   `json:"root"`
-	Users []string `json:"users"`
-}
-
-func (c *Core) workspaceInfo(w *workspace.Workspace) WorkspaceInfo {
+func (c *Core) workspaceInfo(w *workspace.Workspace) api.WorkspaceInfo {
 	root := c.store.Layout().WorkspaceRoot(w.Scope, w.Name)
 	if spec, err := w.Spec(c.store.Layout()); err == nil {
 		root = spec.Root.Host
 	}
-	return WorkspaceInfo{Workspace: w, Ref: w.Ref(), Root: root, Users: c.workspaceUsers(w.Scope, w.Name)}
+	return api.WorkspaceInfo{Workspace: w, Ref: w.Ref(), Root: root, Users: c.workspaceUsers(w.Scope, w.Name)}
 }
 
 // ListWorkspaces lists every workspace.
-func (c *Core) ListWorkspaces() ([]WorkspaceInfo, error) {
+func (c *Core) ListWorkspaces() ([]api.WorkspaceInfo, error) {
 	ws, err := c.ws.List()
 	if err != nil && ws == nil {
 		return nil, workspaceErr(err)
 	}
-	out := []WorkspaceInfo{}
+	out := []api.WorkspaceInfo{}
 	for _, w := range ws {
 		out = append(out, c.workspaceInfo(w))
 	}
@@ -117,10 +104,10 @@ func (c *Core) ListWorkspaces() ([]WorkspaceInfo, error) {
 }
 
 // InspectWorkspace returns one workspace.
-func (c *Core) InspectWorkspace(ref string) (WorkspaceInfo, error) {
+func (c *Core) InspectWorkspace(ref string) (api.WorkspaceInfo, error) {
 	w, err := c.getWorkspace(ref)
 	if err != nil {
-		return WorkspaceInfo{}, err
+		return api.WorkspaceInfo{}, err
 	}
 	return c.workspaceInfo(w), nil
 }
@@ -149,17 +136,9 @@ func (c *Core) DeleteWorkspace(ref string) error {
 	return workspaceErr(c.ws.Delete(scope, name, c.workspaceUsers))
 }
 
-// LinkParams are the inputs of LinkWorkspace.
-type LinkParams struct {
-	Workspace string `json:"workspace"`
-	Source    string `json:"source"` // a host path
-	Target    string `json:"target"` // the mount path inside the sandbox
-	Mode      string `json:"mode,omitempty"`
-}
-
 // LinkWorkspace binds a host directory into a workspace (a user's act: any
 // host path the user names).
-func (c *Core) LinkWorkspace(p LinkParams) (*workspace.Workspace, error) {
+func (c *Core) LinkWorkspace(p api.LinkParams) (*workspace.Workspace, error) {
 	scope, name, err := c.splitWorkspaceRef(p.Workspace)
 	if err != nil {
 		return nil, err
@@ -188,18 +167,9 @@ func (c *Core) UnlinkWorkspace(ref, target string) (*workspace.Workspace, error)
 	return w, workspaceErr(err)
 }
 
-// ViewParams are the inputs of ViewWorkspace.
-type ViewParams struct {
-	Source string `json:"source"`
-	Name   string `json:"name"`
-	Scope  string `json:"scope,omitempty"`
-	Subdir string `json:"subdir,omitempty"`
-	Mode   string `json:"mode,omitempty"`
-}
-
 // ViewWorkspace makes a workspace whose root is another's root (or a
 // directory of it), read-only unless asked otherwise.
-func (c *Core) ViewWorkspace(p ViewParams) (*workspace.Workspace, error) {
+func (c *Core) ViewWorkspace(p api.ViewParams) (*workspace.Workspace, error) {
 	sscope, sname, err := c.splitWorkspaceRef(p.Source)
 	if err != nil {
 		return nil, err
@@ -417,7 +387,7 @@ func (t *turnTools) ownScope(name string) (*workspace.Workspace, error) {
 
 func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall, a noArgs) (string, error) {
 	all, _ := t.c.ws.List()
-	var out []WorkspaceInfo
+	var out []api.WorkspaceInfo
 	for _, w := range all {
 		if w.Scope == t.n.id() || w.Ref() == t.n.s().Workspace || (w.Scope == workspace.UserScope && t.n.s().Workspace == "") {
 			out = append(out, t.c.workspaceInfo(w))

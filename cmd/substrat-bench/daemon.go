@@ -14,10 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/supervisor/rpc"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 type benchDaemon struct {
@@ -49,7 +50,7 @@ func startBenchDaemon(ctx context.Context, exe, home string, timeout time.Durati
 	for {
 		c, err := rpc.Dial(ctx, fsstore.Layout{Home: home}.Socket())
 		if err == nil {
-			var st supervisor.StatusResult
+			var st api.StatusResult
 			err = c.Call(ctx, "daemon.status", nil, &st)
 			c.Close()
 			if err == nil {
@@ -118,8 +119,8 @@ func (b *benchRun) daemonLatency() error {
 			d.kill()
 		}
 	}()
-	var info supervisor.AgentInfo
-	if err := d.call(b.ctx, "agent.create", supervisor.CreateParams{Name: "echo", Provider: "script",
+	var info api.AgentInfo
+	if err := d.call(b.ctx, "agent.create", api.CreateParams{Name: "echo", Provider: "script",
 		Instructions: benchInstructions}, &info); err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (b *benchRun) daemonLatency() error {
 			return 0, err
 		}
 		defer c.Close()
-		var res supervisor.SendResult
+		var res api.SendResult
 		err = c.Stream(b.ctx, "agent.send", map[string]any{"ref": "echo", "text": fmt.Sprintf("ping %d", i), "wait": true},
 			func(json.RawMessage) error { return nil }, &res)
 		if err == nil && res.Failed != "" {
@@ -172,7 +173,7 @@ func (b *benchRun) daemonLatency() error {
 // elsewhere, mv it over session.json) and polls agent.inspect until the
 // change shows. If the first edit does not show within EditProbe, no
 // watcher adopts hand edits: the figure is n/a.
-func (b *benchRun) handEdits(home string, info supervisor.AgentInfo) (benchLatency, error) {
+func (b *benchRun) handEdits(home string, info api.AgentInfo) (benchLatency, error) {
 	c, err := rpc.Dial(b.ctx, fsstore.Layout{Home: home}.Socket())
 	if err != nil {
 		return benchLatency{}, err
@@ -203,7 +204,7 @@ func (b *benchRun) handEdits(home string, info supervisor.AgentInfo) (benchLaten
 			return 0, false, err
 		}
 		for time.Since(t) < timeout {
-			var res supervisor.InspectResult
+			var res api.InspectResult
 			if err := c.Call(b.ctx, "agent.inspect", map[string]string{"ref": info.ID}, &res); err != nil {
 				return 0, false, err
 			}
@@ -256,7 +257,7 @@ func (b *benchRun) rss(home string, agents int) error {
 			d.kill()
 		}
 	}()
-	var st supervisor.StatusResult
+	var st api.StatusResult
 	if err := d.call(b.ctx, "daemon.status", nil, &st); err != nil {
 		return err
 	}

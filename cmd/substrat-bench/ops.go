@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
@@ -55,7 +57,7 @@ func benchAgents(core *supervisor.Core, n int) ([]string, error) {
 	g.SetLimit(8)
 	for i := range ids {
 		g.Go(func() error {
-			info, err := core.CreateAgent(supervisor.CreateParams{Name: fmt.Sprintf("agent-%d", i), Provider: "script",
+			info, err := core.CreateAgent(api.CreateParams{Name: fmt.Sprintf("agent-%d", i), Provider: "script",
 				Instructions: benchInstructions})
 			ids[i] = info.ID
 			return err
@@ -109,7 +111,7 @@ func (b *benchRun) opSpecs() []*benchOpSpec {
 				i := 0
 				return func() error {
 					i++
-					_, err := core.CreateAgent(supervisor.CreateParams{Name: fmt.Sprintf("w%d-%d", w, i), Provider: "script",
+					_, err := core.CreateAgent(api.CreateParams{Name: fmt.Sprintf("w%d-%d", w, i), Provider: "script",
 						Instructions: benchInstructions})
 					return err
 				}, nil, nil
@@ -129,7 +131,7 @@ func (b *benchRun) opSpecs() []*benchOpSpec {
 			}
 			return func(w int) (func() error, func(), error) {
 				return func() error {
-					_, err := core.Send(supervisor.SendParams{To: ids[w], Text: benchText})
+					_, err := core.Send(api.SendParams{To: ids[w], Text: benchText})
 					return err
 				}, nil, nil
 			}, done, nil
@@ -218,7 +220,7 @@ func (b *benchRun) opSpecs() []*benchOpSpec {
 			turnCore, turnID = core, ids[0]
 			return func(w int) (func() error, func(), error) {
 				return func() error {
-					if _, err := core.Send(supervisor.SendParams{To: ids[w], Text: "ping"}); err != nil {
+					if _, err := core.Send(api.SendParams{To: ids[w], Text: "ping"}); err != nil {
 						return err
 					}
 					return core.RunTurn(b.ctx, ids[w])

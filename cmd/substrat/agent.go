@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/alecthomas/kong"
 
 	"github.com/substrat/substrat/fsstore"
@@ -56,8 +58,8 @@ type AgentCreateCmd struct {
 
 // Run creates the agent.
 func (c *AgentCreateCmd) Run(g *Globals) error {
-	var info supervisor.AgentInfo
-	p := supervisor.CreateParams{Name: c.Name, Provider: c.Provider, Model: c.Model,
+	var info api.AgentInfo
+	p := api.CreateParams{Name: c.Name, Provider: c.Provider, Model: c.Model,
 		Instructions: c.Instructions, Workspace: c.Workspace, Parent: c.Parent, Pool: c.Pool}
 	if c.Workspace == "" && c.Parent == "" {
 		dir := c.Dir
@@ -99,7 +101,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		return printJSON(info)
 	}
 	fmt.Printf("created %s (%s)\n  dir: %s\n", info.Path, info.ID, info.Dir)
-	var res supervisor.InspectResult
+	var res api.InspectResult
 	if err := g.call("agent.inspect", map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
 		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
 	}
@@ -147,7 +149,7 @@ type AgentPermissionsCmd struct {
 // Run sets the permissions and prints the result; with no flag it prints
 // the current ones.
 func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
-	p := supervisor.PermissionsParams{Ref: c.Ref, Mode: c.Mode, Approver: c.Approver, ApprovalTimeout: c.Wait}
+	p := api.PermissionsParams{Ref: c.Ref, Mode: c.Mode, Approver: c.Approver, ApprovalTimeout: c.Wait}
 	if flagSet(k, "allowed-tools") {
 		p.AllowedTools = append([]string{}, splitRules(c.Allowed)...)
 	}
@@ -155,12 +157,12 @@ func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
 		p.DisallowedTools = append([]string{}, splitRules(c.Disallowed)...)
 	}
 	if c.Mode != "" || p.AllowedTools != nil || p.DisallowedTools != nil || c.Approver != "" || c.Wait != "" {
-		var info supervisor.AgentInfo
+		var info api.AgentInfo
 		if err := g.call("agent.permissions", p, &info); err != nil {
 			return err
 		}
 	}
-	var res supervisor.InspectResult
+	var res api.InspectResult
 	if err := g.call("agent.inspect", map[string]string{"ref": c.Ref}, &res); err != nil {
 		return err
 	}
@@ -186,7 +188,7 @@ type AgentListCmd struct{}
 
 // Run draws the tree.
 func (AgentListCmd) Run(g *Globals) error {
-	var list []supervisor.AgentInfo
+	var list []api.AgentInfo
 	if err := g.call("agent.list", nil, &list); err != nil {
 		return err
 	}
@@ -202,8 +204,8 @@ func (AgentListCmd) Run(g *Globals) error {
 }
 
 // drawTree renders agents (parents before children) as a tree.
-func drawTree(list []supervisor.AgentInfo) string {
-	byID := map[string]supervisor.AgentInfo{}
+func drawTree(list []api.AgentInfo) string {
+	byID := map[string]api.AgentInfo{}
 	kids := map[string][]string{}
 	var roots []string
 	for _, a := range list {
@@ -253,7 +255,7 @@ type AgentInspectCmd struct {
 
 // Run prints the agent.
 func (c *AgentInspectCmd) Run(g *Globals) error {
-	var res supervisor.InspectResult
+	var res api.InspectResult
 	if err := g.call("agent.inspect", map[string]string{"ref": c.Ref}, &res); err != nil {
 		return err
 	}
@@ -351,7 +353,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	var res supervisor.SendResult
+	var res api.SendResult
 	streamed := false
 	err = cl.Stream(ctx, "agent.send", map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
@@ -422,8 +424,8 @@ type AgentTerminateCmd struct {
 
 // Run terminates.
 func (c *AgentTerminateCmd) Run(g *Globals) error {
-	var out []supervisor.AgentInfo
-	if err := g.call("agent.terminate", supervisor.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
+	var out []api.AgentInfo
+	if err := g.call("agent.terminate", api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -445,7 +447,7 @@ type AgentArchiveCmd struct {
 
 // Run archives.
 func (c *AgentArchiveCmd) Run(g *Globals) error {
-	var out []supervisor.AgentInfo
+	var out []api.AgentInfo
 	if err := g.call("agent.archive", map[string]string{"ref": c.Ref}, &out); err != nil {
 		return err
 	}
@@ -467,7 +469,7 @@ type AgentBudgetCmd struct {
 
 // Run sets the budget.
 func (c *AgentBudgetCmd) Run(g *Globals) error {
-	var a supervisor.AgentInfo
+	var a api.AgentInfo
 	if err := g.call("agent.budget", map[string]any{"ref": c.Ref, "tokens": c.Tokens, "cost_usd": c.Cost}, &a); err != nil {
 		return err
 	}
@@ -484,8 +486,8 @@ type gateArgs struct {
 }
 
 func (c *gateArgs) run(g *Globals, op, verb string) error {
-	var out []supervisor.AgentInfo
-	if err := g.call("agent.gate", supervisor.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive}, &out); err != nil {
+	var out []api.AgentInfo
+	if err := g.call("agent.gate", api.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive}, &out); err != nil {
 		return err
 	}
 	if g.JSON {

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider/claude/fakeapi"
-	"github.com/substrat/substrat/supervisor"
 )
 
 var requestRE = regexp.MustCompile(`Approval request (\S+):`)
@@ -86,9 +87,9 @@ func TestApprovalE2E(t *testing.T) {
 	d.start()
 	t.Cleanup(d.kill)
 	dir := t.TempDir()
-	var lead, w supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "lead", Model: model, WorkDir: dir}, &lead)
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "w", Provider: "claude", Parent: lead.ID, WorkDir: dir,
+	var lead, w wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Model: model, WorkDir: dir}, &lead)
+	d.mustCall("agent.create", wire.CreateParams{Name: "w", Provider: "claude", Parent: lead.ID, WorkDir: dir,
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "60s"}}, &w)
 	exists := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
 
@@ -97,15 +98,15 @@ func TestApprovalE2E(t *testing.T) {
 	if !exists("one.txt") || strings.Contains(res.Text, "denied") {
 		t.Fatalf("the allowed command did not run: %q", res.Text)
 	}
-	var info supervisor.InspectResult
+	var info wire.InspectResult
 	d.mustCall("agent.inspect", map[string]string{"ref": "w"}, &info)
 	if ap := info.Session.Approvals; len(ap) != 1 || ap[0].Answer != fsstore.ApprovalAllow || ap[0].By != lead.ID || ap[0].Tool != "Bash" {
 		t.Fatalf("the worker's approvals: %+v", ap)
 	}
 
 	// 2. USER is the approver now, and denies from the CLI.
-	d.mustCall("agent.permissions", supervisor.PermissionsParams{Ref: "w", Approver: fsstore.ApproverUser}, nil)
-	done := make(chan supervisor.SendResult, 1)
+	d.mustCall("agent.permissions", wire.PermissionsParams{Ref: "w", Approver: fsstore.ApproverUser}, nil)
+	done := make(chan wire.SendResult, 1)
 	go func() { done <- d.send("w", "RUN TWO") }()
 	req := waitApproval(t, d, 1)[0]
 	if req.Approver != fsstore.User || req.Agent != "lead/w" {
@@ -124,18 +125,18 @@ func TestApprovalE2E(t *testing.T) {
 	}
 
 	// 3. Nobody answers: denied when the timeout ends.
-	d.mustCall("agent.permissions", supervisor.PermissionsParams{Ref: "w", ApprovalTimeout: "2s"}, nil)
+	d.mustCall("agent.permissions", wire.PermissionsParams{Ref: "w", ApprovalTimeout: "2s"}, nil)
 	if res := d.send("w", "RUN THREE"); !strings.Contains(res.Text, "no answer within 2s") || exists("three.txt") {
 		t.Fatalf("an unanswered request: %q", res.Text)
 	}
 
 	// 4. A kill -9 while a request waits: it is still listed afterwards.
-	d.mustCall("agent.permissions", supervisor.PermissionsParams{Ref: "w", ApprovalTimeout: "10m"}, nil)
+	d.mustCall("agent.permissions", wire.PermissionsParams{Ref: "w", ApprovalTimeout: "10m"}, nil)
 	d.mustCall("agent.send", map[string]any{"ref": "w", "text": "RUN FOUR", "wait": false}, nil)
 	req = waitApproval(t, d, 1)[0]
 	d.kill()
 	d.start()
-	var list []supervisor.PendingApproval
+	var list []wire.PendingApproval
 	d.mustCall("approval.list", nil, &list)
 	found := false
 	for _, p := range list {
@@ -149,11 +150,11 @@ func TestApprovalE2E(t *testing.T) {
 	}
 }
 
-func waitApproval(t *testing.T, d *e2eDaemon, n int) []supervisor.PendingApproval {
+func waitApproval(t *testing.T, d *e2eDaemon, n int) []wire.PendingApproval {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var list []supervisor.PendingApproval
+		var list []wire.PendingApproval
 		d.mustCall("approval.list", nil, &list)
 		if len(list) >= n {
 			return list

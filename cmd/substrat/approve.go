@@ -5,8 +5,9 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // ApproveCmd answers an approval request with yes.
@@ -18,7 +19,7 @@ type ApproveCmd struct {
 
 // Run allows the request.
 func (c *ApproveCmd) Run(g *Globals) error {
-	return answer(g, supervisor.AnswerParams{ID: c.ID, Allow: true, Reason: c.Reason, Remember: c.Remember})
+	return answer(g, api.AnswerParams{ID: c.ID, Allow: true, Reason: c.Reason, Remember: c.Remember})
 }
 
 // DenyCmd answers an approval request with no.
@@ -30,10 +31,10 @@ type DenyCmd struct {
 
 // Run denies the request.
 func (c *DenyCmd) Run(g *Globals) error {
-	return answer(g, supervisor.AnswerParams{ID: c.ID, Allow: false, Reason: c.Reason, Remember: c.Remember})
+	return answer(g, api.AnswerParams{ID: c.ID, Allow: false, Reason: c.Reason, Remember: c.Remember})
 }
 
-func answer(g *Globals, p supervisor.AnswerParams) error {
+func answer(g *Globals, p api.AnswerParams) error {
 	var res fsstore.Approval
 	if err := g.call("approval.answer", p, &res); err != nil {
 		return err
@@ -53,7 +54,7 @@ type ApprovalsCmd struct{}
 
 // Run lists pending approval requests.
 func (ApprovalsCmd) Run(g *Globals) error {
-	var list []supervisor.PendingApproval
+	var list []api.PendingApproval
 	if err := g.call("approval.list", nil, &list); err != nil {
 		return err
 	}

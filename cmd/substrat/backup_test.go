@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // A copy made with the real rsync, slowed down as a remote or busy target
@@ -38,9 +39,9 @@ func TestBackupWhileArchiving(t *testing.T) {
 	msgs := map[string]string{} // message id -> agent id
 	var ids []string
 	for i := range roots {
-		var a supervisor.AgentInfo
-		d.mustCall("agent.create", supervisor.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
-		var res supervisor.SendResult
+		var a api.AgentInfo
+		d.mustCall("agent.create", api.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
+		var res api.SendResult
 		d.mustCall("agent.send", map[string]any{"ref": a.ID, "text": strings.Repeat("payload ", 200), "wait": false}, &res)
 		agents[a.ID], msgs[res.MessageID] = true, a.ID
 		ids = append(ids, a.ID)
@@ -68,7 +69,7 @@ func TestBackupWhileArchiving(t *testing.T) {
 				return
 			default:
 			}
-			var res []supervisor.AgentInfo
+			var res []api.AgentInfo
 			d.mustCall("agent.archive", map[string]string{"ref": id}, &res)
 			archived.Add(1)
 			time.Sleep(20 * time.Millisecond)
@@ -82,10 +83,10 @@ func TestBackupWhileArchiving(t *testing.T) {
 				return
 			default:
 			}
-			var a supervisor.AgentInfo
-			d.mustCall("agent.create", supervisor.CreateParams{Name: fmt.Sprintf("n%d", i)}, &a)
+			var a api.AgentInfo
+			d.mustCall("agent.create", api.CreateParams{Name: fmt.Sprintf("n%d", i)}, &a)
 			d.send(a.ID, `!spawn_agent {"name":"kid","instructions":"!complete {\"result\":\"done\"}"}`)
-			var res supervisor.SendResult
+			var res api.SendResult
 			d.mustCall("agent.send", map[string]any{"ref": a.ID, "text": "more", "wait": false}, &res)
 		}
 	}()
@@ -148,6 +149,6 @@ func TestBackupWhileArchiving(t *testing.T) {
 	c := &e2eDaemon{t: t, home: copyDir, env: append(os.Environ(), "SUBSTRAT_HOME=")}
 	c.start()
 	defer c.kill()
-	var st supervisor.StatusResult
+	var st api.StatusResult
 	c.mustCall("daemon.status", nil, &st)
 }

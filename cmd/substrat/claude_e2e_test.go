@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/claude"
@@ -108,7 +110,7 @@ func (d *e2eDaemon) start() {
 	go func() { d.cmd.Wait(); close(d.done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var st supervisor.StatusResult
+		var st wire.StatusResult
 		if err := d.call("daemon.status", nil, &st); err == nil {
 			return
 		}
@@ -153,9 +155,9 @@ func (d *e2eDaemon) mustCall(method string, params, result any) {
 }
 
 // send sends USER's message and waits for the turn that takes it.
-func (d *e2eDaemon) send(ref, text string) supervisor.SendResult {
+func (d *e2eDaemon) send(ref, text string) wire.SendResult {
 	d.t.Helper()
-	var res supervisor.SendResult
+	var res wire.SendResult
 	d.mustCall("agent.send", map[string]any{"ref": ref, "text": text, "wait": true}, &res)
 	if res.Failed != "" {
 		d.t.Fatalf("the turn of %s failed: %s", ref, res.Failed)
@@ -163,11 +165,11 @@ func (d *e2eDaemon) send(ref, text string) supervisor.SendResult {
 	return res
 }
 
-func (d *e2eDaemon) agents() map[string]supervisor.AgentInfo {
+func (d *e2eDaemon) agents() map[string]wire.AgentInfo {
 	d.t.Helper()
-	var list []supervisor.AgentInfo
+	var list []wire.AgentInfo
 	d.mustCall("agent.list", nil, &list)
-	out := map[string]supervisor.AgentInfo{}
+	out := map[string]wire.AgentInfo{}
 	for _, a := range list {
 		out[a.Path] = a
 	}
@@ -193,7 +195,7 @@ func (d *e2eDaemon) waitFirstTurn(path string) {
 
 func (d *e2eDaemon) sessionID(id string) string {
 	d.t.Helper()
-	var list []supervisor.SessionInfo
+	var list []wire.SessionInfo
 	d.mustCall("session.list", nil, &list)
 	for _, s := range list {
 		if s.ID == id {
@@ -229,8 +231,8 @@ func TestClaudeE2E(t *testing.T) {
 	d, api := startE2E(t)
 	home := d.home
 
-	var boss supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "boss", Provider: "claude", Instructions: "You are the boss of a test team."}, &boss)
+	var boss wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Instructions: "You are the boss of a test team."}, &boss)
 
 	// (a) A plain reply.
 	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
@@ -397,7 +399,7 @@ func TestClaudeConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startFakeDaemon(t, home)
-	d.extra = []supervisor.ToolSpec{{Name: "providertest_probe", Description: "The conformance suite's probe.",
+	d.extra = []wire.ToolSpec{{Name: "providertest_probe", Description: "The conformance suite's probe.",
 		InputSchema: json.RawMessage(`{"type":"object"}`)}}
 	substrat, err := exec.LookPath("substrat")
 	if err != nil {
@@ -436,9 +438,9 @@ func TestClaudeE2ESandbox(t *testing.T) {
 	d, api := startE2E(t)
 	layout := fsstore.Layout{Home: d.home}
 
-	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "lab", Network: true}, nil)
-	var boss supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab",
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	var boss wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab",
 		Instructions: "You are the boss of a sandboxed team."}, &boss)
 
 	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
@@ -474,7 +476,7 @@ func TestClaudeE2ESandbox(t *testing.T) {
 	if !ok || helper.ParentID != boss.ID {
 		t.Fatalf("the child is not in the tree: %+v", d.agents())
 	}
-	var insp supervisor.InspectResult
+	var insp wire.InspectResult
 	d.mustCall("agent.inspect", map[string]string{"ref": "boss/helper"}, &insp)
 	if insp.Session.Workspace != "USER/lab" {
 		t.Errorf("the child's workspace is %q, want the parent's USER/lab", insp.Session.Workspace)
@@ -486,10 +488,10 @@ func TestClaudeE2ESandbox(t *testing.T) {
 
 	// Without network the CLI cannot reach its API: the turn fails and
 	// says so, rather than run outside the sandbox.
-	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "offline"}, nil)
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "hermit", Provider: "claude", Workspace: "offline"}, nil)
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "offline"}, nil)
+	d.mustCall("agent.create", wire.CreateParams{Name: "hermit", Provider: "claude", Workspace: "offline"}, nil)
 	before := len(api.Requests())
-	var res supervisor.SendResult
+	var res wire.SendResult
 	d.mustCall("agent.send", map[string]any{"ref": "hermit", "text": "hello", "wait": true}, &res)
 	if !strings.Contains(res.Failed, "no network access") {
 		t.Errorf("a claude turn in a workspace without network: failed %q, reply %q", res.Failed, res.Text)

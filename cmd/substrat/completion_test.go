@@ -5,8 +5,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // BenchmarkCompleteAgents measures the names a completion of an agent
@@ -35,7 +36,7 @@ func BenchmarkCompleteAgents(b *testing.B) {
 	d := &e2eDaemon{t: b, home: home, env: append(os.Environ(), "SUBSTRAT_HOME=")}
 	d.start()
 	defer d.kill()
-	var st2 supervisor.StatusResult
+	var st2 api.StatusResult
 	d.mustCall("daemon.status", nil, &st2)
 	b.Run("daemon", func(b *testing.B) {
 		for b.Loop() {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
@@ -110,7 +112,7 @@ func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
 			return 0, &exitError{code: 1, msg: fmt.Sprintf("the daemon (pid %d) did not answer within %s", cmd.Process.Pid, timeout),
 				hint: "see " + layout.Log()}
 		case <-tick.C:
-			var st supervisor.StatusResult
+			var st api.StatusResult
 			if err := g.call("daemon.status", nil, &st); err == nil {
 				cmd.Process.Release()
 				return st.Pid, nil
@@ -177,7 +179,7 @@ type DaemonStatusCmd struct{}
 
 // Run prints the status.
 func (DaemonStatusCmd) Run(g *Globals) error {
-	var st supervisor.StatusResult
+	var st api.StatusResult
 	if err := g.call("daemon.status", nil, &st); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == 3 && g.JSON {
@@ -188,7 +190,7 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 	if g.JSON {
 		return printJSON(struct {
 			Running bool `json:"running"`
-			supervisor.StatusResult
+			api.StatusResult
 		}{true, st})
 	}
 	fmt.Printf("running: pid %d, version %s, up %s\nhome: %s\nagents: %d (%d busy, %d live sessions, %d slots)\n",

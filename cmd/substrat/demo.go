@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
@@ -89,7 +91,7 @@ type demo struct {
 	layout   fsstore.Layout
 	deadline time.Time
 	pid      int
-	lead     supervisor.AgentInfo
+	lead     api.AgentInfo
 }
 
 func (d *demo) step(format string, args ...any) {
@@ -106,12 +108,12 @@ func (d *demo) startTeam() error {
 	}
 	d.pid = pid
 	d.step("daemon started (pid %d)", pid)
-	if err := d.g.call("agent.create", supervisor.CreateParams{Name: "lead", Provider: "script",
+	if err := d.g.call("agent.create", api.CreateParams{Name: "lead", Provider: "script",
 		Instructions: "Lead the demo team."}, &d.lead); err != nil {
 		return err
 	}
 	d.step("created root agent %s (%s)", d.lead.Name, d.lead.ID)
-	var sent supervisor.SendResult
+	var sent api.SendResult
 	if err := d.g.call("agent.send", map[string]any{"ref": "lead", "text": demoScript()}, &sent); err != nil {
 		return err
 	}
@@ -163,7 +165,7 @@ func (d *demo) killAndRestart() error {
 	}
 	d.pid = pid
 	d.step("daemon restarted (pid %d); recovery report:", pid)
-	var rep supervisor.Report
+	var rep api.Report
 	if err := d.g.call("daemon.recovery", nil, &rep); err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func (d *demo) waitDone() error {
 				idle = a.AgentState == "IDLE"
 			}
 		}
-		var insp supervisor.InspectResult
+		var insp api.InspectResult
 		if err := d.g.call("agent.inspect", map[string]string{"ref": d.lead.ID}, &insp); err != nil {
 			return err
 		}
@@ -221,8 +223,8 @@ func (d *demo) show() error {
 	return nil
 }
 
-func demoList(g *Globals) ([]supervisor.AgentInfo, error) {
-	var list []supervisor.AgentInfo
+func demoList(g *Globals) ([]api.AgentInfo, error) {
+	var list []api.AgentInfo
 	err := g.call("agent.list", nil, &list)
 	return list, err
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // InboxCmd shows messages to USER.
@@ -14,7 +14,7 @@ type InboxCmd struct {
 
 // Run prints the messages and marks them read.
 func (c *InboxCmd) Run(g *Globals) error {
-	var out []supervisor.InboxMessage
+	var out []api.InboxMessage
 	if err := g.call("inbox.list", map[string]bool{"all": c.All}, &out); err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/substrat/substrat/fsstore"
@@ -95,7 +97,7 @@ func (b *mcpBridge) call(ctx context.Context, method string, params, result any)
 // server fetches the tool list, waiting up to wait for the daemon, and
 // returns an MCP server exposing it.
 func (b *mcpBridge) server(ctx context.Context, wait time.Duration) (*mcp.Server, error) {
-	var specs []supervisor.ToolSpec
+	var specs []api.ToolSpec
 	deadline := time.Now().Add(wait)
 	for {
 		err := b.call(ctx, "tool.list", nil, &specs)

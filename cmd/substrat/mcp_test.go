@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/substrat/substrat/fsstore"
@@ -33,7 +35,7 @@ type fakeDaemon struct {
 
 	mu       sync.Mutex
 	calls    []toolCallParams
-	extra    []supervisor.ToolSpec           // listed besides the real tools
+	extra    []api.ToolSpec                  // listed besides the real tools
 	handlers map[string]provider.ToolHandler // agent id -> its turn's tools
 }
 

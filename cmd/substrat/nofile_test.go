@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // A daemon whose descriptor limit is low keeps working past the limit:
@@ -48,12 +48,12 @@ func TestLowDescriptorLimit(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	var st supervisor.StatusResult
+	var st api.StatusResult
 	d.mustCall("daemon.status", nil, &st)
 	const agents = 2 * limit
 	for i := range agents {
-		var a supervisor.AgentInfo
-		d.mustCall("agent.create", supervisor.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
+		var a api.AgentInfo
+		d.mustCall("agent.create", api.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
 		res := d.send(a.ID, `!spawn_agent {"name":"kid","instructions":"!complete {\"result\":\"done\"}"}`)
 		if strings.Contains(res.Text, "error") {
 			t.Fatalf("agent %d: %s", i, res.Text)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider/openai/fakeapi"
-	"github.com/substrat/substrat/supervisor"
+	wire "github.com/substrat/substrat/supervisor/api"
 )
 
 // openaiTeam plays the model behind a team of --provider openai agents:
@@ -98,10 +98,10 @@ func TestOpenAITeamE2E(t *testing.T) {
 	t.Cleanup(d.kill)
 
 	repo := t.TempDir()
-	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "team"}, nil)
-	d.mustCall("workspace.link", supervisor.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
-	var lead supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "lead", Provider: "openai", Workspace: "team", Instructions: "ROLE=lead"}, &lead)
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "team"}, nil)
+	d.mustCall("workspace.link", wire.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
+	var lead wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Provider: "openai", Workspace: "team", Instructions: "ROLE=lead"}, &lead)
 	if res := d.send("lead", "Please build the team."); res.Text != "Spawned w1 and w2." {
 		t.Fatalf("the lead's first turn: %q", res.Text)
 	}
@@ -141,7 +141,7 @@ func TestOpenAITeamE2E(t *testing.T) {
 	var summary string
 	deadline = time.Now().Add(60 * time.Second)
 	for summary == "" {
-		var inbox []supervisor.InboxMessage
+		var inbox []wire.InboxMessage
 		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
 		for _, m := range inbox {
 			if strings.Contains(m.Text, "summary:") {

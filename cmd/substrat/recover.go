@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // RecoverCmd prints recovery.json.
@@ -23,7 +24,7 @@ func (RecoverCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	var rep supervisor.Report
+	var rep api.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return fail(fmt.Sprintf("%s is not a valid recovery report: %v", path, err), "")
 	}
@@ -34,7 +35,7 @@ func (RecoverCmd) Run(g *Globals) error {
 	return nil
 }
 
-func printReport(rep *supervisor.Report) {
+func printReport(rep *api.Report) {
 	kind := "clean"
 	if rep.Unclean {
 		kind = "after an unclean stop"

@@ -5,7 +5,7 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // SessionCmd groups the session commands.
@@ -21,7 +21,7 @@ type SessionListCmd struct{}
 
 // Run lists.
 func (SessionListCmd) Run(g *Globals) error {
-	var out []supervisor.SessionInfo
+	var out []api.SessionInfo
 	if err := g.call("session.list", nil, &out); err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ type sessionRef struct {
 }
 
 func (c *sessionRef) run(g *Globals, method, verb string) error {
-	var a supervisor.AgentInfo
+	var a api.AgentInfo
 	if err := g.call(method, map[string]string{"ref": c.Ref}, &a); err != nil {
 		return err
 	}

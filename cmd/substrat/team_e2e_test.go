@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	wire "github.com/substrat/substrat/supervisor/api"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider/claude/fakeapi"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // teamModel plays the model of a team of Claude Code agents: a lead that
@@ -167,10 +167,10 @@ func TestClaudeTeamE2E(t *testing.T) {
 	}
 	outside := "/tmp/substrat-e2e-outside"
 	os.RemoveAll(outside)
-	d.mustCall("workspace.create", supervisor.WorkspaceParams{Name: "team", Network: true}, nil)
-	d.mustCall("workspace.link", supervisor.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
-	var lead supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "team", Network: true}, nil)
+	d.mustCall("workspace.link", wire.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
+	var lead wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
 		Instructions: "ROLE=lead. Lead a team of two workers."}, &lead)
 
 	if res := d.send("lead", "Please build the team."); res.Text != "Spawned w1 and w2." {
@@ -210,7 +210,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 	var summary string
 	deadline = time.Now().Add(180 * time.Second)
 	for summary == "" {
-		var inbox []supervisor.InboxMessage
+		var inbox []wire.InboxMessage
 		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
 		for _, m := range inbox {
 			if strings.Contains(m.Text, "summary:") {
@@ -252,7 +252,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 		if a.AgentState != fsstore.AgentTerminated {
 			t.Errorf("%s is %s, want TERMINATED after complete", w, a.AgentState)
 		}
-		var insp supervisor.InspectResult
+		var insp wire.InspectResult
 		d.mustCall("agent.inspect", map[string]string{"ref": w}, &insp)
 		if insp.Session.Permissions == nil || insp.Session.Permissions.Mode != fsstore.ModeFull || insp.Session.Workspace != "USER/team" {
 			t.Errorf("%s: workspace %q permissions %+v, want the lead's sandbox with full permission", w, insp.Session.Workspace, insp.Session.Permissions)
@@ -284,8 +284,8 @@ func TestClaudeTeamE2E(t *testing.T) {
 	// on and the refusal is recorded. (With an approver, the default, it
 	// would be asked: approval_e2e_test.go.)
 	dir := t.TempDir()
-	var loner supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "loner", Provider: "claude", WorkDir: dir,
+	var loner wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "loner", Provider: "claude", WorkDir: dir,
 		Instructions: "ROLE=loner.", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, Approver: fsstore.ApproverDeny}}, &loner)
 	res := d.send("loner", "write outside")
 	if !strings.Contains(res.Text, "could not write there") {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // tmux drives a program in a real terminal of a private tmux server.
@@ -84,10 +84,10 @@ func TestTopInATerminal(t *testing.T) {
 	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(), "SUBSTRAT_HOME=")}
 	d.start()
 	t.Cleanup(d.kill)
-	var lead, w1 supervisor.AgentInfo
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "lead"}, &lead)
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "w1", Parent: lead.ID}, &w1)
-	d.mustCall("agent.create", supervisor.CreateParams{Name: "w2", Parent: lead.ID}, &supervisor.AgentInfo{})
+	var lead, w1 api.AgentInfo
+	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)
+	d.mustCall("agent.create", api.CreateParams{Name: "w1", Parent: lead.ID}, &w1)
+	d.mustCall("agent.create", api.CreateParams{Name: "w2", Parent: lead.ID}, &api.AgentInfo{})
 
 	x := startTmux(t, 80, 24, fmt.Sprintf("NO_COLOR=1 %s top --home %s; sleep 30", bin, d.home))
 	s := x.waitFor("the tree", "substrat top", "lead", "w1", "w2", "IDLE", "? help")

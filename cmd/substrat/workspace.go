@@ -11,9 +11,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
 
@@ -39,14 +40,14 @@ type WorkspaceCreateCmd struct {
 
 // Run creates it.
 func (c *WorkspaceCreateCmd) Run(g *Globals) error {
-	var w supervisor.WorkspaceInfo
-	if err := g.call("workspace.create", supervisor.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network}, &w); err != nil {
+	var w api.WorkspaceInfo
+	if err := g.call("workspace.create", api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "created")
 }
 
-func printWorkspace(g *Globals, w supervisor.WorkspaceInfo, verb string) error {
+func printWorkspace(g *Globals, w api.WorkspaceInfo, verb string) error {
 	if g.JSON {
 		return printJSON(w)
 	}
@@ -72,7 +73,7 @@ type WorkspaceListCmd struct{}
 
 // Run lists.
 func (WorkspaceListCmd) Run(g *Globals) error {
-	var ws []supervisor.WorkspaceInfo
+	var ws []api.WorkspaceInfo
 	if err := g.call("workspace.list", nil, &ws); err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ type WorkspaceInspectCmd struct {
 
 // Run shows it.
 func (c *WorkspaceInspectCmd) Run(g *Globals) error {
-	var w supervisor.WorkspaceInfo
+	var w api.WorkspaceInfo
 	if err := g.call("workspace.inspect", map[string]string{"ref": c.Ref}, &w); err != nil {
 		return err
 	}
@@ -129,8 +130,8 @@ type WorkspaceLinkCmd struct {
 
 // Run links.
 func (c *WorkspaceLinkCmd) Run(g *Globals) error {
-	var w supervisor.WorkspaceInfo
-	if err := g.call("workspace.link", supervisor.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode}, &w); err != nil {
+	var w api.WorkspaceInfo
+	if err := g.call("workspace.link", api.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "linked into")
@@ -151,7 +152,7 @@ type WorkspaceUnlinkCmd struct {
 
 // Run unlinks.
 func (c *WorkspaceUnlinkCmd) Run(g *Globals) error {
-	var w supervisor.WorkspaceInfo
+	var w api.WorkspaceInfo
 	if err := g.call("workspace.unlink", map[string]string{"workspace": c.Ref, "target": c.Target}, &w); err != nil {
 		return err
 	}
@@ -169,8 +170,8 @@ type WorkspaceViewCmd struct {
 
 // Run creates the view.
 func (c *WorkspaceViewCmd) Run(g *Globals) error {
-	var w supervisor.WorkspaceInfo
-	if err := g.call("workspace.view", supervisor.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode}, &w); err != nil {
+	var w api.WorkspaceInfo
+	if err := g.call("workspace.view", api.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "created view")

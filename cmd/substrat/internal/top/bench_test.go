@@ -7,17 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // bigTeam is n agents: ten roots, each with a tree of n/10 agents, as the
 // daemon's agent.list encodes them.
 func bigTeam(n int) []byte {
-	agents := make([]supervisor.AgentInfo, 0, n)
+	agents := make([]api.AgentInfo, 0, n)
 	for i := range n {
-		a := supervisor.AgentInfo{ID: fmt.Sprintf("id-%04d", i), Name: fmt.Sprintf("agent-%04d", i), Provider: "claude",
+		a := api.AgentInfo{ID: fmt.Sprintf("id-%04d", i), Name: fmt.Sprintf("agent-%04d", i), Provider: "claude",
 			AgentState: fsstore.AgentIdle, SessionState: fsstore.SessionActive, Pool: "default",
 			Counters: fsstore.Counters{Turns: int64(i), InputTokens: int64(i) * 1000, OutputTokens: int64(i) * 100}}
 		if i%(n/10) != 0 { // a root every n/10; the others hang below an earlier agent of their tree

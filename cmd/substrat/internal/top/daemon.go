@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -44,8 +45,8 @@ func (d Daemon) Snapshot(ctx context.Context) (Snapshot, error) {
 }
 
 // Recovery implements Source.
-func (d Daemon) Recovery(ctx context.Context) (supervisor.Report, error) {
-	var r supervisor.Report
+func (d Daemon) Recovery(ctx context.Context) (api.Report, error) {
+	var r api.Report
 	err := d.call(ctx, "daemon.recovery", nil, &r)
 	return r, err
 }
@@ -103,13 +104,13 @@ func (d Daemon) Act(ctx context.Context, a Action) error {
 	case ActSend:
 		return d.call(ctx, "agent.send", map[string]any{"ref": a.ID, "text": a.Text}, nil)
 	case ActGate, ActUngate, ActPermit:
-		return d.call(ctx, "agent.gate", supervisor.GateParams{Ref: a.ID, Op: a.Kind}, nil)
+		return d.call(ctx, "agent.gate", api.GateParams{Ref: a.ID, Op: a.Kind}, nil)
 	case ActSuspend:
 		return d.call(ctx, "session.suspend", ref, nil)
 	case ActResume:
 		return d.call(ctx, "session.resume", ref, nil)
 	case ActTerminate:
-		return d.call(ctx, "agent.terminate", supervisor.TerminateParams{Ref: a.ID}, nil)
+		return d.call(ctx, "agent.terminate", api.TerminateParams{Ref: a.ID}, nil)
 	case ActArchive:
 		return d.call(ctx, "agent.archive", ref, nil)
 	case ActReadInbox:

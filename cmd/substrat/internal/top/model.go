@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
-
-	"github.com/substrat/substrat/supervisor"
 )
 
 // How often top asks for a whole snapshot: at most every refreshFast
@@ -64,7 +64,7 @@ type Model struct {
 	up        bool // the daemon answered the last snapshot
 	lost      string
 	lostAt    time.Time
-	recovery  *supervisor.Report
+	recovery  *api.Report
 	recovered time.Time
 	dirty     bool
 	fetching  bool
@@ -119,7 +119,7 @@ type (
 	lostMsg     struct{ err error }
 	tickMsg     time.Time
 	recoveryMsg struct {
-		r   supervisor.Report
+		r   api.Report
 		err error
 	}
 	actedMsg struct {

@@ -5,14 +5,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // Once is one look at the daemon, for a pipe or a script: what the full
 // screen view would show of the whole tree, without the detail pane.
 type Once struct {
 	Snapshot
-	Recovery *supervisor.Report `json:"recovery,omitempty"`
+	Recovery *api.Report `json:"recovery,omitempty"`
 }
 
 // ReadOnce reads a snapshot and the last recovery's report.

@@ -15,8 +15,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // Source is what top reads and asks of the daemon.
@@ -25,7 +26,7 @@ type Source interface {
 	// messages to USER (left unread).
 	Snapshot(ctx context.Context) (Snapshot, error)
 	// Recovery returns the report of the daemon's last start.
-	Recovery(ctx context.Context) (supervisor.Report, error)
+	Recovery(ctx context.Context) (api.Report, error)
 	// Detail returns one agent's inspection and its last events.
 	Detail(ctx context.Context, id string, tail int) (Detail, error)
 	// Watch calls fn for each event of every agent until ctx ends or the
@@ -37,16 +38,16 @@ type Source interface {
 
 // Snapshot is the whole tree at one moment.
 type Snapshot struct {
-	Status supervisor.StatusResult   `json:"status"`
-	Agents []supervisor.AgentInfo    `json:"agents"`
-	Inbox  []supervisor.InboxMessage `json:"inbox"`
-	Taken  time.Time                 `json:"taken"`
+	Status api.StatusResult   `json:"status"`
+	Agents []api.AgentInfo    `json:"agents"`
+	Inbox  []api.InboxMessage `json:"inbox"`
+	Taken  time.Time          `json:"taken"`
 }
 
 // Detail is the selected agent, read in full.
 type Detail struct {
-	Inspect supervisor.InspectResult `json:"inspect"`
-	Events  []fsstore.Event          `json:"events"`
+	Inspect api.InspectResult `json:"inspect"`
+	Events  []fsstore.Event   `json:"events"`
 }
 
 // Event is one frame of daemon.watch.

@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden frames in testdata/")
@@ -26,7 +27,7 @@ var update = flag.Bool("update", false, "rewrite the golden frames in testdata/"
 type fake struct {
 	mu     sync.Mutex
 	snap   Snapshot
-	report supervisor.Report
+	report api.Report
 	down   error
 	acts   []Action
 }
@@ -38,11 +39,11 @@ func (f *fake) Snapshot(context.Context) (Snapshot, error) {
 		return Snapshot{}, f.down
 	}
 	s := f.snap
-	s.Agents = append([]supervisor.AgentInfo(nil), f.snap.Agents...)
+	s.Agents = append([]api.AgentInfo(nil), f.snap.Agents...)
 	return s, nil
 }
 
-func (f *fake) Recovery(context.Context) (supervisor.Report, error) {
+func (f *fake) Recovery(context.Context) (api.Report, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.report, f.down
@@ -54,7 +55,7 @@ func (f *fake) Detail(_ context.Context, id string, _ int) (Detail, error) {
 	for _, a := range f.snap.Agents {
 		if a.ID == id {
 			s := &fsstore.Session{ID: id, Name: a.Name, WorkDir: "/src/app", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault}}
-			return Detail{Inspect: supervisor.InspectResult{Agent: a, Session: s}}, nil
+			return Detail{Inspect: api.InspectResult{Agent: a, Session: s}}, nil
 		}
 	}
 	return Detail{}, errors.New("no such agent")
@@ -75,9 +76,9 @@ func (f *fake) Act(_ context.Context, a Action) error {
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
 // team is a lead with two workers, one of which has a child.
-func team() []supervisor.AgentInfo {
-	agent := func(id, name, path, parent string, st fsstore.AgentState, turns int64) supervisor.AgentInfo {
-		return supervisor.AgentInfo{ID: id, Name: name, Path: path, ParentID: parent, Provider: "claude", Model: "sonnet",
+func team() []api.AgentInfo {
+	agent := func(id, name, path, parent string, st fsstore.AgentState, turns int64) api.AgentInfo {
+		return api.AgentInfo{ID: id, Name: name, Path: path, ParentID: parent, Provider: "claude", Model: "sonnet",
 			AgentState: st, SessionState: fsstore.SessionActive, Pool: "default",
 			Counters: fsstore.Counters{Turns: turns, InputTokens: 1200 * turns, OutputTokens: 150 * turns, CostUSD: 0.01 * float64(turns)},
 			Subtree:  fsstore.Counters{Turns: turns * 3, InputTokens: 3600 * turns, OutputTokens: 450 * turns, CostUSD: 0.03 * float64(turns)}}
@@ -91,16 +92,16 @@ func team() []supervisor.AgentInfo {
 	w2.Gated, w2.Pending = true, 2
 	h := agent("a4", "helper", "lead/w1/helper", "a2", fsstore.AgentIdle, 0)
 	h.Failing, h.StateReason = 1, "turn failed: provider exited 1"
-	return []supervisor.AgentInfo{lead, w1, w2, h}
+	return []api.AgentInfo{lead, w1, w2, h}
 }
 
 func newFake() *fake {
 	return &fake{
-		snap: Snapshot{Agents: team(), Status: supervisor.StatusResult{Pid: 4242, StartedAt: t0.Add(-90 * time.Second),
-			Pools: []supervisor.PoolStatus{{Name: "default", Live: 3, Busy: 1, Size: 8}}},
-			Inbox: []supervisor.InboxMessage{{Message: &fsstore.Message{ID: "m1", FromName: "lead", Text: "done", SentAt: t0}, Unread: true}}},
-		report: supervisor.Report{Unclean: true, Agents: 4, DurationMS: 12, FinishedAt: t0.Add(-89 * time.Second),
-			Redelivered: []supervisor.RecoveredAgent{{ID: "a3"}}},
+		snap: Snapshot{Agents: team(), Status: api.StatusResult{Pid: 4242, StartedAt: t0.Add(-90 * time.Second),
+			Pools: []api.PoolStatus{{Name: "default", Live: 3, Busy: 1, Size: 8}}},
+			Inbox: []api.InboxMessage{{Message: &fsstore.Message{ID: "m1", FromName: "lead", Text: "done", SentAt: t0}, Unread: true}}},
+		report: api.Report{Unclean: true, Agents: 4, DurationMS: 12, FinishedAt: t0.Add(-89 * time.Second),
+			Redelivered: []api.RecoveredAgent{{ID: "a3"}}},
 	}
 }
 
@@ -249,7 +250,7 @@ func TestReconnect(t *testing.T) {
 	f.mu.Lock()
 	f.down = nil
 	f.snap.Status.Pid = 5151
-	f.report = supervisor.Report{Unclean: true, Agents: 4, Resumed: []supervisor.RecoveredAgent{{ID: "a2"}, {ID: "a3"}}}
+	f.report = api.Report{Unclean: true, Agents: 4, Resumed: []api.RecoveredAgent{{ID: "a2"}, {ID: "a3"}}}
 	f.mu.Unlock()
 	_, cmd := m.Update(m.fetch()())
 	if cmd == nil {

@@ -3,13 +3,14 @@ package top
 import (
 	"strings"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // row is one line of the tree as shown.
 type row struct {
-	a         *supervisor.AgentInfo
+	a         *api.AgentInfo
 	depth     int
 	kids      int  // children shown or hidden
 	collapsed bool // its children are hidden: its figures are the subtree's
@@ -17,13 +18,13 @@ type row struct {
 
 // tree is the agents of a snapshot, indexed.
 type tree struct {
-	byID  map[string]*supervisor.AgentInfo
+	byID  map[string]*api.AgentInfo
 	kids  map[string][]string // ids of each agent's children, in list order
 	roots []string            // agents whose parent is not in the tree, in list order
 }
 
-func newTree(agents []supervisor.AgentInfo) tree {
-	t := tree{byID: make(map[string]*supervisor.AgentInfo, len(agents)), kids: map[string][]string{}}
+func newTree(agents []api.AgentInfo) tree {
+	t := tree{byID: make(map[string]*api.AgentInfo, len(agents)), kids: map[string][]string{}}
 	for i := range agents {
 		t.byID[agents[i].ID] = &agents[i]
 	}
@@ -93,14 +94,14 @@ func (t tree) mark(id, filter string, keep map[string]bool) bool {
 }
 
 // matches reports whether an agent's name, path or state contains f.
-func matches(a *supervisor.AgentInfo, f string) bool {
+func matches(a *api.AgentInfo, f string) bool {
 	return strings.Contains(strings.ToLower(a.Name), f) || strings.Contains(strings.ToLower(a.Path), f) ||
 		strings.Contains(strings.ToLower(stateOf(a)), f)
 }
 
 // stateOf is the one word that says most about an agent, in order of
 // what needs a person first.
-func stateOf(a *supervisor.AgentInfo) string {
+func stateOf(a *api.AgentInfo) string {
 	switch {
 	case a.AgentState == fsstore.AgentTerminated:
 		return "ended"

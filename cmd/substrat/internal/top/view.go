@@ -6,12 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // styles are the frame's styles, plain when colors are off.
@@ -117,7 +118,7 @@ func (m *Model) header() []string {
 }
 
 // recoverySummary says in one line what the daemon's start did.
-func recoverySummary(r *supervisor.Report) string {
+func recoverySummary(r *api.Report) string {
 	how := "clean stop"
 	if r.Unclean {
 		how = "unclean stop"
@@ -339,7 +340,7 @@ func (m *Model) help() []string {
 		"The tree refreshes at most twice a second; the stream is live.")
 }
 
-func unread(in []supervisor.InboxMessage) int {
+func unread(in []api.InboxMessage) int {
 	n := 0
 	for _, m := range in {
 		if m.Unread {
@@ -349,7 +350,7 @@ func unread(in []supervisor.InboxMessage) int {
 	return n
 }
 
-func budgetUse(a *supervisor.AgentInfo) string {
+func budgetUse(a *api.AgentInfo) string {
 	if a.Budget == nil {
 		return "-"
 	}

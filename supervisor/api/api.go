@@ -1,0 +1,246 @@
+// Package api is the wire contract of the Substrat daemon: the params and
+// results of its methods on daemon.sock, the watch stream's events, the
+// recovery report and the agent tools' specs. The core (package
+// supervisor) speaks these types; cmd, the daemon and the providers' tests
+// import this package, not the daemon.
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/workspace"
+)
+
+// StatusResult is daemon.status.
+type StatusResult struct {
+	Pid          int       `json:"pid"`
+	Home         string    `json:"home"`
+	Version      string    `json:"version"`
+	StartedAt    time.Time `json:"started_at"`
+	Agents       int       `json:"agents"`
+	LiveSessions int       `json:"live_sessions"`
+	Busy         int       `json:"busy"`
+	MaxSlots     int       `json:"max_slots"`
+	Watchers     int       `json:"watchers"`
+	// Pools gives each pool's live sessions, busy agents and size.
+	Pools []PoolStatus `json:"pools"`
+}
+
+// PoolStatus is one pool of daemon.status.
+type PoolStatus struct {
+	Name string `json:"name"`
+	Live int    `json:"live"`
+	Busy int    `json:"busy"`
+	Size int    `json:"size"`
+}
+
+// InspectResult is agent.inspect.
+type InspectResult struct {
+	Agent   AgentInfo        `json:"agent"`
+	Session *fsstore.Session `json:"session"`
+	Pending int              `json:"pending_messages"`
+}
+
+// SendResult is the final result of agent.send.
+type SendResult struct {
+	MessageID string `json:"message_id"`
+	Text      string `json:"text,omitempty"`
+	Failed    string `json:"failed,omitempty"`
+	// Dropped counts the frames of the turn a slow reader missed.
+	Dropped int `json:"dropped,omitempty"`
+}
+
+// SessionInfo is one row of session.list.
+type SessionInfo struct {
+	ID                string               `json:"id"`
+	Path              string               `json:"path"`
+	Provider          string               `json:"provider"`
+	SessionState      fsstore.SessionState `json:"session_state"`
+	ProviderSessionID string               `json:"provider_session_id,omitempty"`
+	HasStateBlob      bool                 `json:"has_state_blob"`
+	Live              bool                 `json:"live"`
+}
+
+// Report is recovery.json: what the last start-up recovery found and did.
+type Report struct {
+	Version    int       `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Unclean is true when the previous daemon did not stop cleanly.
+	Unclean     bool              `json:"unclean"`
+	Agents      int               `json:"agents"`
+	Findings    []fsstore.Finding `json:"findings"`
+	KeptOut     []fsstore.Finding `json:"kept_out"`
+	Suspended   []RecoveredAgent  `json:"suspended"`
+	Redelivered []RecoveredAgent  `json:"redelivered"`
+	Resumed     []RecoveredAgent  `json:"resumed"`
+	// Reaped lists provider processes a killed daemon left running.
+	Reaped []string `json:"reaped"`
+}
+
+// RecoveredAgent names an agent the recovery acted on.
+type RecoveredAgent struct {
+	ID       string `json:"id"`
+	Path     string `json:"path"`
+	Messages int    `json:"messages,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// AnswerParams answer an approval request.
+type AnswerParams struct {
+	ID       string `json:"id"`
+	Allow    bool   `json:"allow"`
+	Reason   string `json:"reason,omitempty"`
+	Remember string `json:"remember,omitempty"`
+	// By is who answers: an agent id, or USER (the CLI).
+	By string `json:"by"`
+}
+
+// PendingApproval is a request waiting for its answer, as listed.
+type PendingApproval struct {
+	fsstore.Approval
+	Agent string `json:"agent"` // the requesting agent's path
+}
+
+// AgentInfo is an agent as the CLI and the tools show it.
+type AgentInfo struct {
+	ID           string               `json:"id"`
+	Name         string               `json:"name"`
+	Path         string               `json:"path"`
+	ParentID     string               `json:"parent_id,omitempty"`
+	Provider     string               `json:"provider"`
+	Model        string               `json:"model,omitempty"`
+	AgentState   fsstore.AgentState   `json:"agent_state"`
+	SessionState fsstore.SessionState `json:"session_state"`
+	StateReason  string               `json:"state_reason,omitempty"`
+	Children     []string             `json:"children,omitempty"`
+	Counters     fsstore.Counters     `json:"counters"`
+	Subtree      fsstore.Counters     `json:"subtree_counters"`
+	Live         bool                 `json:"live"`
+	Dir          string               `json:"dir"`
+	// DiskInvalid, when set, says why the session.json on disk was
+	// refused; the daemon keeps the last good state meanwhile.
+	DiskInvalid string `json:"disk_invalid,omitempty"`
+	Gated       bool   `json:"gated,omitempty"`
+	// Pending counts the undelivered messages (as the daemon last saw
+	// inbox/new).
+	Pending   int             `json:"pending"`
+	Budget    *fsstore.Budget `json:"budget,omitempty"`
+	Pool      string          `json:"pool,omitempty"`
+	Workspace string          `json:"workspace,omitempty"`
+	// Failing counts the agent's failed turns in a row (within the restart
+	// window); zero once a turn succeeds.
+	Failing int `json:"failing,omitempty"`
+}
+
+// PermissionsParams are the inputs of SetPermissions: the new setting (a
+// nil list leaves that list as it is; an empty one clears it).
+type PermissionsParams struct {
+	Ref             string   `json:"ref"`
+	Mode            string   `json:"mode,omitempty"`
+	AllowedTools    []string `json:"allowed_tools"`
+	DisallowedTools []string `json:"disallowed_tools"`
+	// Approver and ApprovalTimeout change when not empty.
+	Approver        string `json:"approver,omitempty"`
+	ApprovalTimeout string `json:"approval_timeout,omitempty"`
+}
+
+// GateParams are the inputs of Gate.
+type GateParams struct {
+	Ref       string `json:"ref"`
+	Op        string `json:"op"` // "gate", "ungate" or "permit"
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// CreateParams are the inputs of CreateAgent.
+type CreateParams struct {
+	Name         string `json:"name"`
+	Provider     string `json:"provider,omitempty"`
+	Model        string `json:"model,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
+	Workspace    string `json:"workspace,omitempty"`
+	// WorkDir is the host directory an agent without a workspace works
+	// in (absolute; not inside the home). Empty: its parent's, else a
+	// scratch directory of its own.
+	WorkDir string `json:"work_dir,omitempty"`
+	// Permissions is the agent's permission setting. Nil: its parent's,
+	// else the default for where it runs (see work.go).
+	Permissions *fsstore.Permissions `json:"permissions,omitempty"`
+	Parent      string               `json:"parent,omitempty"` // a ref; empty for a root
+	Metadata    map[string]string    `json:"metadata,omitempty"`
+	Pool        string               `json:"pool,omitempty"`
+	Budget      *fsstore.Budget      `json:"budget,omitempty"`
+	SpawnKey    string               `json:"-"`
+}
+
+// TerminateParams are the inputs of Terminate.
+type TerminateParams struct {
+	Ref       string `json:"ref"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// SendParams are the inputs of Send.
+type SendParams struct {
+	To   string `json:"to"` // an agent ref
+	Text string `json:"text"`
+}
+
+// InboxMessage is a message to USER as `substrat inbox` shows it.
+type InboxMessage struct {
+	*fsstore.Message
+	Unread bool `json:"unread"`
+}
+
+// WatchEvent is what subscribers see: a committed event, a message, or a
+// piece of turn output.
+type WatchEvent struct {
+	Agent string    `json:"agent"`
+	Name  string    `json:"name"`
+	Type  string    `json:"type"`
+	Seq   uint64    `json:"seq,omitempty"`
+	Time  time.Time `json:"ts"`
+	Data  any       `json:"data,omitempty"`
+}
+
+// WorkspaceParams are the inputs of CreateWorkspace.
+type WorkspaceParams struct {
+	Name    string `json:"name"`
+	Scope   string `json:"scope,omitempty"` // USER (default) or an agent ref
+	Network bool   `json:"network,omitempty"`
+}
+
+// WorkspaceInfo is a workspace and the agents that use it.
+type WorkspaceInfo struct {
+	*workspace.Workspace
+	Ref   string   `json:"ref"`
+	Root  string   `json:"root"`
+	Users []string `json:"users"`
+}
+
+// LinkParams are the inputs of LinkWorkspace.
+type LinkParams struct {
+	Workspace string `json:"workspace"`
+	Source    string `json:"source"` // a host path
+	Target    string `json:"target"` // the mount path inside the sandbox
+	Mode      string `json:"mode,omitempty"`
+}
+
+// ViewParams are the inputs of ViewWorkspace.
+type ViewParams struct {
+	Source string `json:"source"`
+	Name   string `json:"name"`
+	Scope  string `json:"scope,omitempty"`
+	Subdir string `json:"subdir,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+}
+
+// ToolSpec describes an agent tool: its name, what it does, and a JSON
+// Schema of its arguments. Providers that speak MCP expose these.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
