@@ -184,8 +184,8 @@ func (c *chaos) load(ctx context.Context, seed uint64) {
 
 // isConnErr tells a dead daemon from a refused request.
 func isConnErr(err error) bool {
-	var re *rpc.Error
-	return !errors.As(err, &re) || re.Code == rpc.CodeUnavailable
+	var re *api.Error
+	return !errors.As(err, &re) || re.Code == api.CodeUnavailable
 }
 
 // verify checks that every acknowledged agent is live and every

@@ -18,7 +18,6 @@ import (
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
 	"github.com/substrat/substrat/supervisor"
-	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // TestFullDisk runs the real store and core on a 2 MiB tmpfs, fills it
@@ -88,7 +87,7 @@ func TestFullDisk(t *testing.T) {
 		if !isFull(err) {
 			t.Fatalf("operation %d failed, but not because the disk is full: %v", i, err)
 		}
-		var re *rpc.Error
+		var re *api.Error
 		if !errors.As(err, &re) || !strings.Contains(re.Hint, "free some space") {
 			t.Errorf("the error of a full disk carries no hint about disk space: %#v", err)
 		}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // Approval requests.
@@ -230,7 +229,7 @@ func (t *turnTools) approve(ctx context.Context, call provider.ToolCall, a appro
 func (c *Core) Answer(ctx context.Context, p api.AnswerParams) (fsstore.Approval, error) {
 	if p.Remember != "" {
 		if err := fsstore.CheckRule(p.Remember); err != nil {
-			return fsstore.Approval{}, rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+			return fsstore.Approval{}, api.Errorf(api.CodeInvalidParams, "%v", err)
 		}
 	}
 	ans := fsstore.ApprovalAnswer{ID: p.ID, Answer: fsstore.ApprovalDeny, Reason: p.Reason, By: p.By, Remember: p.Remember}
@@ -255,15 +254,15 @@ func (c *Core) answer(ans fsstore.ApprovalAnswer, by string) (fsstore.Approval, 
 	c.mu.Unlock()
 	switch {
 	case n == nil && c.approvals.archivedPath(ans.ID) != "":
-		return req, rpc.Errorf(rpc.CodeNotFound, "approval request %s belongs to %s, which was archived: it can no longer be answered",
+		return req, api.Errorf(api.CodeNotFound, "approval request %s belongs to %s, which was archived: it can no longer be answered",
 			ans.ID, c.approvals.archivedPath(ans.ID))
 	case n == nil:
-		return req, rpc.Errorf(rpc.CodeNotFound, "no approval request %s among the live agents (see substrat inbox, or agent inspect)", ans.ID)
+		return req, api.Errorf(api.CodeNotFound, "no approval request %s among the live agents (see substrat inbox, or agent inspect)", ans.ID)
 	case !req.Pending():
-		return req, rpc.Errorf(rpc.CodeConflict, "approval request %s was already answered: %s by %s at %s%s", ans.ID, req.Answer,
+		return req, api.Errorf(api.CodeConflict, "approval request %s was already answered: %s by %s at %s%s", ans.ID, req.Answer,
 			c.nameOf(req.By), req.AnsweredAt.Local().Format(time.DateTime), reasonOf(req.Reason))
 	case by != "" && by != req.Approver:
-		return req, rpc.Errorf(rpc.CodeInvalidRequest, "approval request %s is for %s to answer, not %s", ans.ID, approverPath, c.nameOf(by))
+		return req, api.Errorf(api.CodeInvalidRequest, "approval request %s is for %s to answer, not %s", ans.ID, approverPath, c.nameOf(by))
 	}
 	ans.AnsweredAt = c.clock.Now().UTC()
 	if err := c.commit(n, fsstore.EvApprovalAnswered, ans); err != nil {

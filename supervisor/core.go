@@ -16,7 +16,6 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/rpc"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
 
@@ -166,7 +165,7 @@ func (c *Core) commit(n *node, typ string, data any) error {
 	if ch, ok := data.(fsstore.StateChange); ok {
 		if err := checkTransition(n.s(), ch); err != nil {
 			c.mu.Unlock()
-			return rpc.Errorf(rpc.CodeConflict, "%v", err)
+			return api.Errorf(api.CodeConflict, "%v", err)
 		}
 	}
 	c.mu.Unlock()
@@ -196,7 +195,7 @@ func (c *Core) commit(n *node, typ string, data any) error {
 }
 
 func invalidParams(format string, args ...any) error {
-	return rpc.Errorf(rpc.CodeInvalidParams, format, args...)
+	return api.Errorf(api.CodeInvalidParams, format, args...)
 }
 
 // snapshot writes n's session.json; a failure is logged, not returned:
@@ -225,20 +224,20 @@ func storeErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var re *rpc.Error
+	var re *api.Error
 	if errors.As(err, &re) {
 		return err
 	}
-	e := &rpc.Error{Code: rpc.CodeUnavailable, Message: err.Error(), Hint: fsstore.Hint(err)}
+	e := &api.Error{Code: api.CodeUnavailable, Message: err.Error(), Hint: fsstore.Hint(err)}
 	switch {
 	case errors.Is(err, fsstore.ErrNotFound):
-		e.Code = rpc.CodeNotFound
+		e.Code = api.CodeNotFound
 	case errors.Is(err, fsstore.ErrInvalid), errors.Is(err, fsstore.ErrTooLarge):
-		e.Code = rpc.CodeInvalidParams
+		e.Code = api.CodeInvalidParams
 	case errors.Is(err, fsstore.ErrExists):
-		e.Code = rpc.CodeConflict
+		e.Code = api.CodeConflict
 	}
-	if e.Hint == "" && e.Code == rpc.CodeUnavailable {
+	if e.Hint == "" && e.Code == api.CodeUnavailable {
 		e.Hint = ioHint(err) + "; nothing unacknowledged was kept"
 	}
 	return e
@@ -276,18 +275,18 @@ func (c *Core) CreateAgent(p api.CreateParams) (api.AgentInfo, error) {
 // of parent already made with that key is returned (existed = true).
 func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed bool, err error) {
 	if err := fsstore.CheckNewName(p.Name); err != nil {
-		return nil, false, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return nil, false, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	if p.Provider == "" {
 		p.Provider = c.defProv
 	}
 	if _, err := c.providers.Get(p.Provider); err != nil {
-		return nil, false, rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+		return nil, false, api.Errorf(api.CodeInvalidParams, "%v", err)
 	}
 	c.mu.Lock()
 	if c.down {
 		c.mu.Unlock()
-		return nil, false, rpc.Errorf(rpc.CodeUnavailable, "the daemon is shutting down")
+		return nil, false, api.Errorf(api.CodeUnavailable, "the daemon is shutting down")
 	}
 	if parent == nil && p.Parent != "" {
 		parent, err = c.resolveLocked(p.Parent)
@@ -302,11 +301,11 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 		parentID = parent.id()
 		if parent.terminated() {
 			c.mu.Unlock()
-			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s has terminated", parent.s().Name)
+			return nil, false, api.Errorf(api.CodeConflict, "parent %s has terminated", parent.s().Name)
 		}
 		if parent.frozen > 0 {
 			c.mu.Unlock()
-			return nil, false, rpc.Errorf(rpc.CodeConflict, "parent %s is being terminated or archived", parent.s().Name)
+			return nil, false, api.Errorf(api.CodeConflict, "parent %s is being terminated or archived", parent.s().Name)
 		}
 		for _, id := range parent.children {
 			if ch := c.nodes[id]; ch != nil {
@@ -325,7 +324,7 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	for _, s := range siblings {
 		if s.s().Name == p.Name {
 			c.mu.Unlock()
-			return nil, false, rpc.Errorf(rpc.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
+			return nil, false, api.Errorf(api.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
 		}
 	}
 	holder := parent
@@ -334,7 +333,7 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	}
 	if holder.reserved[p.Name] {
 		c.mu.Unlock()
-		return nil, false, rpc.Errorf(rpc.CodeConflict, "an agent named %q is being created there", p.Name)
+		return nil, false, api.Errorf(api.CodeConflict, "an agent named %q is being created there", p.Name)
 	}
 	if holder.reserved == nil {
 		holder.reserved = map[string]bool{}
@@ -450,12 +449,12 @@ func (c *Core) Send(p api.SendParams) (*fsstore.Message, error) {
 // deliver publishes m in n's inbox and marks n runnable.
 func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	if strings.TrimSpace(m.Text) == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "message text is empty")
+		return nil, api.Errorf(api.CodeInvalidParams, "message text is empty")
 	}
 	c.mu.Lock()
 	if to.terminated() {
 		c.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeConflict, "agent %s has terminated and takes no messages", to.s().Name)
+		return nil, api.Errorf(api.CodeConflict, "agent %s has terminated and takes no messages", to.s().Name)
 	}
 	c.mu.Unlock()
 	m.To = to.id()
@@ -593,7 +592,7 @@ func (c *Core) Terminate(ctx context.Context, p api.TerminateParams) ([]api.Agen
 		for _, id := range n.children {
 			if ch := c.nodes[id]; ch != nil && !ch.terminated() {
 				c.mu.Unlock()
-				e := rpc.Errorf(rpc.CodeConflict, "%s has live children (%s, ...)", n.s().Name, ch.s().Name)
+				e := api.Errorf(api.CodeConflict, "%s has live children (%s, ...)", n.s().Name, ch.s().Name)
 				e.Hint = "use --recursive to terminate the whole subtree"
 				return nil, e
 			}
@@ -713,7 +712,7 @@ func (c *Core) Suspend(ctx context.Context, ref string) (api.AgentInfo, error) {
 	}
 	defer c.release(n)
 	if n.s().SessionState != fsstore.SessionActive {
-		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "the session of %s is %s, not ACTIVE", n.s().Name, n.s().SessionState)
+		return api.AgentInfo{}, api.Errorf(api.CodeConflict, "the session of %s is %s, not ACTIVE", n.s().Name, n.s().SessionState)
 	}
 	if err := c.suspendHeld(ctx, n, "suspended by the user"); err != nil {
 		return api.AgentInfo{}, err
@@ -729,10 +728,10 @@ func (c *Core) Resume(ctx context.Context, ref string) (api.AgentInfo, error) {
 	}
 	defer c.release(n)
 	if n.terminated() {
-		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
+		return api.AgentInfo{}, api.Errorf(api.CodeConflict, "%s has terminated", n.s().Name)
 	}
 	if _, err := c.ensureSession(ctx, n); errors.Is(err, errPoolFull) {
-		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.s()))
+		return api.AgentInfo{}, api.Errorf(api.CodeConflict, "pool %q is full of busy sessions; try again when one is idle", poolOf(n.s()))
 	} else if err != nil {
 		return api.AgentInfo{}, err
 	}
@@ -749,7 +748,7 @@ func (c *Core) ResetSession(ctx context.Context, ref string) (api.AgentInfo, err
 	}
 	defer c.release(n)
 	if n.terminated() {
-		return api.AgentInfo{}, rpc.Errorf(rpc.CodeConflict, "%s has terminated", n.s().Name)
+		return api.AgentInfo{}, api.Errorf(api.CodeConflict, "%s has terminated", n.s().Name)
 	}
 	c.mu.Lock()
 	live := n.live
@@ -780,7 +779,7 @@ func (c *Core) hold(ctx context.Context, ref string) (*node, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.acquire(ctx, n); err != nil {
-		return nil, rpc.Errorf(rpc.CodeConflict, "%s is busy with a turn; try again when it is idle", n.s().Name)
+		return nil, api.Errorf(api.CodeConflict, "%s is busy with a turn; try again when it is idle", n.s().Name)
 	}
 	return n, nil
 }

@@ -103,15 +103,15 @@ func TestSocketBadInput(t *testing.T) {
 	cases := []struct {
 		line, code, msg string
 	}{
-		{`{not json`, rpc.CodeParse, "malformed request"},
-		{`[1,2,3]`, rpc.CodeParse, "malformed request"},
-		{`{"id":7,"method":"no.such"}`, rpc.CodeUnknownMethod, `unknown method "no.such"`},
-		{`{"id":8,"method":"agent.create","params":{"name":42}}`, rpc.CodeInvalidParams, "invalid params"},
-		{`{"id":9,"method":"agent.create","params":{"nmae":"x"}}`, rpc.CodeInvalidParams, `unknown field "nmae"`},
-		{`{"id":10,"method":"agent.create","params":{"name":"../x"}}`, rpc.CodeInvalidParams, "contains '..'"},
-		{`{"id":11,"method":"agent.inspect","params":{"ref":"ghost"}}`, rpc.CodeNotFound, `no agent named "ghost"`},
-		{`{"id":12,"method":"agent.inspect","params":"str"}`, rpc.CodeInvalidParams, "invalid params"},
-		{`{"id":13,"method":"agent.send","params":{"ref":"","text":"x"}}`, rpc.CodeInvalidParams, "empty agent ref"},
+		{`{not json`, api.CodeParse, "malformed request"},
+		{`[1,2,3]`, api.CodeParse, "malformed request"},
+		{`{"id":7,"method":"no.such"}`, api.CodeUnknownMethod, `unknown method "no.such"`},
+		{`{"id":8,"method":"agent.create","params":{"name":42}}`, api.CodeInvalidParams, "invalid params"},
+		{`{"id":9,"method":"agent.create","params":{"nmae":"x"}}`, api.CodeInvalidParams, `unknown field "nmae"`},
+		{`{"id":10,"method":"agent.create","params":{"name":"../x"}}`, api.CodeInvalidParams, "contains '..'"},
+		{`{"id":11,"method":"agent.inspect","params":{"ref":"ghost"}}`, api.CodeNotFound, `no agent named "ghost"`},
+		{`{"id":12,"method":"agent.inspect","params":"str"}`, api.CodeInvalidParams, "invalid params"},
+		{`{"id":13,"method":"agent.send","params":{"ref":"","text":"x"}}`, api.CodeInvalidParams, "empty agent ref"},
 	}
 	for _, tc := range cases {
 		resp := r.roundTrip(t, tc.line)
@@ -130,7 +130,7 @@ func TestSocketBadInput(t *testing.T) {
 	big := dialRaw(t, sock)
 	go big.c.Write([]byte(`{"id":1,"method":"agent.create","params":{"name":"` + strings.Repeat("a", rpc.MaxLine) + `"}}` + "\n"))
 	resp = big.read(t)
-	if resp.Error == nil || resp.Error.Code != rpc.CodeTooLong {
+	if resp.Error == nil || resp.Error.Code != api.CodeTooLong {
 		t.Fatalf("oversized line: %+v", resp)
 	}
 	if _, err := big.br.ReadBytes('\n'); err == nil {
@@ -196,8 +196,8 @@ func TestSocketPeerUID(t *testing.T) {
 	}
 	defer c.Close()
 	err = c.Call(context.Background(), "ping", nil, nil)
-	var re *rpc.Error
-	if !errors.As(err, &re) || re.Code != rpc.CodePermission {
+	var re *api.Error
+	if !errors.As(err, &re) || re.Code != api.CodePermission {
 		t.Fatalf("got %v, want permission_denied", err)
 	}
 }
@@ -238,8 +238,8 @@ func TestToolCallRPC(t *testing.T) {
 		t.Fatalf("tool.call outside a turn: %v %+v", err, res)
 	}
 	err = c.Call(context.Background(), "tool.call", map[string]any{"agent": "r", "call": provider.ToolCall{Name: "x"}}, &res)
-	var re *rpc.Error
-	if !errors.As(err, &re) || re.Code != rpc.CodeInvalidParams {
+	var re *api.Error
+	if !errors.As(err, &re) || re.Code != api.CodeInvalidParams {
 		t.Fatalf("tool.call with a name: %v", err)
 	}
 }

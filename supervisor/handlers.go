@@ -11,7 +11,6 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // decode unmarshals params strictly into v.
@@ -22,7 +21,7 @@ func decode(params json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(params))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %v", err)
+		return api.Errorf(api.CodeInvalidParams, "invalid params: %v", err)
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // node is one agent in the in-memory tree. Core.mu guards every field
@@ -101,13 +100,13 @@ func (c *Core) rootsLocked() []*node {
 func (c *Core) resolveLocked(ref string) (*node, error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "empty agent ref")
+		return nil, api.Errorf(api.CodeInvalidParams, "empty agent ref")
 	}
 	if fsstore.IsID(ref) {
 		if n := c.nodes[ref]; n != nil {
 			return n, nil
 		}
-		return nil, rpc.Errorf(rpc.CodeNotFound, "no agent with id %s", ref)
+		return nil, api.Errorf(api.CodeNotFound, "no agent with id %s", ref)
 	}
 	if strings.Contains(ref, "/") {
 		parts := strings.Split(strings.Trim(ref, "/"), "/")
@@ -125,12 +124,12 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 			cur = c.childNamedLocked(cur, name)
 		}
 		if cur == nil {
-			return nil, rpc.Errorf(rpc.CodeNotFound, "no agent at path %q", ref)
+			return nil, api.Errorf(api.CodeNotFound, "no agent at path %q", ref)
 		}
 		return cur, nil
 	}
 	if err := fsstore.ValidateName(ref); err != nil {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "bad agent ref %q: %v", ref, strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return nil, api.Errorf(api.CodeInvalidParams, "bad agent ref %q: %v", ref, strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	var matches []*node
 	for _, n := range c.nodes {
@@ -140,7 +139,7 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 	}
 	switch len(matches) {
 	case 0:
-		return nil, rpc.Errorf(rpc.CodeNotFound, "no agent named %q", ref)
+		return nil, api.Errorf(api.CodeNotFound, "no agent named %q", ref)
 	case 1:
 		return matches[0], nil
 	}
@@ -149,7 +148,7 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 		paths[i] = c.pathLocked(m) + " (" + m.id() + ")"
 	}
 	sort.Strings(paths)
-	e := rpc.Errorf(rpc.CodeAmbiguous, "agent name %q is ambiguous; it matches: %s", ref, strings.Join(paths, ", "))
+	e := api.Errorf(api.CodeAmbiguous, "agent name %q is ambiguous; it matches: %s", ref, strings.Join(paths, ", "))
 	e.Hint = "use a path (root/child) or an id"
 	return nil, e
 }

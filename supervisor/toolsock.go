@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -123,9 +125,9 @@ func registerTools(srv *rpc.Server, c *Core, only string) {
 		}
 		switch {
 		case only == "" && !fsstore.IsID(p.Agent):
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent must be an agent id, got %q", p.Agent)
+			return nil, api.Errorf(api.CodeInvalidParams, "agent must be an agent id, got %q", p.Agent)
 		case only != "" && p.Agent != "" && p.Agent != only:
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "this socket serves agent %s only, not %q", only, p.Agent)
+			return nil, api.Errorf(api.CodeInvalidParams, "this socket serves agent %s only, not %q", only, p.Agent)
 		case only != "":
 			p.Agent = only
 		}

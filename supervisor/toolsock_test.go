@@ -84,13 +84,13 @@ func TestToolSocket(t *testing.T) {
 		params any
 		code   string
 	}{
-		{"tool.call", map[string]any{"agent": b.ID, "call": provider.ToolCall{ID: "k2", Name: "list_children"}}, rpc.CodeInvalidParams},
-		{"agent.list", nil, rpc.CodeUnknownMethod},
-		{"agent.create", api.CreateParams{Name: "x"}, rpc.CodeUnknownMethod},
-		{"daemon.stop", nil, rpc.CodeUnknownMethod},
+		{"tool.call", map[string]any{"agent": b.ID, "call": provider.ToolCall{ID: "k2", Name: "list_children"}}, api.CodeInvalidParams},
+		{"agent.list", nil, api.CodeUnknownMethod},
+		{"agent.create", api.CreateParams{Name: "x"}, api.CodeUnknownMethod},
+		{"daemon.stop", nil, api.CodeUnknownMethod},
 	} {
 		err := cl.Call(ctx, m.method, m.params, nil)
-		var re *rpc.Error
+		var re *api.Error
 		if !errors.As(err, &re) || re.Code != m.code {
 			t.Errorf("%s on the tool socket: %v, want code %s", m.method, err, m.code)
 		}

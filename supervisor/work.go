@@ -11,7 +11,6 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // Where an agent works, and what it may do there.
@@ -85,7 +84,7 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 			perm.Mode = defaultPermissions(p.Workspace).Mode
 		}
 		if err := perm.Validate(); err != nil {
-			return rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+			return api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 		}
 		p.Permissions = &perm
 	case parent != nil && parent.Permissions != nil:
@@ -173,7 +172,7 @@ func (c *Core) SetPermissions(ctx context.Context, p api.PermissionsParams) (api
 		perm.DisallowedTools = nil
 	}
 	if err := perm.Validate(); err != nil {
-		return api.AgentInfo{}, rpc.Errorf(rpc.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	if err := c.commit(n, fsstore.EvPermissions, perm); err != nil {
 		return api.AgentInfo{}, err

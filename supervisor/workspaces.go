@@ -15,7 +15,6 @@ import (
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/rpc"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
 
@@ -49,11 +48,11 @@ func workspaceErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, workspace.ErrNotFound):
-		return rpc.Errorf(rpc.CodeNotFound, "%v", err)
+		return api.Errorf(api.CodeNotFound, "%v", err)
 	case errors.Is(err, workspace.ErrExists), errors.Is(err, workspace.ErrInUse):
-		return rpc.Errorf(rpc.CodeConflict, "%v", err)
+		return api.Errorf(api.CodeConflict, "%v", err)
 	case errors.Is(err, workspace.ErrInvalid), errors.Is(err, workspace.ErrEscape), errors.Is(err, bwrap.ErrLinkRefused):
-		return rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+		return api.Errorf(api.CodeInvalidParams, "%v", err)
 	}
 	return storeErr(err)
 }

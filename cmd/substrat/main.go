@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/alecthomas/kong"
 
 	"github.com/substrat/substrat/fsstore"
@@ -117,7 +119,7 @@ type exitCode int
 func report(err error) int {
 	code, hint := 1, ""
 	var ee *exitError
-	var re *rpc.Error
+	var re *api.Error
 	var running *supervisor.RunningError
 	switch {
 	case errors.As(err, &ee):

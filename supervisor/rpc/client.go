@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"syscall"
+
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // ErrNoDaemon means nothing answers on the socket.
@@ -47,7 +49,7 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 }
 
 // Stream sends a request, calls onFrame for each frame, and decodes the
-// final result into result (if non-nil). An *Error from the daemon is
+// final result into result (if non-nil). An *api.Error from the daemon is
 // returned as is.
 func (c *Client) Stream(ctx context.Context, method string, params any, onFrame func(json.RawMessage) error, result any) error {
 	c.mu.Lock()
@@ -66,7 +68,7 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 		return err
 	}
 	if len(line)+1 > MaxLine {
-		return Errorf(CodeTooLong, "request is %d bytes, limit %d", len(line)+1, MaxLine)
+		return api.Errorf(api.CodeTooLong, "request is %d bytes, limit %d", len(line)+1, MaxLine)
 	}
 	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
 	defer stop()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -123,7 +125,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		if len(s.conns) >= max {
 			s.mu.Unlock()
-			go refuse(c, Errorf(CodeUnavailable, "the daemon serves %d connections already; try again when some are done", max))
+			go refuse(c, api.Errorf(api.CodeUnavailable, "the daemon serves %d connections already; try again when some are done", max))
 			continue
 		}
 		s.conns[c] = struct{}{}
@@ -135,7 +137,7 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // refuse writes e to c and closes it, without waiting long for a peer
 // that does not read.
-func refuse(c net.Conn, e *Error) {
+func refuse(c net.Conn, e *api.Error) {
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	(&connWriter{w: bufio.NewWriter(c)}).write(&Response{Error: e})
 	c.Close()
@@ -169,16 +171,16 @@ func (s *Server) Close() error {
 
 // checkPeer refuses a peer of another uid, or of another PID namespace
 // when SamePIDNamespace is set.
-func (s *Server) checkPeer(c net.Conn) *Error {
+func (s *Server) checkPeer(c net.Conn) *api.Error {
 	if s.UID < 0 && !s.SamePIDNamespace {
 		return nil
 	}
 	cred, err := peerCred(c)
 	if err != nil {
-		return Errorf(CodePermission, "connection refused: cannot tell who the peer is: %v", err)
+		return api.Errorf(api.CodePermission, "connection refused: cannot tell who the peer is: %v", err)
 	}
 	if s.UID >= 0 && int(cred.Uid) != s.UID {
-		return Errorf(CodePermission, "connection refused: peer uid %d is not the daemon's uid %d", cred.Uid, s.UID)
+		return api.Errorf(api.CodePermission, "connection refused: peer uid %d is not the daemon's uid %d", cred.Uid, s.UID)
 	}
 	if s.SamePIDNamespace {
 		own, err := os.Readlink("/proc/self/ns/pid")
@@ -187,7 +189,7 @@ func (s *Server) checkPeer(c net.Conn) *Error {
 		}
 		peer, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cred.Pid))
 		if err != nil || peer != own {
-			return Errorf(CodePermission, "connection refused: the peer (pid %d) runs in another PID namespace, such as an agent's sandbox; "+
+			return api.Errorf(api.CodePermission, "connection refused: the peer (pid %d) runs in another PID namespace, such as an agent's sandbox; "+
 				"sandboxed processes reach only their agent's tools", cred.Pid)
 		}
 	}
@@ -224,7 +226,7 @@ type connWriter struct {
 func (cw *connWriter) write(r *Response) error {
 	b, err := json.Marshal(r)
 	if err != nil {
-		b, _ = json.Marshal(&Response{ID: r.ID, Error: &Error{Code: CodeInternal, Message: "cannot encode response: " + err.Error()}})
+		b, _ = json.Marshal(&Response{ID: r.ID, Error: &api.Error{Code: api.CodeInternal, Message: "cannot encode response: " + err.Error()}})
 	}
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
@@ -286,20 +288,20 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		var req Request
 		if err := json.Unmarshal(line, &req); err != nil {
-			cw.write(&Response{Error: Errorf(CodeParse, "malformed request: %v", err)})
+			cw.write(&Response{Error: api.Errorf(api.CodeParse, "malformed request: %v", err)})
 			continue
 		}
 		s.mu.Lock()
 		h := s.methods[req.Method]
 		if s.closed {
 			s.mu.Unlock()
-			cw.write(&Response{ID: req.ID, Error: Errorf(CodeUnavailable, "the daemon is stopping")})
+			cw.write(&Response{ID: req.ID, Error: api.Errorf(api.CodeUnavailable, "the daemon is stopping")})
 			return
 		}
 		s.inflight.Add(1)
 		s.mu.Unlock()
 		if h == nil {
-			cw.write(&Response{ID: req.ID, Error: Errorf(CodeUnknownMethod, "unknown method %q", req.Method)})
+			cw.write(&Response{ID: req.ID, Error: api.Errorf(api.CodeUnknownMethod, "unknown method %q", req.Method)})
 			s.inflight.Done()
 			continue
 		}
@@ -309,10 +311,10 @@ func (s *Server) serveConn(c net.Conn) {
 	var ne net.Error
 	switch {
 	case errors.Is(readErr, errLineTooLong):
-		cw.write(&Response{Error: Errorf(CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
+		cw.write(&Response{Error: api.Errorf(api.CodeTooLong, "request line exceeds %d bytes; closing the connection", MaxLine)})
 	case errors.As(readErr, &ne) && ne.Timeout():
 		c.SetWriteDeadline(time.Now().Add(time.Second))
-		cw.write(&Response{Error: Errorf(CodeInvalidRequest, "no request within %s of connecting; closing the connection", first)})
+		cw.write(&Response{Error: api.Errorf(api.CodeInvalidRequest, "no request within %s of connecting; closing the connection", first)})
 	}
 }
 
@@ -338,18 +340,18 @@ func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handl
 		defer func() {
 			if r := recover(); r != nil {
 				s.Log.Error("rpc: handler panicked", "method", req.Method, "panic", r)
-				err = Errorf(CodeInternal, "internal error in %s (see daemon.log)", req.Method)
+				err = api.Errorf(api.CodeInternal, "internal error in %s (see daemon.log)", req.Method)
 			}
 		}()
 		result, err = h(hctx, req.Params, send)
 	}()
 	resp := &Response{ID: req.ID}
 	if err != nil {
-		resp.Error = AsError(err)
+		resp.Error = api.AsError(err)
 	} else {
 		b, merr := json.Marshal(result)
 		if merr != nil {
-			resp.Error = Errorf(CodeInternal, "cannot encode result: %v", merr)
+			resp.Error = api.Errorf(api.CodeInternal, "cannot encode result: %v", merr)
 		} else {
 			resp.Result = b
 		}

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -60,7 +62,7 @@ func Start(t testing.TB) *Daemon {
 			Call  provider.ToolCall `json:"call"`
 		}
 		if err := json.Unmarshal(raw, &p); err != nil {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "%v", err)
+			return nil, api.Errorf(api.CodeInvalidParams, "%v", err)
 		}
 		d.mu.Lock()
 		d.calls = append(d.calls, Call{p.Agent, p.Call})
