@@ -159,7 +159,7 @@ type Config struct {
 	// under it (a symlink where none may be). The command it returns may
 	// carry ExtraFiles, descriptors of what the sandbox binds: the caller
 	// closes them once the command has started, or failed to.
-	Sandbox func(ctx context.Context, cmd *exec.Cmd, needs SandboxNeeds) (*exec.Cmd, error)
+	Sandbox SandboxFunc
 	// ToolSocket, if set, is a Unix socket that serves this agent's
 	// tool.list and tool.call and nothing else. The daemon sets it for
 	// sandboxed agents and the Sandbox hook binds it at the same path; an
@@ -172,6 +172,10 @@ type Config struct {
 	// so that after a kill -9 of the daemon the next start reaps them.
 	Track func(pid int) (done func())
 }
+
+// SandboxFunc wraps a process about to start in an agent's sandbox (see
+// Config.Sandbox).
+type SandboxFunc func(ctx context.Context, cmd *exec.Cmd, needs SandboxNeeds) (*exec.Cmd, error)
 
 // ApprovalTool is the agent tool a CLI calls when its permission mode
 // would prompt a person (Claude Code: --permission-prompt-tool

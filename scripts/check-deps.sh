@@ -9,9 +9,17 @@ if [ -n "$bad" ]; then
   echo "fsstore must not import:"; echo "$bad"; exit 1
 fi
 
-# Arrows run down: no provider imports the daemon (supervisor), except in
-# tests, and the bench program is the only user of SQLite.
-bad=$(go list -deps ./provider/... | grep -E "^$mod/supervisor" || true)
+# The core is deterministic: it reaches the OS through its Host, and the
+# process around it (socket, fsnotify, processes) is supervisor/daemon.
+bad=$(go list -f '{{join .Imports "\n"}}' ./supervisor | grep -E "^(net|os/exec|github.com/fsnotify/fsnotify|$mod/supervisor/rpc|$mod/supervisor/daemon)$" || true)
+if [ -n "$bad" ]; then
+  echo "supervisor (the core) must not import:"; echo "$bad"; exit 1
+fi
+
+# Arrows run down: no provider imports the daemon (supervisor) but for
+# its wire contract (supervisor/api), except in tests, and the bench
+# program is the only user of SQLite.
+bad=$(go list -deps ./provider/... | grep -E "^$mod/supervisor" | grep -v "^$mod/supervisor/api$" || true)
 if [ -n "$bad" ]; then
   echo "provider must not import:"; echo "$bad"; exit 1
 fi

@@ -163,7 +163,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	info, err := core.Inspect("root")
 	must(t, err)
-	if info.AgentState != fsstore.AgentIdle || info.Counters.Turns == 0 {
+	if info.Agent.AgentState != fsstore.AgentIdle || info.Agent.Counters.Turns == 0 {
 		t.Errorf("root after the turns: %+v", info)
 	}
 	check("after freeing space")

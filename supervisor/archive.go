@@ -47,7 +47,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]api.AgentInfo, error)
 			return out[:i], err
 		}
 		c.recordSpawn(x)
-		c.closeToolSocket(x.id())
+		c.host.CloseToolSocket(x.id())
 		x.agent.Close()
 		err := c.store.ArchiveAgent(x.id())
 		if err == nil {

@@ -50,6 +50,8 @@ type Config struct {
 	Pools map[string]int
 	// MaxHops is the ping-pong guard; default DefaultMaxHops.
 	MaxHops int
+	// Host runs processes, sandboxes and tool sockets; default NopHost.
+	Host Host
 }
 
 // Core is the daemon's model of the agent tree and every operation on it.
@@ -63,16 +65,14 @@ type Core struct {
 	defProv   string
 	pools     map[string]int
 	maxHops   int
+	host      Host
 
 	mu    sync.Mutex // guards the fields below
 	nodes map[string]*node
 	subs  map[*Subscription]struct{}
 	wake  chan struct{}
-	down  bool       // shutting down: no new turns
-	roots *node      // holds the names of roots being created
-	procs *procTable // provider processes, for reaping after a kill -9
-	// sockets are the tool sockets of sandboxed agents (own lock).
-	sockets toolSockets
+	down  bool  // shutting down: no new turns
+	roots *node // holds the names of roots being created
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	slotWaiters  int // nodes with waitSlot set
@@ -83,6 +83,9 @@ type Core struct {
 
 // New returns a Core with an empty tree; call Recover to load the store.
 func New(cfg Config) *Core {
+	if cfg.Host == nil {
+		cfg.Host = NopHost{}
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = WallClock{}
 	}
@@ -104,16 +107,18 @@ func New(cfg Config) *Core {
 	}
 	return &Core{
 		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout(), cfg.Store.FS()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
-		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops,
+		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops, host: cfg.Host,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
 		subsByTarget: map[string]map[string]bool{},
-		procs:        newProcTable(cfg.Store.Layout().Procs(), cfg.Log),
 	}
 }
 
 // Wake returns a channel that receives when some agent may have become
 // runnable.
 func (c *Core) Wake() <-chan struct{} { return c.wake }
+
+// Signal wakes the scheduler: some agent may have become runnable.
+func (c *Core) Signal() { c.signal() }
 
 func (c *Core) signal() {
 	select {
@@ -384,17 +389,6 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	c.mu.Unlock()
 	c.log.Info("agent created", "agent", n.id(), "name", p.Name, "parent", parentID)
 	return n, false, nil
-}
-
-// Inspect returns one agent.
-func (c *Core) Inspect(ref string) (api.AgentInfo, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, err := c.resolveLocked(ref)
-	if err != nil {
-		return api.AgentInfo{}, err
-	}
-	return c.infoLocked(n), nil
 }
 
 // List returns every agent, parents before children, siblings in creation
@@ -683,7 +677,7 @@ func (c *Core) terminateHeld(n *node, reason string) error {
 	if live != nil {
 		live.Stop()
 	}
-	c.closeToolSocket(n.id())
+	c.host.CloseToolSocket(n.id())
 	if done {
 		return nil
 	}
@@ -847,8 +841,8 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 		WorkDir:     workDir,
 		Permissions: providerPermissions(sess),
 		Home:        c.store.Layout().Home,
-		Sandbox:     c.sandboxFor(sess),
-		Track:       c.procs.track(sess.ID),
+		Sandbox:     c.host.Sandbox(sess),
+		Track:       c.host.Track(sess.ID),
 		SessionID: func(id string) error {
 			c.mu.Lock()
 			known := n.s().ProviderSessionID
@@ -914,5 +908,5 @@ func (c *Core) Shutdown(ctx context.Context, grace time.Duration) {
 		n.agent.Close()
 		// Stay claimed: no turn may start after shutdown.
 	}
-	c.closeToolSockets()
+	c.host.CloseToolSocket("")
 }

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -256,4 +258,11 @@ func (c *Core) subtreeCountersLocked(n *node, seen map[string]bool) fsstore.Coun
 		}
 	}
 	return sum
+}
+
+// IDs returns the ids of every agent in the live tree.
+func (c *Core) IDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Collect(maps.Keys(c.nodes))
 }

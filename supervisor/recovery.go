@@ -23,7 +23,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	rep := &api.Report{Version: 1, StartedAt: c.clock.Now().UTC(), Unclean: unclean,
 		Findings: []fsstore.Finding{}, KeptOut: []fsstore.Finding{},
 		Suspended: []api.RecoveredAgent{}, Redelivered: []api.RecoveredAgent{}, Resumed: []api.RecoveredAgent{}, Reaped: []string{}}
-	if r := reap(c.store.Layout().Procs(), c.log); r != nil {
+	if r := c.host.Reap(); r != nil {
 		rep.Reaped = r
 	}
 

@@ -385,3 +385,12 @@ func (c *Core) storeFailed(ctx context.Context, n *node, msgs []*fsstore.Message
 	}
 	return cause
 }
+
+// Restart policy for a provider that keeps failing: turns are retried
+// after 1 s, 2 s, 4 s...; restartLimit failures within restartWindow gate
+// the agent with the reason recorded.
+const (
+	restartLimit  = 5
+	restartWindow = time.Minute
+	restartBase   = time.Second
+)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -81,7 +79,8 @@ func (c *Core) CreateWorkspace(p api.WorkspaceParams) (*workspace.Workspace, err
 	return w, workspaceErr(err)
 }
 
-func (c *Core) workspaceInfo(w *workspace.Workspace) api.WorkspaceInfo {
+// WorkspaceInfo describes a workspace as the CLI and the tools show it.
+func (c *Core) WorkspaceInfo(w *workspace.Workspace) api.WorkspaceInfo {
 	root := c.store.Layout().WorkspaceRoot(w.Scope, w.Name)
 	if spec, err := w.Spec(c.store.Layout()); err == nil {
 		root = spec.Root.Host
@@ -97,7 +96,7 @@ func (c *Core) ListWorkspaces() ([]api.WorkspaceInfo, error) {
 	}
 	out := []api.WorkspaceInfo{}
 	for _, w := range ws {
-		out = append(out, c.workspaceInfo(w))
+		out = append(out, c.WorkspaceInfo(w))
 	}
 	return out, nil
 }
@@ -108,7 +107,7 @@ func (c *Core) InspectWorkspace(ref string) (api.WorkspaceInfo, error) {
 	if err != nil {
 		return api.WorkspaceInfo{}, err
 	}
-	return c.workspaceInfo(w), nil
+	return c.WorkspaceInfo(w), nil
 }
 
 // workspaceUsers names the live agents whose workspace is scope/name.
@@ -188,6 +187,13 @@ func (c *Core) ViewWorkspace(p api.ViewParams) (*workspace.Workspace, error) {
 
 // agentSpec returns the sandbox of an agent, or ok false if it has no
 // workspace (it then runs unsandboxed, as the user chose).
+// AgentSpec returns the sandbox of an agent in a workspace, as bwrap
+// binds it (the daemon's host wraps provider processes in it).
+func (c *Core) AgentSpec(sess *fsstore.Session) (bwrap.Spec, error) {
+	spec, _, _, err := c.agentSpec(sess)
+	return spec, err
+}
+
 func (c *Core) agentSpec(sess *fsstore.Session) (spec bwrap.Spec, w *workspace.Workspace, ok bool, err error) {
 	if sess.Workspace == "" {
 		return bwrap.Spec{}, nil, false, nil
@@ -199,114 +205,6 @@ func (c *Core) agentSpec(sess *fsstore.Session) (spec bwrap.Spec, w *workspace.W
 	}
 	spec, err = w.Spec(c.store.Layout())
 	return spec, w, err == nil, err
-}
-
-// sandboxFor returns the provider.Config.Sandbox hook of an agent: every
-// provider process runs inside the agent's workspace. The program itself,
-// and what the provider says it needs, are bound at their own paths when
-// they live outside the system directories; the agent's tool socket is
-// bound when the provider's MCP server may need it.
-func (c *Core) sandboxFor(sess *fsstore.Session) func(ctx context.Context, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
-	if sess.Workspace == "" {
-		return nil
-	}
-	return func(ctx context.Context, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
-		spec, _, _, err := c.agentSpec(sess)
-		if err != nil {
-			return nil, err
-		}
-		if needs.Network && !spec.Network {
-			return nil, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
-				"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
-		}
-		spec.Env = map[string]string{}
-		for _, kv := range cmd.Env {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				spec.Env[k] = v
-			}
-		}
-		// The program at its own path; a relative one is the workspace's.
-		prog := cmd.Path
-		ro := needs.ReadOnly
-		if filepath.IsAbs(prog) {
-			ro = append([]string{prog}, ro...)
-		}
-		rw := needs.ReadWrite
-		if needs.ToolSocket {
-			sock, err := c.toolSocket(sess.ID)
-			if err != nil {
-				return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
-			}
-			rw = append(append([]string(nil), rw...), sock)
-		}
-		if spec.Mounts, err = addBinds(spec, c.store.Layout().Home, ro, rw); err != nil {
-			return nil, err
-		}
-		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
-		if err != nil {
-			return nil, err
-		}
-		sb.Dir = cmd.Dir
-		return sb, nil
-	}
-}
-
-// addBinds returns spec's mounts plus host paths bound at their own paths:
-// ro read-only, rw read-write, parents before what lies inside them (so
-// that a read-write HOME inside a read-only package is still writable).
-// Read-only paths in the system directories, which the sandbox shows
-// anyway, and repeats are skipped. A path the sandbox cannot bind, or one
-// the workspace already binds something else at, is an error: the
-// provider would not see what it needs.
-//
-// A path in the Substrat home (a CLI's HOME, its MCP config, the tool
-// socket) is resolved beneath the home, with no symlink below it; any
-// other (the CLI's package, the substrat binary; providers name them with
-// their symlinks resolved) with no symlink at all.
-func addBinds(spec bwrap.Spec, home string, ro, rw []string) ([]bwrap.Mount, error) {
-	taken := map[string]bool{}
-	for _, g := range spec.Grants() {
-		taken[g.Target] = true
-	}
-	seen := map[string]bool{}
-	var added []bwrap.Mount
-	add := func(p string, readOnly bool) error {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("cannot bind %q into the sandbox: not an absolute path", p)
-		}
-		p = filepath.Clean(p)
-		if readOnly && bwrap.SystemVisible(p) {
-			return nil
-		}
-		if err := bwrap.ValidateTarget(p); err != nil {
-			return fmt.Errorf("cannot bind %s into the sandbox: %v", p, err)
-		}
-		if taken[p] {
-			return fmt.Errorf("cannot bind %s into the sandbox: the workspace binds something else there", p)
-		}
-		if !seen[p] {
-			seen[p] = true
-			src := bwrap.Source{Host: p}
-			if p != home && strings.HasPrefix(p, home+"/") {
-				src.Anchor = home
-			}
-			added = append(added, bwrap.Mount{Source: src, Target: p, ReadOnly: readOnly})
-		}
-		return nil
-	}
-	for _, p := range rw {
-		if err := add(p, false); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range ro {
-		if err := add(p, true); err != nil {
-			return nil, err
-		}
-	}
-	depth := func(p string) int { return strings.Count(p, "/") }
-	sort.SliceStable(added, func(i, j int) bool { return depth(added[i].Target) < depth(added[j].Target) })
-	return append(append([]bwrap.Mount(nil), spec.Mounts...), added...), nil
 }
 
 // resolveAgentWorkspace turns the workspace an agent names (for itself or
@@ -389,7 +287,7 @@ func (t *turnTools) listWorkspaces(ctx context.Context, call provider.ToolCall, 
 	var out []api.WorkspaceInfo
 	for _, w := range all {
 		if w.Scope == t.n.id() || w.Ref() == t.n.s().Workspace || (w.Scope == workspace.UserScope && t.n.s().Workspace == "") {
-			out = append(out, t.c.workspaceInfo(w))
+			out = append(out, t.c.WorkspaceInfo(w))
 		}
 	}
 	if len(out) == 0 {

@@ -232,8 +232,8 @@ func (b *benchRun) opSpecs() []*benchOpSpec {
 			if err != nil {
 				return err
 			}
-			if int(info.Counters.Turns) != ops {
-				return fmt.Errorf("%d turns ran for %d sends", info.Counters.Turns, ops)
+			if int(info.Agent.Counters.Turns) != ops {
+				return fmt.Errorf("%d turns ran for %d sends", info.Agent.Counters.Turns, ops)
 			}
 			return nil
 		},

@@ -12,10 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/daemon"
+
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // DaemonCmd groups the daemon commands.
@@ -37,12 +38,12 @@ type DaemonRunCmd struct {
 func (c *DaemonRunCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := supervisor.Run(ctx, supervisor.Options{Home: g.Home, MaxSlots: c.MaxSlots, Providers: providers(), Version: version,
+	err := daemon.Run(ctx, daemon.Options{Home: g.Home, MaxSlots: c.MaxSlots, Providers: providers(), Version: version,
 		Ready: func() {
 			fmt.Fprintf(os.Stderr, "substrat daemon %s ready on %s (pid %d)\n", version, g.Home, os.Getpid())
 		}})
-	var running *supervisor.RunningError
-	if errors.As(err, &running) && running.Role == supervisor.RoleRepair {
+	var running *daemon.RunningError
+	if errors.As(err, &running) && running.Role == daemon.RoleRepair {
 		return &exitError{code: 1, msg: running.Error(), hint: "start the daemon when it has finished"}
 	}
 	if errors.As(err, &running) {
@@ -73,8 +74,8 @@ func (c *DaemonStartCmd) Run(g *Globals) error {
 
 func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
 	layout := fsstore.Layout{Home: g.Home}
-	if held, pid, role := supervisor.HeldBy(layout.Lock()); held {
-		if role == supervisor.RoleRepair {
+	if held, pid, role := daemon.HeldBy(layout.Lock()); held {
+		if role == daemon.RoleRepair {
 			return 0, &exitError{code: 1, msg: fmt.Sprintf("'substrat fsck --repair' (pid %d) is repairing %s", pid, g.Home),
 				hint: "start the daemon when it has finished"}
 		}
@@ -153,13 +154,13 @@ type DaemonStopCmd struct {
 // Run asks the daemon to stop and waits until it has released its lock.
 func (c *DaemonStopCmd) Run(g *Globals) error {
 	layout := fsstore.Layout{Home: g.Home}
-	held, pid := supervisor.Held(layout.Lock())
+	held, pid := daemon.Held(layout.Lock())
 	if err := g.call("daemon.stop", nil, nil); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(c.Timeout)
 	for time.Now().Before(deadline) {
-		if h, _ := supervisor.Held(layout.Lock()); !h {
+		if h, _ := daemon.Held(layout.Lock()); !h {
 			if !held {
 				pid = 0
 			}

@@ -8,10 +8,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/daemon"
+
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // DemoCmd runs the main job end to end on the script provider.
@@ -156,7 +157,7 @@ func (d *demo) killAndRestart() error {
 	if err := syscall.Kill(d.pid, syscall.SIGKILL); err != nil {
 		return err
 	}
-	for held, _ := supervisor.Held(d.layout.Lock()); held; held, _ = supervisor.Held(d.layout.Lock()) {
+	for held, _ := daemon.Held(d.layout.Lock()); held; held, _ = daemon.Held(d.layout.Lock()) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	pid, err := startDaemon(d.g, 4, 30*time.Second)

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/substrat/substrat/supervisor/daemon"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // FsckCmd verifies the store straight from the directories.
@@ -27,16 +28,16 @@ type FsckResult struct {
 // Run scans and reports. It exits 1 if problems remain.
 func (c *FsckCmd) Run(g *Globals) error {
 	layout := fsstore.Layout{Home: g.Home}
-	held, pid := supervisor.Held(layout.Lock())
+	held, pid := daemon.Held(layout.Lock())
 	if c.Repair {
 		// The lock for the whole repair: a daemon started meanwhile
 		// refuses, saying why, instead of repairing the same store.
 		if err := os.MkdirAll(g.Home, 0o700); err != nil {
 			return err
 		}
-		lock, err := supervisor.TryLockAs(layout.Lock(), g.Home, supervisor.RoleRepair)
-		var running *supervisor.RunningError
-		if errors.As(err, &running) && running.Role == supervisor.RoleRepair {
+		lock, err := daemon.TryLockAs(layout.Lock(), g.Home, daemon.RoleRepair)
+		var running *daemon.RunningError
+		if errors.As(err, &running) && running.Role == daemon.RoleRepair {
 			return fail(running.Error(), "wait for it to finish")
 		}
 		if errors.As(err, &running) {

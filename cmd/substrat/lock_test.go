@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/substrat/substrat/supervisor/daemon"
+
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 )
 
 // fsck --repair holds the home's lock for its whole run: a daemon started
@@ -16,7 +17,7 @@ import (
 func TestRepairHoldsTheLock(t *testing.T) {
 	home := shortHome(t)
 	layout := fsstore.Layout{Home: home}
-	lock, err := supervisor.TryLockAs(layout.Lock(), home, supervisor.RoleRepair)
+	lock, err := daemon.TryLockAs(layout.Lock(), home, daemon.RoleRepair)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestRepairHoldsTheLock(t *testing.T) {
 			t.Errorf("%s during a repair: %v\n%s", args, err, out)
 		}
 	}
-	if held, _, role := supervisor.HeldBy(layout.Lock()); !held || role != supervisor.RoleRepair {
+	if held, _, role := daemon.HeldBy(layout.Lock()); !held || role != daemon.RoleRepair {
 		t.Errorf("the lock: held %v as %q", held, role)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/substrat/substrat/supervisor/daemon"
+
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/alecthomas/kong"
@@ -21,7 +23,6 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
-	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -120,7 +121,7 @@ func report(err error) int {
 	code, hint := 1, ""
 	var ee *exitError
 	var re *api.Error
-	var running *supervisor.RunningError
+	var running *daemon.RunningError
 	switch {
 	case errors.As(err, &ee):
 		code, hint = ee.code, ee.hint

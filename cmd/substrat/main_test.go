@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/daemon"
+
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -48,7 +49,7 @@ func TestScripts(t *testing.T) {
 }
 
 func killDaemon(home string) {
-	if held, pid := supervisor.Held(fsstore.Layout{Home: home}.Lock()); held && pid > 0 {
+	if held, pid := daemon.Held(fsstore.Layout{Home: home}.Lock()); held && pid > 0 {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
@@ -95,14 +96,14 @@ func cmdWaitDaemon(ts *testscript.TestScript, neg bool, args []string) {
 // the lock is free.
 func cmdKillDaemon(ts *testscript.TestScript, neg bool, args []string) {
 	lock := fsstore.Layout{Home: ts.Getenv("SUBSTRAT_HOME")}.Lock()
-	held, pid := supervisor.Held(lock)
+	held, pid := daemon.Held(lock)
 	if !held || pid <= 0 {
 		ts.Fatalf("no daemon holds %s", lock)
 	}
 	ts.Check(syscall.Kill(pid, syscall.SIGKILL))
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if h, _ := supervisor.Held(lock); !h {
+		if h, _ := daemon.Held(lock); !h {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

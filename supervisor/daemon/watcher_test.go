@@ -1,4 +1,4 @@
-package supervisor
+package daemon
 
 import (
 	"context"
@@ -11,25 +11,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/script"
 )
 
 // watched starts a core with a running watcher on a fresh home.
-func watched(t *testing.T) (*Core, *Watcher) {
+func watched(t *testing.T) (*supervisor.Core, *Watcher, string) {
 	t.Helper()
 	home := t.TempDir()
 	st, err := fsstore.Open(home, fsstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(Config{Store: st, Providers: testProviders(), Log: testLog(t)})
-	w, err := c.NewWatcher()
+	c := supervisor.New(supervisor.Config{Store: st, Providers: testProviders(), Log: testLog(t)})
+	w, err := NewWatcher(c, st.Layout().AgentsDir(), testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +39,11 @@ func watched(t *testing.T) (*Core, *Watcher) {
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return c, w
+	return c, w, home
 }
 
 // eventually waits (generously: the machine may be slow) until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -56,28 +55,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // settled reports whether the daemon has written out the adopted state
-// (a person edits again only after that).
-func settled(t *testing.T, c *Core, ref string) bool {
-	_, changed, _, _ := nodeOf(t, c, ref).agent.DiskSession()
-	return !changed
-}
-
-func sessionOf(c *Core, ref string) *fsstore.Session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, err := c.resolveLocked(ref)
-	if err != nil {
-		return nil
+// (a person edits again only after that): session.json on disk is the
+// state in memory.
+func settled(t *testing.T, c *supervisor.Core, home, ref string) bool {
+	mem := sessionOf(c, ref)
+	if mem == nil {
+		return false
 	}
-	return n.s().Clone()
+	disk, err := fsstore.DecodeSession(must(os.ReadFile(agentFiles(t, c, home, ref).Session())))
+	return err == nil && disk.LastSeq == mem.LastSeq
 }
 
 // edited returns session.json of agent ref with f applied, as a user with
 // jq would make it.
-func edited(t *testing.T, c *Core, ref string, f func(m map[string]any)) (path string, data []byte) {
+func edited(t *testing.T, c *supervisor.Core, home, ref string, f func(m map[string]any)) (path string, data []byte) {
 	t.Helper()
-	n := nodeOf(t, c, ref)
-	path = n.agent.Files().Session()
+	path = agentFiles(t, c, home, ref).Session()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -91,10 +84,9 @@ func edited(t *testing.T, c *Core, ref string, f func(m map[string]any)) (path s
 	return path, data
 }
 
-func hasEvent(t *testing.T, c *Core, ref, typ string) bool {
-	n := nodeOf(t, c, ref)
+func hasEvent(t *testing.T, c *supervisor.Core, ref, typ string) bool {
 	found := false
-	fsstore.ReadEvents(fsstore.OS{}, n.agent.Files().Events(), func(e fsstore.Event) error {
+	c.Events(ref, 0, func(e fsstore.Event) error {
 		found = found || e.Type == typ
 		return nil
 	})
@@ -102,25 +94,25 @@ func hasEvent(t *testing.T, c *Core, ref, typ string) bool {
 }
 
 func TestHandEditPatterns(t *testing.T) {
-	c, _ := watched(t)
+	c, _, home := watched(t)
 	mustCreate(t, c, api.CreateParams{Name: "a", Instructions: "old"})
 	send(t, c, "a", "warm up")
 	drain(t, c)
 
 	// jq '...' session.json > tmp && mv tmp session.json
-	path, data := edited(t, c, "a", func(m map[string]any) { m["instructions"] = "by rename" })
+	path, data := edited(t, c, home, "a", func(m map[string]any) { m["instructions"] = "by rename" })
 	tmp := filepath.Join(filepath.Dir(path), "tmp.json")
 	os.WriteFile(tmp, data, 0o600)
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the renamed edit", func() bool { return sessionOf(c, "a").Instructions == "by rename" && settled(t, c, "a") })
+	eventually(t, "the renamed edit", func() bool { return sessionOf(c, "a").Instructions == "by rename" && settled(t, c, home, "a") })
 	if !hasEvent(t, c, "a", fsstore.EvEdited) {
 		t.Fatal("no edited event")
 	}
 
 	// An editor that writes in place (truncate, write).
-	path, data = edited(t, c, "a", func(m map[string]any) { m["model"] = "in-place" })
+	path, data = edited(t, c, home, "a", func(m map[string]any) { m["model"] = "in-place" })
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -129,17 +121,17 @@ func TestHandEditPatterns(t *testing.T) {
 	f.Sync()
 	f.Write(data[10:])
 	f.Close()
-	eventually(t, "the in-place edit", func() bool { return sessionOf(c, "a").Model == "in-place" && settled(t, c, "a") })
+	eventually(t, "the in-place edit", func() bool { return sessionOf(c, "a").Model == "in-place" && settled(t, c, home, "a") })
 
 	// vim's default: rename the original to a backup, write anew, remove the backup.
-	path, data = edited(t, c, "a", func(m map[string]any) { m["metadata"] = map[string]any{"owner": "vim"} })
+	path, data = edited(t, c, home, "a", func(m map[string]any) { m["metadata"] = map[string]any{"owner": "vim"} })
 	os.Rename(path, path+"~")
 	os.WriteFile(path, data, 0o600)
 	os.Remove(path + "~")
-	eventually(t, "the vim-style edit", func() bool { return sessionOf(c, "a").Metadata["owner"] == "vim" && settled(t, c, "a") })
+	eventually(t, "the vim-style edit", func() bool { return sessionOf(c, "a").Metadata["owner"] == "vim" && settled(t, c, home, "a") })
 
 	// A rename of the agent itself.
-	path, data = edited(t, c, "a", func(m map[string]any) { m["name"] = "renamed" })
+	path, data = edited(t, c, home, "a", func(m map[string]any) { m["name"] = "renamed" })
 	os.WriteFile(path+".new", data, 0o600)
 	os.Rename(path+".new", path)
 	eventually(t, "the new name", func() bool {
@@ -170,17 +162,17 @@ func must(b []byte, err error) []byte {
 }
 
 func TestInvalidHandEditRefused(t *testing.T) {
-	c, _ := watched(t)
+	c, _, home := watched(t)
 	mustCreate(t, c, api.CreateParams{Name: "a", Instructions: "good"})
-	path := nodeOf(t, c, "a").agent.Files().Session()
+	path := agentFiles(t, c, home, "a").Session()
 	garbage := []byte(`{"version": 1, "name": "a", oops`)
 	if err := os.WriteFile(path, garbage, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the refusal", func() bool { return invalidOf(t, c, "a") != "" })
 	info, _ := c.Inspect("a")
-	if !strings.Contains(info.DiskInvalid, "invalid JSON") {
-		t.Errorf("inspect says %q", info.DiskInvalid)
+	if !strings.Contains(info.Agent.DiskInvalid, "invalid JSON") {
+		t.Errorf("inspect says %q", info.Agent.DiskInvalid)
 	}
 	// The event follows the refusal (it is appended just after).
 	eventually(t, "the edit_refused event", func() bool { return hasEvent(t, c, "a", fsstore.EvEditRefused) })
@@ -217,40 +209,43 @@ func TestInvalidHandEditRefused(t *testing.T) {
 }
 
 func TestMoveOutAndBack(t *testing.T) {
-	c, _ := watched(t)
+	c, _, home := watched(t)
 	mustCreate(t, c, api.CreateParams{Name: "p"})
 	send(t, c, "p", `!spawn_agent {"name":"kid","instructions":"hi"}`)
 	drain(t, c)
-	p := nodeOf(t, c, "p")
-	if p.live == nil {
+	if res, _ := c.Inspect("p"); !res.Agent.Live {
 		t.Fatal("p has no live session to stop")
 	}
-	live := p.live
-	dir := p.agent.Files().Dir
+	live := c.Status().LiveSessions
+	dir := agentFiles(t, c, home, "p").Dir
 	away := filepath.Join(t.TempDir(), "away")
 	if err := os.Rename(dir, away); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the detach", func() bool { return sessionOf(c, "p") == nil })
-	if _, err := live.Send(context.Background(), providerTurn("x")); err == nil {
-		t.Error("the detached agent's provider session still answers")
+	if now := c.Status().LiveSessions; now != live-1 {
+		t.Errorf("live sessions %d after the detach, want %d: the detached agent's provider session was not stopped", now, live-1)
 	}
 	// The child stays live, cut off from its parent.
-	kid := nodeOf(t, c, "kid")
-	tt := newTurnTools(c, kid, nil)
-	if r := tt.CallTool(context.Background(), call("send_message", "x", map[string]string{"recipient": "p", "text": "hi"})); !r.IsError {
-		t.Errorf("message to a detached parent: %+v", r)
+	_, outcome, cancel, err := c.SendAndAwait(api.SendParams{To: "kid", Text: `!send_message {"recipient":"p","text":"hi"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	drain(t, c)
+	if o := <-outcome; !strings.Contains(o.Text, "send_message -> error") {
+		t.Errorf("message to a detached parent: %+v", o)
 	}
 	if err := os.Rename(away, dir); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the adoption", func() bool { return sessionOf(c, "p") != nil })
-	back := nodeOf(t, c, "p")
-	if back.s().Counters.Turns != 1 || back.s().SessionState != fsstore.SessionSuspended {
-		t.Fatalf("adopted p: %+v", back.s())
+	back := sessionOf(c, "p")
+	if back.Counters.Turns != 1 || back.SessionState != fsstore.SessionSuspended {
+		t.Fatalf("adopted p: %+v", back)
 	}
-	if info, _ := c.Inspect("p"); len(info.Children) != 1 || info.Children[0] != "kid" {
-		t.Fatalf("p's children after adoption: %v", info.Children)
+	if info, _ := c.Inspect("p"); len(info.Agent.Children) != 1 || info.Agent.Children[0] != "kid" {
+		t.Fatalf("p's children after adoption: %v", info.Agent.Children)
 	}
 	send(t, c, "p", "welcome back")
 	drain(t, c)
@@ -266,10 +261,10 @@ func TestWatchOverflowRescans(t *testing.T) {
 		t.Log("not root: cannot shrink fs.inotify.max_queued_events; using 40000 events instead")
 	}
 	restore := shrinkInotifyQueue(t, 64)
-	c, w := watched(t)
+	c, w, home := watched(t)
 	restore()
 	mustCreate(t, c, api.CreateParams{Name: "a"})
-	dir := nodeOf(t, c, "a").agent.Files().Dir
+	dir := agentFiles(t, c, home, "a").Dir
 	eventually(t, "the watch on a's directory", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.watched[dir] })
 	w.mu.Lock()
 	gate, parked := make(chan struct{}), make(chan struct{})
@@ -286,7 +281,7 @@ func TestWatchOverflowRescans(t *testing.T) {
 		os.WriteFile(f, nil, 0o600)
 		os.Remove(f)
 	}
-	path, data := edited(t, c, "a", func(m map[string]any) { m["instructions"] = "during the storm" })
+	path, data := edited(t, c, home, "a", func(m map[string]any) { m["instructions"] = "during the storm" })
 	os.WriteFile(path, data, 0o600)
 	w.mu.Lock()
 	w.pause, w.parked = nil, nil
@@ -316,25 +311,22 @@ func TestWatchLimitFallsBackToPolling(t *testing.T) {
 	addWatch = func(w *fsnotify.Watcher, path string) error { return syscall.ENOSPC }
 	pollEvery = 50 * time.Millisecond
 	t.Cleanup(func() { addWatch, pollEvery = oldAdd, oldPoll })
-	c, w := watched(t)
+	c, w, home := watched(t)
 	if !w.Polling() {
 		t.Fatal("not polling after ENOSPC")
 	}
 	mustCreate(t, c, api.CreateParams{Name: "a"})
-	path, data := edited(t, c, "a", func(m map[string]any) { m["instructions"] = "seen by polling" })
+	path, data := edited(t, c, home, "a", func(m map[string]any) { m["instructions"] = "seen by polling" })
 	os.WriteFile(path, data, 0o600)
 	eventually(t, "the polled edit", func() bool { return sessionOf(c, "a").Instructions == "seen by polling" })
 }
 
-func testProviders() Providers { return provider.NewRegistry(script.New()) }
-
-func providerTurn(prompt string) provider.Turn { return provider.Turn{Prompt: prompt} }
-
-func invalidOf(t *testing.T, c *Core, ref string) string {
-	n := nodeOf(t, c, ref)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return n.diskInvalid
+func invalidOf(t *testing.T, c *supervisor.Core, ref string) string {
+	res, err := c.Inspect(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Agent.DiskInvalid
 }
 
 // An events.jsonl replaced by hand while the daemon runs (a copy moved
@@ -342,15 +334,18 @@ func invalidOf(t *testing.T, c *Core, ref string) string {
 // file on disk. They used to go to the replaced file, unlinked, and were
 // gone at the next start.
 func TestReplacedLogIsReloaded(t *testing.T) {
-	c, _ := watched(t)
+	c, _, home := watched(t)
 	mustCreate(t, c, api.CreateParams{Name: "a"})
 	send(t, c, "a", "first")
 	drain(t, c)
-	path := nodeOf(t, c, "a").agent.Files().Events()
+	path := agentFiles(t, c, home, "a").Events()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	id, _ := c.Resolve("a")
+	sub := c.Subscribe(id)
+	defer sub.Close()
 	tmp := path + ".copy"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -358,7 +353,13 @@ func TestReplacedLogIsReloaded(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the reload", func() bool { return !nodeOf(t, c, "a").agent.Log().Replaced() && hasEvent(t, c, "a", "turn") })
+	reloaded := false
+	eventually(t, "the reload", func() bool {
+		for len(sub.C) > 0 {
+			reloaded = reloaded || (<-sub.C).Type == "reloaded"
+		}
+		return reloaded
+	})
 	time.Sleep(100 * time.Millisecond)
 	send(t, c, "a", "second")
 	drain(t, c)
@@ -369,8 +370,8 @@ func TestReplacedLogIsReloaded(t *testing.T) {
 	if len(after) <= len(data) {
 		t.Fatalf("events.jsonl did not grow after the replace: %d -> %d bytes", len(data), len(after))
 	}
-	c2, _ := newCore(t, c.store.Layout().Home, false)
-	if got := nodeOf(t, c2, "a").s().Counters.Turns; got != 2 {
+	c2, _ := newCore(t, home)
+	if got := sessionOf(c2, "a").Counters.Turns; got != 2 {
 		t.Fatalf("turns on disk %d, want 2", got)
 	}
 }

@@ -1,13 +1,12 @@
-package supervisor
+package daemon
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"os"
-	"slices"
-	"strings"
 
+	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
@@ -51,34 +50,8 @@ type eventsParams struct {
 func (d *Daemon) register() {
 	c := d.core
 	handle(d, "daemon.status", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		st := api.StatusResult{Pid: os.Getpid(), Home: d.store.Layout().Home, Version: d.opts.Version,
-			StartedAt: d.started.UTC(), Agents: len(c.nodes), MaxSlots: d.opts.MaxSlots, Watchers: len(c.subs)}
-		pools := map[string]*api.PoolStatus{}
-		for name := range c.pools {
-			pools[name] = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
-		}
-		for _, n := range c.nodes {
-			name := poolOf(n.s())
-			p := pools[name]
-			if p == nil {
-				p = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
-				pools[name] = p
-			}
-			if n.live != nil {
-				st.LiveSessions++
-				p.Live++
-			}
-			if n.s().AgentState == fsstore.AgentBusy {
-				st.Busy++
-				p.Busy++
-			}
-		}
-		for _, p := range pools {
-			st.Pools = append(st.Pools, *p)
-		}
-		slices.SortFunc(st.Pools, func(a, b api.PoolStatus) int { return strings.Compare(a.Name, b.Name) })
+		st := c.Status()
+		st.Pid, st.Home, st.Version, st.StartedAt, st.MaxSlots = os.Getpid(), d.store.Layout().Home, d.opts.Version, d.started.UTC(), d.opts.MaxSlots
 		return st, nil
 	})
 	handle(d, "daemon.stop", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
@@ -99,18 +72,7 @@ func (d *Daemon) register() {
 		return l, nil
 	})
 	handle(d, "agent.inspect", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
-		c.mu.Lock()
-		n, err := c.resolveLocked(p.Ref)
-		if err != nil {
-			c.mu.Unlock()
-			return nil, err
-		}
-		res := api.InspectResult{Agent: c.infoLocked(n), Session: n.s().Clone()}
-		c.mu.Unlock()
-		if msgs, _, err := n.agent.Pending(); err == nil {
-			res.Pending = len(msgs)
-		}
-		return res, nil
+		return c.Inspect(p.Ref)
 	})
 	handle(d, "agent.send", func(ctx context.Context, p struct {
 		Ref  string `json:"ref"`
@@ -156,31 +118,9 @@ func (d *Daemon) register() {
 		return stream(ctx, c.Subscribe(id), send)
 	})
 	handle(d, "agent.events", func(ctx context.Context, p eventsParams, send func(any) error) (any, error) {
-		c.mu.Lock()
-		n, err := c.resolveLocked(p.Ref)
-		c.mu.Unlock()
+		count, err := c.Events(p.Ref, p.Tail, func(e fsstore.Event) error { return send(e) })
 		if err != nil {
 			return nil, err
-		}
-		count, tail := 0, make([]fsstore.Event, 0, max(p.Tail, 0))
-		err = fsstore.ReadEvents(d.store.FS(), n.agent.Files().Events(), func(e fsstore.Event) error {
-			count++
-			if p.Tail <= 0 {
-				return send(e)
-			}
-			if len(tail) == p.Tail {
-				tail = append(tail[:0], tail[1:]...)
-			}
-			tail = append(tail, e)
-			return nil
-		})
-		if err != nil {
-			return nil, storeErr(err)
-		}
-		for _, e := range tail {
-			if err := send(e); err != nil {
-				return nil, err
-			}
 		}
 		return map[string]int{"events": count}, nil
 	})
@@ -194,17 +134,7 @@ func (d *Daemon) register() {
 		return c.SetPermissions(ctx, p)
 	})
 	handle(d, "session.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
-		out := []api.SessionInfo{}
-		for _, a := range c.List() {
-			c.mu.Lock()
-			n := c.nodes[a.ID]
-			if n != nil {
-				out = append(out, api.SessionInfo{ID: a.ID, Path: a.Path, Provider: n.s().Provider, SessionState: n.s().SessionState,
-					ProviderSessionID: n.s().ProviderSessionID, HasStateBlob: len(n.s().StateBlob) > 0, Live: n.live != nil})
-			}
-			c.mu.Unlock()
-		}
-		return out, nil
+		return c.Sessions(), nil
 	})
 	handle(d, "session.suspend", func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.Suspend(ctx, p.Ref)
@@ -230,7 +160,7 @@ func (d *Daemon) register() {
 		if err != nil {
 			return nil, err
 		}
-		return c.workspaceInfo(w), nil
+		return c.WorkspaceInfo(w), nil
 	})
 	handle(d, "workspace.list", func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		return c.ListWorkspaces()
@@ -246,7 +176,7 @@ func (d *Daemon) register() {
 		if err != nil {
 			return nil, err
 		}
-		return c.workspaceInfo(w), nil
+		return c.WorkspaceInfo(w), nil
 	})
 	handle(d, "workspace.unlink", func(ctx context.Context, p struct {
 		Workspace string `json:"workspace"`
@@ -256,14 +186,14 @@ func (d *Daemon) register() {
 		if err != nil {
 			return nil, err
 		}
-		return c.workspaceInfo(w), nil
+		return c.WorkspaceInfo(w), nil
 	})
 	handle(d, "workspace.view", func(ctx context.Context, p api.ViewParams, _ func(any) error) (any, error) {
 		w, err := c.ViewWorkspace(p)
 		if err != nil {
 			return nil, err
 		}
-		return c.workspaceInfo(w), nil
+		return c.WorkspaceInfo(w), nil
 	})
 	handle(d, "approval.answer", func(ctx context.Context, p api.AnswerParams, _ func(any) error) (any, error) {
 		p.By = fsstore.User // the socket is USER's; agents answer with their approve tool
@@ -290,7 +220,7 @@ func (d *Daemon) register() {
 // the outcome of the message once the turn that took it ended (or
 // failed). The outcome never depends on the stream: a client that reads
 // late misses frames, is told how many, and still gets its result.
-func waitTurn(ctx context.Context, sub *Subscription, outcome <-chan Outcome, res api.SendResult, send func(any) error) (any, error) {
+func waitTurn(ctx context.Context, sub *supervisor.Subscription, outcome <-chan supervisor.Outcome, res api.SendResult, send func(any) error) (any, error) {
 	reported := 0
 	lagging := func() {
 		if n := sub.Dropped(); n > reported {
@@ -321,7 +251,7 @@ func waitTurn(ctx context.Context, sub *Subscription, outcome <-chan Outcome, re
 }
 
 // stream sends every event of a subscription until the client goes away.
-func stream(ctx context.Context, sub *Subscription, send func(any) error) (any, error) {
+func stream(ctx context.Context, sub *supervisor.Subscription, send func(any) error) (any, error) {
 	defer sub.Close()
 	reported := 0 // events dropped and said so
 	for {

@@ -1,4 +1,4 @@
-package supervisor
+package daemon
 
 import (
 	"encoding/json"
@@ -9,15 +9,16 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
+
+	"github.com/substrat/substrat/fsstore"
 )
 
 // procTable records the provider processes the daemon runs in
 // providers.json, each by pid and kernel start time (so that a pid reused
 // by an unrelated process is never killed). It is bookkeeping for the
-// next start after a kill -9, written without fsync: a power loss ends the
-// processes anyway.
+// next start after a kill -9, replaced atomically through the store's FS.
 type procTable struct {
+	fs   fsstore.FS
 	path string
 	log  *slog.Logger
 
@@ -31,8 +32,8 @@ type procEntry struct {
 	Agent string `json:"agent"`
 }
 
-func newProcTable(path string, log *slog.Logger) *procTable {
-	return &procTable{path: path, log: log, procs: map[int]procEntry{}}
+func newProcTable(fs fsstore.FS, path string, log *slog.Logger) *procTable {
+	return &procTable{fs: fs, path: path, log: log, procs: map[int]procEntry{}}
 }
 
 // track records a started process; the returned func forgets it.
@@ -61,12 +62,9 @@ func (t *procTable) saveLocked() {
 		list = append(list, p)
 	}
 	data, _ := json.Marshal(map[string]any{"version": 1, "processes": list})
-	tmp := t.path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
-		err = os.Rename(tmp, t.path)
-		if err != nil {
-			t.log.Warn("providers.json not written", "err", err)
-		}
+	// Through the store's FS, replaced atomically (renameio under it).
+	if err := fsstore.ReplaceFile(t.fs, t.path, append(data, '\n')); err != nil {
+		t.log.Warn("providers.json not written", "err", err)
 	}
 }
 
@@ -128,12 +126,3 @@ func procStart(pid int) (uint64, error) {
 	}
 	return strconv.ParseUint(fields[19], 10, 64) // field 22 overall
 }
-
-// Restart policy for a provider that keeps failing: turns are retried
-// after 1 s, 2 s, 4 s...; restartLimit failures within restartWindow gate
-// the agent with the reason recorded.
-const (
-	restartLimit  = 5
-	restartWindow = time.Minute
-	restartBase   = time.Second
-)

@@ -1,4 +1,4 @@
-package supervisor
+package daemon
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor"
+
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/bwrap"
@@ -24,17 +27,17 @@ import (
 // refuses the network a workspace does not grant, and the socket goes away
 // with the agent.
 func TestToolSocket(t *testing.T) {
-	home := t.TempDir()
-	c, _ := newCore(t, home, false)
+	home := shortDir(t)
+	c, h := newCore(t, home)
 	if _, err := c.CreateWorkspace(api.WorkspaceParams{Name: "w"}); err != nil {
 		t.Fatal(err)
 	}
 	a := mustCreate(t, c, api.CreateParams{Name: "a", Workspace: "w"})
 	b := mustCreate(t, c, api.CreateParams{Name: "b"})
-	sock := c.store.Layout().ToolSocket(a.ID)
+	sock := fsstore.Layout{Home: home}.ToolSocket(a.ID)
 
-	hook := c.sandboxFor(nodeOf(t, c, "a").s())
-	if hook == nil || c.sandboxFor(nodeOf(t, c, "b").s()) != nil {
+	hook := h.sandboxFor(sessionOf(c, "a"))
+	if hook == nil || h.sandboxFor(sessionOf(c, "b")) != nil {
 		t.Fatal("only the agent with a workspace gets a sandbox")
 	}
 	// A provider that needs the network, in a workspace without it.
@@ -59,7 +62,7 @@ func TestToolSocket(t *testing.T) {
 	if _, ok := got["/usr/lib"]; ok || strings.Contains(args, "/usr/lib /usr/lib") {
 		t.Errorf("a system directory was bound again: %s", args)
 	}
-	if strings.Contains(args, c.store.Layout().Socket()) {
+	if strings.Contains(args, fsstore.Layout{Home: home}.Socket()) {
 		t.Errorf("daemon.sock is in the sandbox: %s", args)
 	}
 
@@ -71,7 +74,7 @@ func TestToolSocket(t *testing.T) {
 	}
 	defer cl.Close()
 	var specs []api.ToolSpec
-	if err := cl.Call(ctx, "tool.list", nil, &specs); err != nil || len(specs) != len(Tools()) {
+	if err := cl.Call(ctx, "tool.list", nil, &specs); err != nil || len(specs) != len(supervisor.Tools()) {
 		t.Errorf("tool.list: %d tools, %v", len(specs), err)
 	}
 	var res provider.ToolResult
@@ -103,9 +106,9 @@ func TestToolSocket(t *testing.T) {
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the tool socket of a terminated agent: %v", err)
 	}
-	c.sockets.mu.Lock()
-	left := len(c.sockets.byID)
-	c.sockets.mu.Unlock()
+	h.sockets.mu.Lock()
+	left := len(h.sockets.byID)
+	h.sockets.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d tool sockets left open", left)
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package daemon
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
@@ -35,9 +36,9 @@ type toolSockets struct {
 }
 
 // toolSocket returns the path of agent id's tool socket, listening.
-func (c *Core) toolSocket(id string) (string, error) {
-	path := c.store.Layout().ToolSocket(id)
-	ts := &c.sockets
+func (h *host) toolSocket(id string) (string, error) {
+	path := h.store.Layout().ToolSocket(id)
+	ts := &h.sockets
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.closed {
@@ -65,8 +66,8 @@ func (c *Core) toolSocket(id string) (string, error) {
 		ln.Close()
 		return "", err
 	}
-	srv := rpc.NewServer(c.log)
-	registerTools(srv, c, id)
+	srv := rpc.NewServer(h.log)
+	registerTools(srv, h.core, id)
 	if ts.byID == nil {
 		ts.byID = map[string]*rpc.Server{}
 	}
@@ -74,7 +75,7 @@ func (c *Core) toolSocket(id string) (string, error) {
 	go func() {
 		if err := srv.Serve(ln); err != nil {
 			ln.Close() // closed before it served
-			c.log.Debug("tool socket ended", "agent", id, "err", err)
+			h.log.Debug("tool socket ended", "agent", id, "err", err)
 		}
 	}()
 	return path, nil
@@ -82,21 +83,21 @@ func (c *Core) toolSocket(id string) (string, error) {
 
 // closeToolSocket closes agent id's tool socket, if it has one, and
 // removes the file.
-func (c *Core) closeToolSocket(id string) {
-	ts := &c.sockets
+func (h *host) closeToolSocket(id string) {
+	ts := &h.sockets
 	ts.mu.Lock()
 	srv := ts.byID[id]
 	delete(ts.byID, id)
 	ts.mu.Unlock()
 	if srv != nil {
 		srv.Close()
-		os.Remove(c.store.Layout().ToolSocket(id))
+		os.Remove(h.store.Layout().ToolSocket(id))
 	}
 }
 
 // closeToolSockets closes every tool socket; no new one opens.
-func (c *Core) closeToolSockets() {
-	ts := &c.sockets
+func (h *host) closeToolSockets() {
+	ts := &h.sockets
 	ts.mu.Lock()
 	ts.closed = true
 	ids := make([]string, 0, len(ts.byID))
@@ -105,15 +106,15 @@ func (c *Core) closeToolSockets() {
 	}
 	ts.mu.Unlock()
 	for _, id := range ids {
-		c.closeToolSocket(id)
+		h.closeToolSocket(id)
 	}
 }
 
 // registerTools registers tool.list and tool.call on srv: for any agent
 // (daemon.sock, only ""), or for agent only alone (its tool socket).
-func registerTools(srv *rpc.Server, c *Core, only string) {
+func registerTools(srv *rpc.Server, c *supervisor.Core, only string) {
 	srv.Handle("tool.list", func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
-		return Tools(), nil
+		return supervisor.Tools(), nil
 	})
 	srv.Handle("tool.call", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
 		var p struct {

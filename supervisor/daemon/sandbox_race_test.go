@@ -1,4 +1,4 @@
-package supervisor
+package daemon
 
 import (
 	"context"
@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/bwrap"
@@ -26,26 +28,31 @@ import (
 // sees the directory's own file at the link, or is refused; never the
 // host's root.
 func TestSandboxLinkRace(t *testing.T) {
-	home := t.TempDir()
-	c, _ := newCore(t, home, false)
+	home := shortDir(t)
+	c, h := newCore(t, home)
 	if _, err := c.CreateWorkspace(api.WorkspaceParams{Name: "wa"}); err != nil {
 		t.Fatal(err)
 	}
 	mustCreate(t, c, api.CreateParams{Name: "boss", Workspace: "wa"})
-	root := c.store.Layout().WorkspaceRoot(workspace.UserScope, "wa")
+	root := fsstore.Layout{Home: home}.WorkspaceRoot(workspace.UserScope, "wa")
 	shared, alt := filepath.Join(root, "shared"), filepath.Join(root, "alt")
 	bwraptest.MkSwapPair(t, shared, alt, "inside")
-	tt := newTurnTools(c, nodeOf(t, c, "boss"), nil)
-	for i, cl := range []provider.ToolCall{
-		call("create_workspace", "t1", map[string]any{"name": "mine"}),
-		call("link_dir", "t2", map[string]any{"workspace": "mine", "source": "/workspace/shared", "target": "/linked", "mode": "rw"}),
-		call("spawn_agent", "t3", map[string]any{"name": "kid", "instructions": "look", "workspace": "mine"}),
-	} {
-		if r := tt.CallTool(context.Background(), cl); r.IsError {
-			t.Fatalf("tool %d: %s", i, r.Text)
-		}
+	// The agent's turn calls the tools (the script provider runs each
+	// "!tool {args}" line).
+	_, outcome, cancel, err := c.SendAndAwait(api.SendParams{To: "boss", Text: `!create_workspace {"name":"mine"}
+!link_dir {"workspace":"mine","source":"/workspace/shared","target":"/linked","mode":"rw"}
+!spawn_agent {"name":"kid","instructions":"look","workspace":"mine"}`})
+	if err != nil {
+		t.Fatal(err)
 	}
-	hook := c.sandboxFor(nodeOf(t, c, "kid").s())
+	defer cancel()
+	if err := c.RunTurn(context.Background(), mustResolve(t, c, "boss")); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-outcome; o.Failed != "" || strings.Contains(o.Text, "-> error") {
+		t.Fatalf("the boss's tools: %+v", o)
+	}
+	hook := h.sandboxFor(sessionOf(c, "boss/kid"))
 	if hook == nil {
 		t.Fatal("the child has no sandbox")
 	}

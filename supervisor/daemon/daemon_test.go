@@ -1,4 +1,4 @@
-package supervisor
+package daemon
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
@@ -267,7 +268,7 @@ func TestTopQueries(t *testing.T) {
 	if err := c.Call(ctx, "daemon.status", nil, &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Pools) != 1 || st.Pools[0].Name != DefaultPool || st.Pools[0].Live != 1 || st.Pools[0].Size < 1 {
+	if len(st.Pools) != 1 || st.Pools[0].Name != supervisor.DefaultPool || st.Pools[0].Live != 1 || st.Pools[0].Size < 1 {
 		t.Errorf("pools: %+v", st.Pools)
 	}
 

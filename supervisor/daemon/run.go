@@ -1,4 +1,9 @@
-package supervisor
+// Package daemon is the Substrat daemon process around the core
+// (package supervisor): it takes the home's lock, serves daemon.sock,
+// schedules turns, ticks reminders, watches the agent directories with
+// fsnotify, and is the core's Host: provider processes in their bwrap
+// sandboxes, the pid table, and the agents' tool sockets.
+package daemon
 
 import (
 	"context"
@@ -11,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +31,7 @@ type Options struct {
 	MaxSlots int // live sessions in the default pool, and turns at once; default 4
 	// Pools sizes named slot pools (live sessions each); see Config.Pools.
 	Pools     map[string]int
-	Providers Providers
+	Providers supervisor.Providers
 	Version   string
 	// LogOutput receives the structured log; default daemon.log in Home.
 	LogOutput io.Writer
@@ -39,7 +45,8 @@ type Options struct {
 type Daemon struct {
 	opts    Options
 	store   *fsstore.Store
-	core    *Core
+	core    *supervisor.Core
+	host    *host
 	log     *slog.Logger
 	srv     *rpc.Server
 	started time.Time
@@ -124,14 +131,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 
 	d := &Daemon{opts: opts, store: store, log: log, started: time.Now(), stopCh: make(chan struct{})}
-	pools := map[string]int{DefaultPool: opts.MaxSlots}
+	pools := map[string]int{supervisor.DefaultPool: opts.MaxSlots}
 	for k, v := range opts.Pools {
 		pools[k] = v
 	}
-	d.core = New(Config{Store: store, Providers: opts.Providers, Log: log, Pools: pools})
+	d.host = newHost(store, log)
+	d.core = supervisor.New(supervisor.Config{Store: store, Providers: opts.Providers, Log: log, Pools: pools, Host: d.host})
+	d.host.core = d.core
 	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "unclean", unclean, "version", opts.Version)
 	// Watches first, then the scan: what changes during the scan is seen.
-	watcher, err := d.core.NewWatcher()
+	watcher, err := NewWatcher(d.core, layout.AgentsDir(), log)
 	if err != nil {
 		return err
 	}
@@ -262,7 +271,7 @@ func (d *Daemon) schedule(ctx context.Context) {
 				delete(inflight, id)
 				mu.Unlock()
 				<-sem
-				d.core.signal()
+				d.core.Signal()
 			}()
 		}
 		select {

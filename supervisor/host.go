@@ -1,0 +1,43 @@
+package supervisor
+
+import (
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+)
+
+// Host is what the core asks of the operating system around it: running
+// provider processes in sandboxes, keeping track of them, and the agents'
+// tool sockets. The daemon's host (package supervisor/daemon) does it for
+// real; NopHost, the default, does nothing, for the simulation and the
+// core's own tests.
+type Host interface {
+	// Track returns the hook that records agent's provider processes (as
+	// provider.Config.Track), so that a later start can reap them.
+	Track(agent string) func(pid int) (done func())
+	// Sandbox returns the hook that wraps agent sess's provider processes
+	// in its sandbox (as provider.Config.Sandbox), or nil for an agent
+	// without a workspace.
+	Sandbox(sess *fsstore.Session) provider.SandboxFunc
+	// CloseToolSocket closes agent id's tool socket, if it has one; with
+	// id "", every one, and no new one opens.
+	CloseToolSocket(id string)
+	// Reap kills the provider processes a daemon that died left running,
+	// and says which.
+	Reap() []string
+}
+
+// NopHost is a Host that runs nothing: no sandbox, no tracking, no
+// sockets.
+type NopHost struct{}
+
+// Track implements Host.
+func (NopHost) Track(string) func(int) func() { return nil }
+
+// Sandbox implements Host.
+func (NopHost) Sandbox(*fsstore.Session) provider.SandboxFunc { return nil }
+
+// CloseToolSocket implements Host.
+func (NopHost) CloseToolSocket(string) {}
+
+// Reap implements Host.
+func (NopHost) Reap() []string { return nil }

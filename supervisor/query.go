@@ -1,0 +1,106 @@
+package supervisor
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/api"
+)
+
+// Status returns the tree's figures of daemon.status: agents, live
+// sessions, busy agents, watchers and each pool's use. The daemon adds
+// what it knows of itself (pid, home, version, start).
+func (c *Core) Status() api.StatusResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := api.StatusResult{Agents: len(c.nodes), Watchers: len(c.subs)}
+	pools := map[string]*api.PoolStatus{}
+	for name := range c.pools {
+		pools[name] = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
+	}
+	for _, n := range c.nodes {
+		name := poolOf(n.s())
+		p := pools[name]
+		if p == nil {
+			p = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
+			pools[name] = p
+		}
+		if n.live != nil {
+			st.LiveSessions++
+			p.Live++
+		}
+		if n.s().AgentState == fsstore.AgentBusy {
+			st.Busy++
+			p.Busy++
+		}
+	}
+	for _, p := range pools {
+		st.Pools = append(st.Pools, *p)
+	}
+	slices.SortFunc(st.Pools, func(a, b api.PoolStatus) int { return strings.Compare(a.Name, b.Name) })
+	return st
+}
+
+// Inspect returns an agent as agent.inspect shows it: its info, its whole
+// session and how many messages wait in its inbox.
+func (c *Core) Inspect(ref string) (api.InspectResult, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(ref)
+	if err != nil {
+		c.mu.Unlock()
+		return api.InspectResult{}, err
+	}
+	res := api.InspectResult{Agent: c.infoLocked(n), Session: n.s().Clone()}
+	c.mu.Unlock()
+	if msgs, _, err := n.agent.Pending(); err == nil {
+		res.Pending = len(msgs)
+	}
+	return res, nil
+}
+
+// Sessions lists every agent's provider session, in tree order.
+func (c *Core) Sessions() []api.SessionInfo {
+	out := []api.SessionInfo{}
+	for _, a := range c.List() {
+		c.mu.Lock()
+		if n := c.nodes[a.ID]; n != nil {
+			out = append(out, api.SessionInfo{ID: a.ID, Path: a.Path, Provider: n.s().Provider, SessionState: n.s().SessionState,
+				ProviderSessionID: n.s().ProviderSessionID, HasStateBlob: len(n.s().StateBlob) > 0, Live: n.live != nil})
+		}
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// Events calls fn with every event of an agent's log, or with tail > 0
+// the last tail of them, and returns how many the log holds.
+func (c *Core) Events(ref string, tail int, fn func(fsstore.Event) error) (int, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(ref)
+	c.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	count, last := 0, make([]fsstore.Event, 0, max(tail, 0))
+	err = fsstore.ReadEvents(c.store.FS(), n.agent.Files().Events(), func(e fsstore.Event) error {
+		count++
+		if tail <= 0 {
+			return fn(e)
+		}
+		if len(last) == tail {
+			last = append(last[:0], last[1:]...)
+		}
+		last = append(last, e)
+		return nil
+	})
+	if err != nil {
+		return count, storeErr(err)
+	}
+	for _, e := range last {
+		if err := fn(e); err != nil {
+			return count, err
+		}
+	}
+	return count, nil
+}
