@@ -93,7 +93,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		}
 		p.Model = abs
 	}
-	err := g.call("agent.create", p, &info)
+	err := g.call(api.MethodAgentCreate, p, &info)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 	}
 	fmt.Printf("created %s (%s)\n  dir: %s\n", info.Path, info.ID, info.Dir)
 	var res api.InspectResult
-	if err := g.call("agent.inspect", map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
+	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
 		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
 	}
 	return nil
@@ -158,12 +158,12 @@ func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
 	}
 	if c.Mode != "" || p.AllowedTools != nil || p.DisallowedTools != nil || c.Approver != "" || c.Wait != "" {
 		var info api.AgentInfo
-		if err := g.call("agent.permissions", p, &info); err != nil {
+		if err := g.call(api.MethodAgentPermissions, p, &info); err != nil {
 			return err
 		}
 	}
 	var res api.InspectResult
-	if err := g.call("agent.inspect", map[string]string{"ref": c.Ref}, &res); err != nil {
+	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -189,7 +189,7 @@ type AgentListCmd struct{}
 // Run draws the tree.
 func (AgentListCmd) Run(g *Globals) error {
 	var list []api.AgentInfo
-	if err := g.call("agent.list", nil, &list); err != nil {
+	if err := g.call(api.MethodAgentList, nil, &list); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -256,7 +256,7 @@ type AgentInspectCmd struct {
 // Run prints the agent.
 func (c *AgentInspectCmd) Run(g *Globals) error {
 	var res api.InspectResult
-	if err := g.call("agent.inspect", map[string]string{"ref": c.Ref}, &res); err != nil {
+	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -355,7 +355,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	defer cl.Close()
 	var res api.SendResult
 	streamed := false
-	err = cl.Stream(ctx, "agent.send", map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
+	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
 				fmt.Println(string(raw))
@@ -413,7 +413,7 @@ type AgentAttachCmd struct {
 
 // Run streams the agent's events until interrupted.
 func (c *AgentAttachCmd) Run(g *Globals) error {
-	return follow(g, "agent.attach", map[string]string{"ref": c.Ref}, c.Until)
+	return follow(g, api.MethodAgentAttach, map[string]string{"ref": c.Ref}, c.Until)
 }
 
 // AgentTerminateCmd ends agents.
@@ -425,7 +425,7 @@ type AgentTerminateCmd struct {
 // Run terminates.
 func (c *AgentTerminateCmd) Run(g *Globals) error {
 	var out []api.AgentInfo
-	if err := g.call("agent.terminate", api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
+	if err := g.call(api.MethodAgentTerminate, api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -448,7 +448,7 @@ type AgentArchiveCmd struct {
 // Run archives.
 func (c *AgentArchiveCmd) Run(g *Globals) error {
 	var out []api.AgentInfo
-	if err := g.call("agent.archive", map[string]string{"ref": c.Ref}, &out); err != nil {
+	if err := g.call(api.MethodAgentArchive, map[string]string{"ref": c.Ref}, &out); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -470,7 +470,7 @@ type AgentBudgetCmd struct {
 // Run sets the budget.
 func (c *AgentBudgetCmd) Run(g *Globals) error {
 	var a api.AgentInfo
-	if err := g.call("agent.budget", map[string]any{"ref": c.Ref, "tokens": c.Tokens, "cost_usd": c.Cost}, &a); err != nil {
+	if err := g.call(api.MethodAgentBudget, map[string]any{"ref": c.Ref, "tokens": c.Tokens, "cost_usd": c.Cost}, &a); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -487,7 +487,7 @@ type gateArgs struct {
 
 func (c *gateArgs) run(g *Globals, op, verb string) error {
 	var out []api.AgentInfo
-	if err := g.call("agent.gate", api.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive}, &out); err != nil {
+	if err := g.call(api.MethodAgentGate, api.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive}, &out); err != nil {
 		return err
 	}
 	if g.JSON {

@@ -36,7 +36,7 @@ func (c *DenyCmd) Run(g *Globals) error {
 
 func answer(g *Globals, p api.AnswerParams) error {
 	var res fsstore.Approval
-	if err := g.call("approval.answer", p, &res); err != nil {
+	if err := g.call(api.MethodApprovalAnswer, p, &res); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -55,7 +55,7 @@ type ApprovalsCmd struct{}
 // Run lists pending approval requests.
 func (ApprovalsCmd) Run(g *Globals) error {
 	var list []api.PendingApproval
-	if err := g.call("approval.list", nil, &list); err != nil {
+	if err := g.call(api.MethodApprovalList, nil, &list); err != nil {
 		return err
 	}
 	if g.JSON {

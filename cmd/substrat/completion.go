@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/api"
+
 	"github.com/alecthomas/kong"
 	"github.com/posener/complete"
 	"github.com/willabides/kongplete"
@@ -130,7 +132,7 @@ func daemonAgents(home string) []string {
 		Path string `json:"path"`
 		Name string `json:"name"`
 	}
-	if err := c.Call(ctx, "agent.list", nil, &list); err != nil {
+	if err := c.Call(ctx, api.MethodAgentList, nil, &list); err != nil {
 		return nil
 	}
 	out := []string{}

@@ -114,7 +114,7 @@ func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
 				hint: "see " + layout.Log()}
 		case <-tick.C:
 			var st api.StatusResult
-			if err := g.call("daemon.status", nil, &st); err == nil {
+			if err := g.call(api.MethodDaemonStatus, nil, &st); err == nil {
 				cmd.Process.Release()
 				return st.Pid, nil
 			}
@@ -155,7 +155,7 @@ type DaemonStopCmd struct {
 func (c *DaemonStopCmd) Run(g *Globals) error {
 	layout := fsstore.Layout{Home: g.Home}
 	held, pid := daemon.Held(layout.Lock())
-	if err := g.call("daemon.stop", nil, nil); err != nil {
+	if err := g.call(api.MethodDaemonStop, nil, nil); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(c.Timeout)
@@ -181,7 +181,7 @@ type DaemonStatusCmd struct{}
 // Run prints the status.
 func (DaemonStatusCmd) Run(g *Globals) error {
 	var st api.StatusResult
-	if err := g.call("daemon.status", nil, &st); err != nil {
+	if err := g.call(api.MethodDaemonStatus, nil, &st); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == 3 && g.JSON {
 			printJSON(map[string]any{"running": false, "home": g.Home})
@@ -207,7 +207,7 @@ type DaemonWatchCmd struct {
 
 // Run streams events until interrupted.
 func (c *DaemonWatchCmd) Run(g *Globals) error {
-	return follow(g, "daemon.watch", map[string]string{"ref": c.Agent}, c.Until)
+	return follow(g, api.MethodDaemonWatch, map[string]string{"ref": c.Agent}, c.Until)
 }
 
 var errUntil = errors.New("until reached")
@@ -277,7 +277,7 @@ func (c *DaemonLogCmd) Run(g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	return cl.Stream(ctx, "agent.events", map[string]string{"ref": c.Agent}, func(raw json.RawMessage) error {
+	return cl.Stream(ctx, api.MethodAgentEvents, map[string]string{"ref": c.Agent}, func(raw json.RawMessage) error {
 		if g.JSON {
 			fmt.Println(string(raw))
 			return nil

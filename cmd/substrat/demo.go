@@ -109,13 +109,13 @@ func (d *demo) startTeam() error {
 	}
 	d.pid = pid
 	d.step("daemon started (pid %d)", pid)
-	if err := d.g.call("agent.create", api.CreateParams{Name: "lead", Provider: "script",
+	if err := d.g.call(api.MethodAgentCreate, api.CreateParams{Name: "lead", Provider: "script",
 		Instructions: "Lead the demo team."}, &d.lead); err != nil {
 		return err
 	}
 	d.step("created root agent %s (%s)", d.lead.Name, d.lead.ID)
 	var sent api.SendResult
-	if err := d.g.call("agent.send", map[string]any{"ref": "lead", "text": demoScript()}, &sent); err != nil {
+	if err := d.g.call(api.MethodAgentSend, map[string]any{"ref": "lead", "text": demoScript()}, &sent); err != nil {
 		return err
 	}
 	d.step("asked lead to spawn %s; message %s is durable", strings.Join(demoWorkers, ", "), sent.MessageID)
@@ -167,7 +167,7 @@ func (d *demo) killAndRestart() error {
 	d.pid = pid
 	d.step("daemon restarted (pid %d); recovery report:", pid)
 	var rep api.Report
-	if err := d.g.call("daemon.recovery", nil, &rep); err != nil {
+	if err := d.g.call(api.MethodDaemonRecovery, nil, &rep); err != nil {
 		return err
 	}
 	printReport(&rep)
@@ -195,7 +195,7 @@ func (d *demo) waitDone() error {
 			}
 		}
 		var insp api.InspectResult
-		if err := d.g.call("agent.inspect", map[string]string{"ref": d.lead.ID}, &insp); err != nil {
+		if err := d.g.call(api.MethodAgentInspect, map[string]string{"ref": d.lead.ID}, &insp); err != nil {
 			return err
 		}
 		if done == len(demoWorkers) && idle && insp.Pending == 0 {
@@ -226,6 +226,6 @@ func (d *demo) show() error {
 
 func demoList(g *Globals) ([]api.AgentInfo, error) {
 	var list []api.AgentInfo
-	err := g.call("agent.list", nil, &list)
+	err := g.call(api.MethodAgentList, nil, &list)
 	return list, err
 }

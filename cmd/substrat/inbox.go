@@ -15,7 +15,7 @@ type InboxCmd struct {
 // Run prints the messages and marks them read.
 func (c *InboxCmd) Run(g *Globals) error {
 	var out []api.InboxMessage
-	if err := g.call("inbox.list", map[string]bool{"all": c.All}, &out); err != nil {
+	if err := g.call(api.MethodInboxList, map[string]bool{"all": c.All}, &out); err != nil {
 		return err
 	}
 	if g.JSON {

@@ -100,7 +100,7 @@ func (b *mcpBridge) server(ctx context.Context, wait time.Duration) (*mcp.Server
 	var specs []api.ToolSpec
 	deadline := time.Now().Add(wait)
 	for {
-		err := b.call(ctx, "tool.list", nil, &specs)
+		err := b.call(ctx, api.MethodToolList, nil, &specs)
 		if err == nil {
 			break
 		}
@@ -134,7 +134,7 @@ func (b *mcpBridge) handler(name string) mcp.ToolHandler {
 			id = mcpCallID(b.agent, name, args, n)
 		}
 		var res provider.ToolResult
-		err := b.call(ctx, "tool.call", map[string]any{
+		err := b.call(ctx, api.MethodToolCall, map[string]any{
 			"agent": b.agent,
 			"call":  provider.ToolCall{ID: id, Name: name, Args: args},
 		}, &res)

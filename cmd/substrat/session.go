@@ -22,7 +22,7 @@ type SessionListCmd struct{}
 // Run lists.
 func (SessionListCmd) Run(g *Globals) error {
 	var out []api.SessionInfo
-	if err := g.call("session.list", nil, &out); err != nil {
+	if err := g.call(api.MethodSessionList, nil, &out); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -57,16 +57,18 @@ func (c *sessionRef) run(g *Globals, method, verb string) error {
 type SessionSuspendCmd struct{ sessionRef }
 
 // Run suspends.
-func (c *SessionSuspendCmd) Run(g *Globals) error { return c.run(g, "session.suspend", "suspended") }
+func (c *SessionSuspendCmd) Run(g *Globals) error {
+	return c.run(g, api.MethodSessionSuspend, "suspended")
+}
 
 // SessionResumeCmd resumes a session.
 type SessionResumeCmd struct{ sessionRef }
 
 // Run resumes.
-func (c *SessionResumeCmd) Run(g *Globals) error { return c.run(g, "session.resume", "resumed") }
+func (c *SessionResumeCmd) Run(g *Globals) error { return c.run(g, api.MethodSessionResume, "resumed") }
 
 // SessionDeleteCmd forgets a session's provider state.
 type SessionDeleteCmd struct{ sessionRef }
 
 // Run deletes.
-func (c *SessionDeleteCmd) Run(g *Globals) error { return c.run(g, "session.delete", "deleted") }
+func (c *SessionDeleteCmd) Run(g *Globals) error { return c.run(g, api.MethodSessionDelete, "deleted") }

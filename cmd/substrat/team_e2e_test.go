@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	wire "github.com/substrat/substrat/supervisor/api"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	wire "github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider/claude/fakeapi"

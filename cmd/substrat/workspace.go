@@ -41,7 +41,7 @@ type WorkspaceCreateCmd struct {
 // Run creates it.
 func (c *WorkspaceCreateCmd) Run(g *Globals) error {
 	var w api.WorkspaceInfo
-	if err := g.call("workspace.create", api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network}, &w); err != nil {
+	if err := g.call(api.MethodWorkspaceCreate, api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "created")
@@ -74,7 +74,7 @@ type WorkspaceListCmd struct{}
 // Run lists.
 func (WorkspaceListCmd) Run(g *Globals) error {
 	var ws []api.WorkspaceInfo
-	if err := g.call("workspace.list", nil, &ws); err != nil {
+	if err := g.call(api.MethodWorkspaceList, nil, &ws); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -96,7 +96,7 @@ type WorkspaceDeleteCmd struct {
 
 // Run deletes it; it is refused while live agents use it.
 func (c *WorkspaceDeleteCmd) Run(g *Globals) error {
-	if err := g.call("workspace.delete", map[string]string{"ref": c.Ref}, nil); err != nil {
+	if err := g.call(api.MethodWorkspaceDelete, map[string]string{"ref": c.Ref}, nil); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -114,7 +114,7 @@ type WorkspaceInspectCmd struct {
 // Run shows it.
 func (c *WorkspaceInspectCmd) Run(g *Globals) error {
 	var w api.WorkspaceInfo
-	if err := g.call("workspace.inspect", map[string]string{"ref": c.Ref}, &w); err != nil {
+	if err := g.call(api.MethodWorkspaceInspect, map[string]string{"ref": c.Ref}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "")
@@ -131,7 +131,7 @@ type WorkspaceLinkCmd struct {
 // Run links.
 func (c *WorkspaceLinkCmd) Run(g *Globals) error {
 	var w api.WorkspaceInfo
-	if err := g.call("workspace.link", api.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode}, &w); err != nil {
+	if err := g.call(api.MethodWorkspaceLink, api.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "linked into")
@@ -153,7 +153,7 @@ type WorkspaceUnlinkCmd struct {
 // Run unlinks.
 func (c *WorkspaceUnlinkCmd) Run(g *Globals) error {
 	var w api.WorkspaceInfo
-	if err := g.call("workspace.unlink", map[string]string{"workspace": c.Ref, "target": c.Target}, &w); err != nil {
+	if err := g.call(api.MethodWorkspaceUnlink, map[string]string{"workspace": c.Ref, "target": c.Target}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "unlinked from")
@@ -171,7 +171,7 @@ type WorkspaceViewCmd struct {
 // Run creates the view.
 func (c *WorkspaceViewCmd) Run(g *Globals) error {
 	var w api.WorkspaceInfo
-	if err := g.call("workspace.view", api.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode}, &w); err != nil {
+	if err := g.call(api.MethodWorkspaceView, api.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "created view")

@@ -113,10 +113,10 @@ func (h *host) closeToolSockets() {
 // registerTools registers tool.list and tool.call on srv: for any agent
 // (daemon.sock, only ""), or for agent only alone (its tool socket).
 func registerTools(srv *rpc.Server, c *supervisor.Core, only string) {
-	srv.Handle("tool.list", func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
+	srv.Handle(api.MethodToolList, func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
 		return supervisor.Tools(), nil
 	})
-	srv.Handle("tool.call", func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
+	srv.Handle(api.MethodToolCall, func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
 		var p struct {
 			Agent string            `json:"agent"`
 			Call  provider.ToolCall `json:"call"`

@@ -31,13 +31,13 @@ func (d Daemon) call(ctx context.Context, method string, params, result any) err
 // Snapshot implements Source.
 func (d Daemon) Snapshot(ctx context.Context) (Snapshot, error) {
 	var s Snapshot
-	if err := d.call(ctx, "daemon.status", nil, &s.Status); err != nil {
+	if err := d.call(ctx, api.MethodDaemonStatus, nil, &s.Status); err != nil {
 		return s, err
 	}
-	if err := d.call(ctx, "agent.list", nil, &s.Agents); err != nil {
+	if err := d.call(ctx, api.MethodAgentList, nil, &s.Agents); err != nil {
 		return s, err
 	}
-	if err := d.call(ctx, "inbox.list", map[string]bool{"peek": true}, &s.Inbox); err != nil {
+	if err := d.call(ctx, api.MethodInboxList, map[string]bool{"peek": true}, &s.Inbox); err != nil {
 		return s, err
 	}
 	s.Taken = time.Now()
@@ -47,14 +47,14 @@ func (d Daemon) Snapshot(ctx context.Context) (Snapshot, error) {
 // Recovery implements Source.
 func (d Daemon) Recovery(ctx context.Context) (api.Report, error) {
 	var r api.Report
-	err := d.call(ctx, "daemon.recovery", nil, &r)
+	err := d.call(ctx, api.MethodDaemonRecovery, nil, &r)
 	return r, err
 }
 
 // Detail implements Source.
 func (d Daemon) Detail(ctx context.Context, id string, tail int) (Detail, error) {
 	var det Detail
-	if err := d.call(ctx, "agent.inspect", map[string]string{"ref": id}, &det.Inspect); err != nil {
+	if err := d.call(ctx, api.MethodAgentInspect, map[string]string{"ref": id}, &det.Inspect); err != nil {
 		return det, err
 	}
 	c, err := rpc.Dial(ctx, d.Socket)
@@ -62,7 +62,7 @@ func (d Daemon) Detail(ctx context.Context, id string, tail int) (Detail, error)
 		return det, err
 	}
 	defer c.Close()
-	err = c.Stream(ctx, "agent.events", map[string]any{"ref": id, "tail": tail}, func(raw json.RawMessage) error {
+	err = c.Stream(ctx, api.MethodAgentEvents, map[string]any{"ref": id, "tail": tail}, func(raw json.RawMessage) error {
 		var e fsstore.Event
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return err
@@ -80,7 +80,7 @@ func (d Daemon) Watch(ctx context.Context, fn func(Event)) error {
 		return err
 	}
 	defer c.Close()
-	err = c.Stream(ctx, "daemon.watch", map[string]string{}, func(raw json.RawMessage) error {
+	err = c.Stream(ctx, api.MethodDaemonWatch, map[string]string{}, func(raw json.RawMessage) error {
 		var e Event
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return err
@@ -102,19 +102,19 @@ func (d Daemon) Act(ctx context.Context, a Action) error {
 	ref := map[string]string{"ref": a.ID}
 	switch a.Kind {
 	case ActSend:
-		return d.call(ctx, "agent.send", map[string]any{"ref": a.ID, "text": a.Text}, nil)
+		return d.call(ctx, api.MethodAgentSend, map[string]any{"ref": a.ID, "text": a.Text}, nil)
 	case ActGate, ActUngate, ActPermit:
-		return d.call(ctx, "agent.gate", api.GateParams{Ref: a.ID, Op: a.Kind}, nil)
+		return d.call(ctx, api.MethodAgentGate, api.GateParams{Ref: a.ID, Op: a.Kind}, nil)
 	case ActSuspend:
-		return d.call(ctx, "session.suspend", ref, nil)
+		return d.call(ctx, api.MethodSessionSuspend, ref, nil)
 	case ActResume:
-		return d.call(ctx, "session.resume", ref, nil)
+		return d.call(ctx, api.MethodSessionResume, ref, nil)
 	case ActTerminate:
-		return d.call(ctx, "agent.terminate", api.TerminateParams{Ref: a.ID}, nil)
+		return d.call(ctx, api.MethodAgentTerminate, api.TerminateParams{Ref: a.ID}, nil)
 	case ActArchive:
-		return d.call(ctx, "agent.archive", ref, nil)
+		return d.call(ctx, api.MethodAgentArchive, ref, nil)
 	case ActReadInbox:
-		return d.call(ctx, "inbox.list", map[string]bool{}, nil)
+		return d.call(ctx, api.MethodInboxList, map[string]bool{}, nil)
 	}
 	return fmt.Errorf("unknown action %q", a.Kind)
 }

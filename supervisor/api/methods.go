@@ -1,0 +1,73 @@
+package api
+
+// Method names on daemon.sock (a tool socket serves only tool.list and
+// tool.call). Each takes the params and gives the result its type's
+// comment names.
+const (
+	MethodAgentArchive     = "agent.archive"
+	MethodAgentAttach      = "agent.attach"
+	MethodAgentBudget      = "agent.budget"
+	MethodAgentCreate      = "agent.create"
+	MethodAgentEvents      = "agent.events"
+	MethodAgentGate        = "agent.gate"
+	MethodAgentInspect     = "agent.inspect"
+	MethodAgentList        = "agent.list"
+	MethodAgentPermissions = "agent.permissions"
+	MethodAgentSend        = "agent.send"
+	MethodAgentTerminate   = "agent.terminate"
+	MethodApprovalAnswer   = "approval.answer"
+	MethodApprovalList     = "approval.list"
+	MethodDaemonRecovery   = "daemon.recovery"
+	MethodDaemonStatus     = "daemon.status"
+	MethodDaemonStop       = "daemon.stop"
+	MethodDaemonWatch      = "daemon.watch"
+	MethodInboxList        = "inbox.list"
+	MethodSessionDelete    = "session.delete"
+	MethodSessionList      = "session.list"
+	MethodSessionResume    = "session.resume"
+	MethodSessionSuspend   = "session.suspend"
+	MethodWorkspaceCreate  = "workspace.create"
+	MethodWorkspaceDelete  = "workspace.delete"
+	MethodWorkspaceInspect = "workspace.inspect"
+	MethodWorkspaceLink    = "workspace.link"
+	MethodWorkspaceList    = "workspace.list"
+	MethodWorkspaceUnlink  = "workspace.unlink"
+	MethodWorkspaceView    = "workspace.view"
+	MethodToolList         = "tool.list"
+	MethodToolCall         = "tool.call"
+)
+
+// Methods lists every method name.
+var Methods = []string{
+	MethodAgentArchive,
+	MethodAgentAttach,
+	MethodAgentBudget,
+	MethodAgentCreate,
+	MethodAgentEvents,
+	MethodAgentGate,
+	MethodAgentInspect,
+	MethodAgentList,
+	MethodAgentPermissions,
+	MethodAgentSend,
+	MethodAgentTerminate,
+	MethodApprovalAnswer,
+	MethodApprovalList,
+	MethodDaemonRecovery,
+	MethodDaemonStatus,
+	MethodDaemonStop,
+	MethodDaemonWatch,
+	MethodInboxList,
+	MethodSessionDelete,
+	MethodSessionList,
+	MethodSessionResume,
+	MethodSessionSuspend,
+	MethodWorkspaceCreate,
+	MethodWorkspaceDelete,
+	MethodWorkspaceInspect,
+	MethodWorkspaceLink,
+	MethodWorkspaceList,
+	MethodWorkspaceUnlink,
+	MethodWorkspaceView,
+	MethodToolList,
+	MethodToolCall,
+}

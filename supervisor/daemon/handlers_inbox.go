@@ -1,0 +1,29 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/api"
+)
+
+// registerInbox registers the methods of USER's inbox and the approval requests.
+func (d *Daemon) registerInbox() {
+	c := d.core
+	handle(d, api.MethodApprovalAnswer, func(ctx context.Context, p api.AnswerParams, _ func(any) error) (any, error) {
+		p.By = fsstore.User // the socket is USER's; agents answer with their approve tool
+		return c.Answer(ctx, p)
+	})
+	handle(d, api.MethodApprovalList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		return c.PendingApprovals(), nil
+	})
+	handle(d, api.MethodInboxList, func(ctx context.Context, p struct {
+		All  bool `json:"all"`
+		Peek bool `json:"peek"` // leave unread messages unread
+	}, _ func(any) error) (any, error) {
+		if p.Peek {
+			return c.PeekUserInbox(p.All)
+		}
+		return c.UserInbox(p.All)
+	})
+}
