@@ -27,8 +27,11 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	if err := fsstore.CheckNewName(p.Name); err != nil {
 		return nil, false, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
-	if p.Provider == "" {
-		p.Provider = c.defProv
+	if set := c.settings(); p.Provider == "" {
+		p.Provider = set.DefaultProvider
+		if p.Model == "" {
+			p.Model = set.DefaultModel
+		}
 	}
 	if _, err := c.providers.Get(p.Provider); err != nil {
 		return nil, false, api.Errorf(api.CodeInvalidParams, "%v", err)
@@ -232,6 +235,9 @@ func (c *Core) sendUser(m *fsstore.Message) error {
 	c.publishLocked(api.WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	c.mu.Unlock()
+	if argv := c.settings().Notify; len(argv) > 0 {
+		c.host.Notify(argv, m)
+	}
 	return nil
 }
 

@@ -142,7 +142,7 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 	}
 	now := c.clock.Now().UTC()
 	req := fsstore.Approval{ID: uuid.Must(uuid.NewV7()).String(), Tool: a.ToolName, Input: a.Input, ToolUseID: a.ToolUseID,
-		Approver: approver, RequestedAt: now, Deadline: now.Add(perm.Timeout())}
+		Approver: approver, RequestedAt: now, Deadline: now.Add(c.approvalTimeout(perm))}
 	answer := c.approvals.wait(req.ID)
 	defer c.approvals.done(req.ID)
 	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
@@ -151,7 +151,7 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 	if err := c.askApprover(n, req); err != nil {
 		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)
 	}
-	timer := time.NewTimer(perm.Timeout())
+	timer := time.NewTimer(c.approvalTimeout(perm))
 	defer timer.Stop()
 	select {
 	case ans := <-answer:
@@ -160,7 +160,7 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 		}
 		return deny(firstNonEmpty(ans.Reason, "denied by "+ans.By))
 	case <-timer.C:
-		why := fmt.Sprintf("no answer within %s: denied", perm.Timeout())
+		why := fmt.Sprintf("no answer within %s: denied", c.approvalTimeout(perm))
 		got, err := c.answer(fsstore.ApprovalAnswer{ID: req.ID, Answer: fsstore.ApprovalExpired, Reason: why, By: fsstore.System}, "")
 		switch {
 		case err != nil && got.Answer == fsstore.ApprovalAllow: // answered just before

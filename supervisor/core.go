@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ type Config struct {
 	MaxHops int
 	// Host runs processes, sandboxes and tool sockets; default NopHost.
 	Host Host
+	// Settings, if set, replace DefaultSettings (TurnTimeout,
+	// DefaultProvider and Pools above still apply over them).
+	Settings *Settings
 }
 
 // Core is the daemon's model of the agent tree and every operation on it.
@@ -58,11 +62,10 @@ type Core struct {
 	providers Providers
 	clock     Clock
 	log       *slog.Logger
-	timeout   time.Duration
-	defProv   string
-	pools     map[string]int
 	maxHops   int
-	host      Host
+	// settingsPtr holds the Settings in force (SetSettings replaces them).
+	settingsPtr atomic.Pointer[Settings]
+	host        Host
 
 	mu    sync.Mutex // guards the fields below
 	nodes map[string]*node
@@ -89,25 +92,30 @@ func New(cfg Config) *Core {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.TurnTimeout == 0 {
-		cfg.TurnTimeout = 10 * time.Minute
+	set := DefaultSettings()
+	if cfg.Settings != nil {
+		set = *cfg.Settings
 	}
-	if cfg.DefaultProvider == "" {
-		cfg.DefaultProvider = "script"
+	if cfg.TurnTimeout != 0 {
+		set.TurnTimeout = cfg.TurnTimeout
 	}
-	pools := map[string]int{DefaultPool: 8}
+	if cfg.DefaultProvider != "" {
+		set.DefaultProvider = cfg.DefaultProvider
+	}
 	for k, v := range cfg.Pools {
-		pools[k] = v
+		set.Pools[k] = v
 	}
 	if cfg.MaxHops <= 0 {
 		cfg.MaxHops = DefaultMaxHops
 	}
-	return &Core{
+	c := &Core{
 		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout(), cfg.Store.FS()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
-		timeout: cfg.TurnTimeout, defProv: cfg.DefaultProvider, pools: pools, maxHops: cfg.MaxHops, host: cfg.Host,
+		maxHops: cfg.MaxHops, host: cfg.Host,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
 		subsByTarget: map[string]map[string]bool{},
 	}
+	c.settingsPtr.Store(&set)
+	return c
 }
 
 // Wake returns a channel that receives when some agent may have become

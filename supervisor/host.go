@@ -24,6 +24,9 @@ type Host interface {
 	// Reap kills the provider processes a daemon that died left running,
 	// and says which.
 	Reap() []string
+	// Notify runs argv for message m to USER (Settings.Notify), without
+	// waiting for it.
+	Notify(argv []string, m *fsstore.Message)
 }
 
 // NopHost is a Host that runs nothing: no sandbox, no tracking, no
@@ -41,3 +44,6 @@ func (NopHost) CloseToolSocket(string) {}
 
 // Reap implements Host.
 func (NopHost) Reap() []string { return nil }
+
+// Notify implements Host.
+func (NopHost) Notify([]string, *fsstore.Message) {}

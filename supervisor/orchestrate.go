@@ -31,10 +31,11 @@ var errPoolFull = errors.New("slot pool full")
 
 // poolLimit returns the number of live sessions pool may hold.
 func (c *Core) poolLimit(pool string) int {
-	if n, ok := c.pools[pool]; ok && n > 0 {
+	pools := c.settings().Pools
+	if n, ok := pools[pool]; ok && n > 0 {
 		return n
 	}
-	return c.pools[DefaultPool]
+	return pools[DefaultPool]
 }
 
 func poolOf(s *fsstore.Session) string {

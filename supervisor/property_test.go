@@ -231,8 +231,8 @@ func (m *propModel) check(t *rapid.T) {
 			live++
 		}
 	}
-	if live > c.pools[DefaultPool] {
-		t.Fatalf("%d live sessions in a pool of %d", live, c.pools[DefaultPool])
+	if live > c.poolLimit(DefaultPool) {
+		t.Fatalf("%d live sessions in a pool of %d", live, c.poolLimit(DefaultPool))
 	}
 	// Memory agrees with the disk, and each inbox with its events.
 	st, err := fsstore.Open(m.home, fsstore.Options{})

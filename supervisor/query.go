@@ -16,7 +16,7 @@ func (c *Core) Status() api.StatusResult {
 	defer c.mu.Unlock()
 	st := api.StatusResult{Agents: len(c.nodes), Watchers: len(c.subs)}
 	pools := map[string]*api.PoolStatus{}
-	for name := range c.pools {
+	for name := range c.settings().Pools {
 		pools[name] = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}
 	}
 	for _, n := range c.nodes {

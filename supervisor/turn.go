@@ -23,7 +23,7 @@ func (c *Core) RunTurn(ctx context.Context, id string) error {
 		c.mu.Unlock()
 		return nil
 	}
-	tctx, cancel := context.WithTimeout(ctx, c.timeout)
+	tctx, cancel := context.WithTimeout(ctx, c.settings().TurnTimeout)
 	n.cancel = cancel
 	c.mu.Unlock()
 	defer cancel()
@@ -253,8 +253,8 @@ func (c *Core) endTurn(n *node, tools *turnTools) error {
 // turnFailed handles a turn that did not finish: the messages stay in the
 // inbox, the provider session is put aside (it resumes on the next turn),
 // and the agent goes back to IDLE. The turn is retried after a backoff
-// that doubles with each failure (1 s, 2 s, 4 s...); restartLimit failures
-// within restartWindow gate the agent with the reason recorded. Its parent
+// that doubles with each failure (1 s, 2 s, 4 s...); Settings.RetryLimit
+// failures within Settings.RetryWindow gate the agent with the reason recorded. Its parent
 // (or USER, for a root) is told at the first failure and at the limit.
 func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message, cause error) error {
 	c.log.Warn("turn failed", "agent", n.id(), "name", n.s().Name, "err", cause)
@@ -262,6 +262,8 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: "turn failed: " + cause.Error()})
 	cancelled := ctx.Err() != nil && errors.Is(cause, context.Canceled)
 	now := c.clock.Now()
+	set := c.settings()
+	restartLimit, restartWindow, restartBase := set.RetryLimit, set.RetryWindow, set.RetryBase
 	c.mu.Lock()
 	live := n.live
 	n.live = nil
@@ -376,7 +378,7 @@ func (c *Core) storeFailed(ctx context.Context, n *node, msgs []*fsstore.Message
 	c.mu.Lock()
 	n.mail = true // its messages are still in the inbox
 	if n.retryAt.IsZero() {
-		n.retryAt = c.clock.Now().Add(restartBase)
+		n.retryAt = c.clock.Now().Add(c.settings().RetryBase)
 	}
 	c.mu.Unlock()
 	c.signal()
@@ -385,12 +387,3 @@ func (c *Core) storeFailed(ctx context.Context, n *node, msgs []*fsstore.Message
 	}
 	return cause
 }
-
-// Restart policy for a provider that keeps failing: turns are retried
-// after 1 s, 2 s, 4 s...; restartLimit failures within restartWindow gate
-// the agent with the reason recorded.
-const (
-	restartLimit  = 5
-	restartWindow = time.Minute
-	restartBase   = time.Second
-)

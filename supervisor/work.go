@@ -81,7 +81,7 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 	case p.Permissions != nil:
 		perm := *p.Permissions
 		if perm.Mode == "" {
-			perm.Mode = defaultPermissions(p.Workspace).Mode
+			perm.Mode = c.newPermissions(p.Workspace).Mode
 		}
 		if err := perm.Validate(); err != nil {
 			return api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
@@ -90,7 +90,7 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 	case parent != nil && parent.Permissions != nil:
 		p.Permissions = parent.Permissions.Clone()
 	default:
-		p.Permissions = defaultPermissions(p.Workspace)
+		p.Permissions = c.newPermissions(p.Workspace)
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (c *Core) migrateWork(n *node) error {
 		}
 	}
 	if s.Permissions == nil && !n.terminated() {
-		if err := c.commit(n, fsstore.EvPermissions, *defaultPermissions(s.Workspace)); err != nil {
+		if err := c.commit(n, fsstore.EvPermissions, *c.newPermissions(s.Workspace)); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -39,3 +44,23 @@ func (h *host) CloseToolSocket(id string) {
 
 // Reap implements supervisor.Host.
 func (h *host) Reap() []string { return reap(h.store.Layout().Procs(), h.log) }
+
+// notifyTimeout bounds a notification command.
+const notifyTimeout = 30 * time.Second
+
+// Notify implements supervisor.Host: argv runs with the message's text on
+// stdin and SUBSTRAT_FROM, SUBSTRAT_KIND and SUBSTRAT_MESSAGE_ID set; its
+// failure is logged, and nothing waits for it.
+func (h *host) Notify(argv []string, m *fsstore.Message) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "SUBSTRAT_FROM="+m.FromName, "SUBSTRAT_KIND="+m.Kind, "SUBSTRAT_MESSAGE_ID="+m.ID,
+			"SUBSTRAT_HOME="+h.store.Layout().Home)
+		cmd.Stdin = strings.NewReader(m.Text)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			h.log.Warn("the notify command failed", "argv", argv, "err", err, "output", string(out))
+		}
+	}()
+}
