@@ -18,6 +18,7 @@ const (
 	LogName           = "daemon.log"
 	RecoveryName      = "recovery.json"
 	ProcsName         = "providers.json"
+	ConfigName        = "config.json" // the user's settings (supervisor/config)
 	ProvidersDirName  = "providers"
 	RunDirName        = "run"
 	ScratchDirName    = "scratch"
@@ -87,6 +88,10 @@ func (l Layout) ScratchDir(id string) string { return filepath.Join(l.Home, Scra
 // ShellState is shell/<id>: where the shell work tool keeps an agent's
 // working directory and exported variables between calls.
 func (l Layout) ShellState(id string) string { return filepath.Join(l.Home, ShellDirName, id) }
+
+// Config is config.json: the user's settings of the daemon, read at start
+// and adopted live when edited.
+func (l Layout) Config() string { return filepath.Join(l.Home, ConfigName) }
 
 // Procs is providers.json: the provider processes the daemon runs, so that
 // a daemon started after a kill -9 can reap them.

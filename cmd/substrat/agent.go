@@ -40,7 +40,7 @@ type AgentCmd struct {
 // AgentCreateCmd creates an agent.
 type AgentCreateCmd struct {
 	Name         string   `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
-	Provider     string   `help:"Provider: script (default), claude, cursor-agent, openai." default:"script" predictor:"provider"`
+	Provider     string   `help:"Provider: script, claude, cursor-agent, openai (default: config.json's default_provider, else script)." predictor:"provider"`
 	Model        string   `help:"Model; for the script provider, a path to a model script."`
 	Instructions string   `help:"The agent's instructions (system prompt)."`
 	Workspace    string   `help:"Workspace to run in: the agent works in its bwrap sandbox." predictor:"workspace"`
@@ -85,7 +85,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 	if c.BudgetTokens != 0 || c.BudgetCost != 0 {
 		p.Budget = &fsstore.Budget{Tokens: c.BudgetTokens, CostUSD: c.BudgetCost}
 	}
-	if c.Model != "" && c.Provider == "script" && !filepath.IsAbs(c.Model) {
+	if c.Model != "" && !filepath.IsAbs(c.Model) && (c.Provider == "script" || (c.Provider == "" && isFile(c.Model))) {
 		// The daemon runs elsewhere: a model script path must be absolute.
 		abs, err := filepath.Abs(c.Model)
 		if err != nil {
@@ -516,3 +516,9 @@ type AgentPermitCmd struct{ gateArgs }
 
 // Run permits.
 func (c *AgentPermitCmd) Run(g *Globals) error { return c.run(g, "permit", "one turn permitted for") }
+
+// isFile reports whether path names a regular file (a model script).
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -31,14 +31,45 @@ type DaemonCmd struct {
 
 // DaemonRunCmd runs the daemon in the foreground.
 type DaemonRunCmd struct {
-	MaxSlots int `help:"Turns that may run at once." default:"4"`
+	settingFlags
+}
+
+// settingFlags are the settings a daemon may be started with; they win
+// over the environment and HOME/config.json (substrat config show).
+type settingFlags struct {
+	MaxSlots    int           `help:"Turns that may run at once, and the default pool's size (default 4; config.json: max_slots)."`
+	TurnTimeout time.Duration `help:"How long a turn may run (default 10m; config.json: turn_timeout)."`
+}
+
+// flags returns the settings given, by their key in config.json.
+func (f settingFlags) flags() map[string]string {
+	out := map[string]string{}
+	if f.MaxSlots > 0 {
+		out["max_slots"] = fmt.Sprint(f.MaxSlots)
+	}
+	if f.TurnTimeout > 0 {
+		out["turn_timeout"] = f.TurnTimeout.String()
+	}
+	return out
+}
+
+// args returns the flags given, as daemon run takes them.
+func (f settingFlags) args() []string {
+	var out []string
+	if f.MaxSlots > 0 {
+		out = append(out, "--max-slots", fmt.Sprint(f.MaxSlots))
+	}
+	if f.TurnTimeout > 0 {
+		out = append(out, "--turn-timeout", f.TurnTimeout.String())
+	}
+	return out
 }
 
 // Run runs the daemon until a signal or 'daemon stop'.
 func (c *DaemonRunCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := daemon.Run(ctx, daemon.Options{Home: g.Home, MaxSlots: c.MaxSlots, Providers: providers(), Version: version,
+	err := daemon.Run(ctx, daemon.Options{Home: g.Home, Flags: c.flags(), Providers: providers(), Version: version,
 		Ready: func() {
 			fmt.Fprintf(os.Stderr, "substrat daemon %s ready on %s (pid %d)\n", version, g.Home, os.Getpid())
 		}})
@@ -55,13 +86,13 @@ func (c *DaemonRunCmd) Run(g *Globals) error {
 
 // DaemonStartCmd starts the daemon in the background.
 type DaemonStartCmd struct {
-	MaxSlots int           `help:"Turns that may run at once." default:"4"`
-	Timeout  time.Duration `help:"How long to wait for the daemon to answer." default:"60s"`
+	settingFlags
+	Timeout time.Duration `help:"How long to wait for the daemon to answer." default:"60s"`
 }
 
 // Run starts 'substrat daemon run' detached and waits for its socket.
 func (c *DaemonStartCmd) Run(g *Globals) error {
-	pid, err := startDaemon(g, c.MaxSlots, c.Timeout)
+	pid, err := startDaemon(g, c.settingFlags, c.Timeout)
 	if err != nil {
 		return err
 	}
@@ -72,7 +103,7 @@ func (c *DaemonStartCmd) Run(g *Globals) error {
 	return nil
 }
 
-func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
+func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, error) {
 	layout := fsstore.Layout{Home: g.Home}
 	if held, pid, role := daemon.HeldBy(layout.Lock()); held {
 		if role == daemon.RoleRepair {
@@ -93,7 +124,7 @@ func startDaemon(g *Globals, maxSlots int, timeout time.Duration) (int, error) {
 		return 0, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "daemon", "run", "--home", g.Home, "--max-slots", fmt.Sprint(maxSlots))
+	cmd := exec.Command(self, append([]string{"daemon", "run", "--home", g.Home}, set.args()...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

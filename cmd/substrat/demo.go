@@ -103,7 +103,7 @@ func (d *demo) step(format string, args ...any) {
 // startTeam starts the daemon and asks the lead to spawn the workers.
 func (d *demo) startTeam() error {
 	d.step("home: %s", d.home)
-	pid, err := startDaemon(d.g, 4, 30*time.Second)
+	pid, err := startDaemon(d.g, settingFlags{MaxSlots: 4}, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (d *demo) killAndRestart() error {
 	for held, _ := daemon.Held(d.layout.Lock()); held; held, _ = daemon.Held(d.layout.Lock()) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	pid, err := startDaemon(d.g, 4, 30*time.Second)
+	pid, err := startDaemon(d.g, settingFlags{MaxSlots: 4}, 30*time.Second)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,7 @@ type CLI struct {
 	Approve    ApproveCmd    `cmd:"" help:"Allow an approval request (--remember a rule for the rest of the agent's life)."`
 	Deny       DenyCmd       `cmd:"" help:"Deny an approval request, with --reason the agent sees."`
 	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`
+	Config     ConfigCmd     `cmd:"" help:"Show the settings in force: HOME/config.json, the environment, the flags."`
 	Fsck       FsckCmd       `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
 	Backup     BackupCmd     `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`
 	Demo       DemoCmd       `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`

@@ -21,6 +21,7 @@ const (
 	MethodDaemonStatus     = "daemon.status"
 	MethodDaemonStop       = "daemon.stop"
 	MethodDaemonWatch      = "daemon.watch"
+	MethodConfigShow       = "config.show"
 	MethodInboxList        = "inbox.list"
 	MethodSessionDelete    = "session.delete"
 	MethodSessionList      = "session.list"
@@ -56,6 +57,7 @@ var Methods = []string{
 	MethodDaemonStatus,
 	MethodDaemonStop,
 	MethodDaemonWatch,
+	MethodConfigShow,
 	MethodInboxList,
 	MethodSessionDelete,
 	MethodSessionList,

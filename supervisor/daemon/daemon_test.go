@@ -28,12 +28,19 @@ import (
 func startDaemon(t *testing.T) (home, sock string) {
 	t.Helper()
 	home = t.TempDir()
+	return home, startDaemonAt(t, home)
+}
+
+// startDaemonAt runs a real daemon on home (with no flags, and an empty
+// environment for its settings) and returns its socket.
+func startDaemonAt(t *testing.T, home string) string {
+	t.Helper()
 	ready := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{Home: home, Providers: provider.NewRegistry(script.New()), LogOutput: testWriter{t},
-			Ready: func() { close(ready) }, Grace: time.Second})
+			Ready: func() { close(ready) }, Grace: time.Second, Getenv: func(string) string { return "" }})
 	}()
 	select {
 	case <-ready:
@@ -48,7 +55,7 @@ func startDaemon(t *testing.T) (home, sock string) {
 			t.Errorf("daemon: %v", err)
 		}
 	})
-	return home, fsstore.Layout{Home: home}.Socket()
+	return fsstore.Layout{Home: home}.Socket()
 }
 
 type rawConn struct {

@@ -32,4 +32,7 @@ func (d *Daemon) registerDaemon() {
 		}
 		return stream(ctx, c.Subscribe(id), send)
 	})
+	handle(d, api.MethodConfigShow, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		return d.settings.effective(), nil
+	})
 }

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,18 +41,24 @@ type Options struct {
 	Ready func()
 	// Grace is how long a stop waits for running turns; default 10 s.
 	Grace time.Duration
+	// Flags are the settings given on the command line, by their key in
+	// config.json (they win over the environment and the file).
+	Flags map[string]string
+	// Getenv reads the environment; default os.Getenv.
+	Getenv func(string) string
 }
 
 // Daemon is a running Substrat daemon.
 type Daemon struct {
-	opts    Options
-	store   *fsstore.Store
-	core    *supervisor.Core
-	host    *host
-	log     *slog.Logger
-	srv     *rpc.Server
-	started time.Time
-	report  *api.Report
+	opts     Options
+	store    *fsstore.Store
+	core     *supervisor.Core
+	host     *host
+	settings *settings
+	log      *slog.Logger
+	srv      *rpc.Server
+	started  time.Time
+	report   *api.Report
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
@@ -77,8 +85,15 @@ func raiseNoFile() int {
 // stop, then stops it gracefully. It returns a *RunningError if another
 // daemon holds the home.
 func Run(ctx context.Context, opts Options) (err error) {
-	if opts.MaxSlots <= 0 {
-		opts.MaxSlots = 4
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.MaxSlots > 0 {
+		opts.Flags = maps.Clone(opts.Flags)
+		if opts.Flags == nil {
+			opts.Flags = map[string]string{}
+		}
+		opts.Flags["max_slots"] = strconv.Itoa(opts.MaxSlots)
 	}
 	if opts.Grace == 0 {
 		opts.Grace = 10 * time.Second
@@ -131,12 +146,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 
 	d := &Daemon{opts: opts, store: store, log: log, started: time.Now(), stopCh: make(chan struct{})}
-	pools := map[string]int{supervisor.DefaultPool: opts.MaxSlots}
+	if d.settings, err = loadSettings(layout.Config(), opts.Getenv, opts.Flags); err != nil {
+		return err
+	}
+	eff := d.settings.effective()
+	if eff.FileError != "" {
+		log.Error("config.json refused; starting with the other settings", "err", eff.FileError)
+	}
+	d.opts.MaxSlots = eff.MaxSlots
+	set := eff.Settings
 	for k, v := range opts.Pools {
-		pools[k] = v
+		set.Pools[k] = v
 	}
 	d.host = newHost(store, log)
-	d.core = supervisor.New(supervisor.Config{Store: store, Providers: opts.Providers, Log: log, Pools: pools, Host: d.host})
+	d.core = supervisor.New(supervisor.Config{Store: store, Providers: opts.Providers, Log: log, Host: d.host, Settings: &set})
 	d.host.core = d.core
 	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "unclean", unclean, "version", opts.Version)
 	// Watches first, then the scan: what changes during the scan is seen.
@@ -225,6 +248,7 @@ func (d *Daemon) tick(ctx context.Context) {
 			return
 		case now := <-t.C:
 			d.core.Tick(now)
+			d.checkConfig()
 			if now.Sub(swept) >= time.Minute {
 				swept = now
 				ids, err := d.store.SweepArchived(now)

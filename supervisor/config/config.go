@@ -1,0 +1,317 @@
+// Package config reads HOME/config.json, the user's settings of the
+// daemon, and works out the settings in force and where each came from:
+// a flag of `substrat daemon run`, an environment variable, the file, or
+// the built-in default, in that order.
+//
+// The file is JSON, snake_case, version 1, every field optional:
+//
+//	{
+//	  "version": 1,
+//	  "default_provider": "claude",
+//	  "default_model": "sonnet",
+//	  "permission_mode": "acceptEdits",
+//	  "sandbox_permission_mode": "bypassPermissions",
+//	  "max_slots": 4,
+//	  "pools": {"big": 2},
+//	  "turn_timeout": "10m",
+//	  "retry": {"limit": 5, "window": "1m", "base": "1s"},
+//	  "approval_timeout": "10m",
+//	  "notify_command": ["notify-send", "substrat"]
+//	}
+//
+// A field it does not know, a value of the wrong type, a bad duration or
+// mode, or another version is refused, with the line and column and the
+// reason; the daemon then keeps the settings it had (at start, the
+// defaults) and says so in `substrat config show`. It reads the file
+// again when it changes.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/substrat/substrat/supervisor"
+)
+
+// Version is the file version this package reads.
+const Version = 1
+
+// File is config.json as written.
+type File struct {
+	Version               int            `json:"version"`
+	DefaultProvider       string         `json:"default_provider,omitempty"`
+	DefaultModel          string         `json:"default_model,omitempty"`
+	PermissionMode        string         `json:"permission_mode,omitempty"`
+	SandboxPermissionMode string         `json:"sandbox_permission_mode,omitempty"`
+	MaxSlots              int            `json:"max_slots,omitempty"`
+	Pools                 map[string]int `json:"pools,omitempty"`
+	TurnTimeout           string         `json:"turn_timeout,omitempty"`
+	Retry                 *Retry         `json:"retry,omitempty"`
+	ApprovalTimeout       string         `json:"approval_timeout,omitempty"`
+	NotifyCommand         []string       `json:"notify_command,omitempty"`
+}
+
+// Retry is the retry policy of failed turns.
+type Retry struct {
+	Limit  int    `json:"limit,omitempty"`
+	Window string `json:"window,omitempty"`
+	Base   string `json:"base,omitempty"`
+}
+
+// Sources of a value.
+const (
+	FromDefault = "default"
+	FromFile    = "file"
+	FromEnv     = "environment"
+	FromFlag    = "flag"
+)
+
+// Value is one setting in force and where it came from.
+type Value struct {
+	Key    string `json:"key"`
+	Value  any    `json:"value"`
+	Source string `json:"source"`
+	// Env names the environment variable that sets it, if one does.
+	Env string `json:"env,omitempty"`
+}
+
+// Effective is the settings in force.
+type Effective struct {
+	Settings supervisor.Settings `json:"-"`
+	// MaxSlots is how many turns run at once (and the default pool's size
+	// unless pools names it).
+	MaxSlots int     `json:"-"`
+	Values   []Value `json:"values"`
+	// Path is the file's path; FileError says why it was refused, if it
+	// was (the settings then come from what was in force before).
+	Path      string `json:"path"`
+	FileError string `json:"file_error,omitempty"`
+	// Present says whether the file exists.
+	Present bool `json:"present"`
+}
+
+// Env names the environment variables of the settings that have one.
+var Env = map[string]string{
+	"default_provider":        "SUBSTRAT_PROVIDER",
+	"default_model":           "SUBSTRAT_MODEL",
+	"permission_mode":         "SUBSTRAT_PERMISSION_MODE",
+	"sandbox_permission_mode": "SUBSTRAT_SANDBOX_PERMISSION_MODE",
+	"max_slots":               "SUBSTRAT_MAX_SLOTS",
+	"turn_timeout":            "SUBSTRAT_TURN_TIMEOUT",
+	"approval_timeout":        "SUBSTRAT_APPROVAL_TIMEOUT",
+}
+
+// Parse reads a config file, strictly.
+func Parse(data []byte) (*File, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return nil, located(data, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: more than one JSON value", position(data, dec.InputOffset()))
+	}
+	if f.Version != Version {
+		return nil, fmt.Errorf("%s: version %d is not %d (the version this substrat reads)", fieldPosition(data, "version"), f.Version, Version)
+	}
+	if err := f.check(data); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// check validates the values of f; data locates the field at fault.
+func (f *File) check(data []byte) error {
+	for key, d := range map[string]string{"turn_timeout": f.TurnTimeout, "approval_timeout": f.ApprovalTimeout} {
+		if _, err := duration(d); err != nil {
+			return fmt.Errorf("%s: %s: %v", fieldPosition(data, key), key, err)
+		}
+	}
+	if r := f.Retry; r != nil {
+		for key, d := range map[string]string{"window": r.Window, "base": r.Base} {
+			if _, err := duration(d); err != nil {
+				return fmt.Errorf("%s: retry.%s: %v", fieldPosition(data, key), key, err)
+			}
+		}
+		if r.Limit < 0 {
+			return fmt.Errorf("%s: retry.limit must be positive", fieldPosition(data, "limit"))
+		}
+	}
+	if f.MaxSlots < 0 {
+		return fmt.Errorf("%s: max_slots must be positive", fieldPosition(data, "max_slots"))
+	}
+	for name, n := range f.Pools {
+		if n <= 0 || name == "" {
+			return fmt.Errorf("%s: pool %q needs a name and at least one slot", fieldPosition(data, "pools"), name)
+		}
+	}
+	if len(f.NotifyCommand) > 0 && f.NotifyCommand[0] == "" {
+		return fmt.Errorf("%s: notify_command: the program is empty", fieldPosition(data, "notify_command"))
+	}
+	return nil
+}
+
+// duration parses a Go duration ("90s", "10m"); "" is none.
+func duration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration such as 90s or 10m", s)
+	}
+	return d, nil
+}
+
+// Load reads the file at path: (nil, nil) if there is none.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Resolve works out the settings in force from the built-in defaults, the
+// file f (nil: none), the environment (getenv) and the flags given (by
+// key, as text). A value that does not parse, from the environment or a
+// flag, is an error.
+func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effective, error) {
+	if f == nil {
+		f = &File{Version: Version}
+	}
+	set := supervisor.DefaultSettings()
+	eff := Effective{MaxSlots: 4}
+	var errs []error
+	// pick sets one value: the flag, else the environment, else the file.
+	pick := func(key, file string, apply func(string) error, shown func() any) {
+		src, raw := FromDefault, ""
+		switch {
+		case flags[key] != "":
+			src, raw = FromFlag, flags[key]
+		case Env[key] != "" && getenv(Env[key]) != "":
+			src, raw = FromEnv, getenv(Env[key])
+		case file != "":
+			src, raw = FromFile, file
+		}
+		if src != FromDefault {
+			if err := apply(raw); err != nil {
+				errs = append(errs, fmt.Errorf("%s (from the %s): %v", key, src, err))
+				src = FromDefault
+			}
+		}
+		eff.Values = append(eff.Values, Value{Key: key, Value: shown(), Source: src, Env: Env[key]})
+	}
+	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
+	dur := func(p *time.Duration) func(string) error {
+		return func(v string) error {
+			d, err := duration(v)
+			if err == nil {
+				*p = d
+			}
+			return err
+		}
+	}
+	pick("default_provider", f.DefaultProvider, str(&set.DefaultProvider), func() any { return set.DefaultProvider })
+	pick("default_model", f.DefaultModel, str(&set.DefaultModel), func() any { return set.DefaultModel })
+	pick("permission_mode", f.PermissionMode, str(&set.PermissionMode), func() any { return set.PermissionMode })
+	pick("sandbox_permission_mode", f.SandboxPermissionMode, str(&set.SandboxPermissionMode), func() any { return set.SandboxPermissionMode })
+	fileSlots := ""
+	if f.MaxSlots > 0 {
+		fileSlots = strconv.Itoa(f.MaxSlots)
+	}
+	pick("max_slots", fileSlots, func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a positive number", v)
+		}
+		eff.MaxSlots = n
+		return nil
+	}, func() any { return eff.MaxSlots })
+	set.Pools = map[string]int{supervisor.DefaultPool: eff.MaxSlots}
+	poolsSrc := FromDefault
+	if len(f.Pools) > 0 {
+		maps.Copy(set.Pools, f.Pools)
+		poolsSrc = FromFile
+	}
+	eff.Values = append(eff.Values, Value{Key: "pools", Value: maps.Clone(set.Pools), Source: poolsSrc})
+	pick("turn_timeout", f.TurnTimeout, dur(&set.TurnTimeout), func() any { return set.TurnTimeout.String() })
+	retrySrc := FromDefault
+	if r := f.Retry; r != nil {
+		retrySrc = FromFile
+		if r.Limit > 0 {
+			set.RetryLimit = r.Limit
+		}
+		if d, _ := duration(r.Window); d > 0 {
+			set.RetryWindow = d
+		}
+		if d, _ := duration(r.Base); d > 0 {
+			set.RetryBase = d
+		}
+	}
+	eff.Values = append(eff.Values, Value{Key: "retry", Source: retrySrc,
+		Value: map[string]any{"limit": set.RetryLimit, "window": set.RetryWindow.String(), "base": set.RetryBase.String()}})
+	pick("approval_timeout", f.ApprovalTimeout, dur(&set.ApprovalTimeout), func() any { return set.ApprovalTimeout.String() })
+	notifySrc := FromDefault
+	if len(f.NotifyCommand) > 0 {
+		set.Notify, notifySrc = slices.Clone(f.NotifyCommand), FromFile
+	}
+	eff.Values = append(eff.Values, Value{Key: "notify_command", Value: set.Notify, Source: notifySrc})
+	if err := set.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	eff.Settings = set
+	return eff, errors.Join(errs...)
+}
+
+// located adds the line and column of a decoding error.
+func located(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Errorf("%s: %v", position(data, syn.Offset-1), err) // the offending byte
+	case errors.As(err, &typ):
+		return fmt.Errorf("%s: %s: want %s, not %s", position(data, typ.Offset), typ.Field, typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return fmt.Errorf("%s: unknown field %q (a typo? see substrat config show)", fieldPosition(data, field), field)
+	case errors.Is(err, errors.New("EOF")) || err.Error() == "EOF" || err.Error() == "unexpected EOF":
+		return fmt.Errorf("%s: the file ends before its JSON does", position(data, int64(len(data))))
+	}
+	return err
+}
+
+// position is "line L, column C" of offset in data (both from 1).
+func position(data []byte, offset int64) string {
+	offset = min(max(offset, 0), int64(len(data)))
+	before := data[:offset]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := int(offset) - bytes.LastIndexByte(before, '\n')
+	return fmt.Sprintf("line %d, column %d", line, col)
+}
+
+// fieldPosition is the position of the first "key": in data, or of the
+// start of the file.
+func fieldPosition(data []byte, key string) string {
+	if i := bytes.Index(data, []byte(`"`+key+`"`)); i >= 0 {
+		return position(data, int64(i))
+	}
+	return position(data, 0)
+}

@@ -1,0 +1,88 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/supervisor"
+)
+
+func TestParseRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name, file, want string
+	}{
+		{"syntax", "{\n  \"version\": 1,\n  \"default_model\": \"x\"\n  \"pools\": {}\n}", "line 4, column 3"},
+		{"unknown field", "{\n  \"version\": 1,\n  \"defualt_model\": \"x\"\n}", `line 3, column 3: unknown field "defualt_model"`},
+		{"wrong type", "{\"version\": 1,\n\"max_slots\": \"four\"}", "line 2, column 20: max_slots: want int, not string"},
+		{"version", `{"version": 2}`, "version 2 is not 1"},
+		{"no version", `{"default_model": "x"}`, "version 0 is not 1"},
+		{"duration", "{\"version\": 1,\n \"turn_timeout\": \"ten minutes\"}", `line 2, column 2: turn_timeout: "ten minutes" is not a positive duration`},
+		{"negative duration", `{"version": 1, "retry": {"base": "-1s"}}`, "retry.base"},
+		{"pool", `{"version": 1, "pools": {"big": 0}}`, `pool "big" needs a name and at least one slot`},
+		{"notify", `{"version": 1, "notify_command": [""]}`, "the program is empty"},
+		{"truncated", "{\"version\": 1,", "ends before its JSON does"},
+		{"two values", `{"version": 1} {}`, "more than one JSON value"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.file))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Parse: %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestResolvePrecedence(t *testing.T) {
+	f, err := Parse([]byte(`{"version": 1, "default_provider": "claude", "default_model": "file-model", "max_slots": 6,
+		"pools": {"big": 2}, "turn_timeout": "5m", "retry": {"limit": 3}, "notify_command": ["true"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SUBSTRAT_MODEL": "env-model", "SUBSTRAT_TURN_TIMEOUT": "7m"}
+	eff, err := Resolve(f, func(k string) string { return env[k] }, map[string]string{"turn_timeout": "9m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := eff.Settings
+	if s.DefaultProvider != "claude" || s.DefaultModel != "env-model" || s.TurnTimeout != 9*time.Minute ||
+		s.Pools["big"] != 2 || s.Pools[supervisor.DefaultPool] != 6 || eff.MaxSlots != 6 || s.RetryLimit != 3 ||
+		s.RetryWindow != time.Minute || len(s.Notify) != 1 || s.ApprovalTimeout != 10*time.Minute {
+		t.Errorf("settings %+v, max slots %d", s, eff.MaxSlots)
+	}
+	want := map[string]string{"default_provider": FromFile, "default_model": FromEnv, "turn_timeout": FromFlag,
+		"max_slots": FromFile, "pools": FromFile, "retry": FromFile, "approval_timeout": FromDefault, "permission_mode": FromDefault}
+	for _, v := range eff.Values {
+		if w, ok := want[v.Key]; ok && v.Source != w {
+			t.Errorf("%s from %s, want %s", v.Key, v.Source, w)
+		}
+	}
+	// No file: the defaults.
+	eff, err = Resolve(nil, func(string) string { return "" }, nil)
+	if err != nil || eff.Settings.DefaultProvider != "script" || eff.MaxSlots != 4 {
+		t.Errorf("defaults: %+v %v", eff.Settings, err)
+	}
+}
+
+func TestResolveRefuses(t *testing.T) {
+	for _, c := range []struct {
+		file  string
+		env   map[string]string
+		flags map[string]string
+		want  string
+	}{
+		{`{"version": 1, "permission_mode": "bypassPermissions"}`, nil, nil, "would give every new agent full tool permission"},
+		{`{"version": 1, "permission_mode": "yolo"}`, nil, nil, `permission_mode "yolo"`},
+		{`{"version": 1}`, map[string]string{"SUBSTRAT_MAX_SLOTS": "many"}, nil, "max_slots (from the environment)"},
+		{`{"version": 1}`, nil, map[string]string{"turn_timeout": "0s"}, "turn_timeout (from the flag)"},
+	} {
+		f, err := Parse([]byte(c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Resolve(f, func(k string) string { return c.env[k] }, c.flags)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v %v: %v, want %q", c.file, c.env, c.flags, err, c.want)
+		}
+	}
+}

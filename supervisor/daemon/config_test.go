@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/config"
+	"github.com/substrat/substrat/supervisor/rpc"
+)
+
+// TestConfigAdoptedLive: the daemon starts with config.json, adopts a
+// valid edit while it runs (the next agent gets the new default model, a
+// pool grows), and refuses an invalid one with its line, keeping what it
+// had; fixing the file is adopted again.
+func TestConfigAdoptedLive(t *testing.T) {
+	home := shortDir(t)
+	write := func(s string) {
+		t.Helper()
+		tmp := filepath.Join(home, "config.json.tmp")
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, fsstore.Layout{Home: home}.Config()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"version": 1, "default_model": "first", "pools": {"big": 1}}`)
+	sock := startDaemonAt(t, home)
+	ctx := context.Background()
+	call := func(method string, params, result any) error {
+		c, err := rpc.Dial(ctx, sock)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Call(ctx, method, params, result)
+	}
+	modelOf := func(name string) string {
+		t.Helper()
+		var a api.AgentInfo
+		if err := call(api.MethodAgentCreate, api.CreateParams{Name: name}, &a); err != nil {
+			t.Fatal(err)
+		}
+		return a.Model
+	}
+	show := func() config.Effective {
+		var eff config.Effective
+		if err := call(api.MethodConfigShow, nil, &eff); err != nil {
+			t.Fatal(err)
+		}
+		return eff
+	}
+	if m := modelOf("a1"); m != "first" {
+		t.Fatalf("the first agent's model %q, want the file's", m)
+	}
+
+	write(`{"version": 1, "default_model": "second", "pools": {"big": 3}}`)
+	eventually(t, "the edit adopted", func() bool { return valueOf(show(), "default_model") == "second" })
+	if m := modelOf("a2"); m != "second" {
+		t.Fatalf("after the edit the model is %q", m)
+	}
+	var st api.StatusResult
+	call(api.MethodDaemonStatus, nil, &st)
+	if !hasPool(st, "big", 3) {
+		t.Errorf("pools after the edit: %+v", st.Pools)
+	}
+
+	write("{\n  \"version\": 1,\n  \"default_model\": \"third\",\n  \"turn_timeout\": \"soon\"\n}")
+	eventually(t, "the refusal", func() bool { return show().FileError != "" })
+	if e := show().FileError; !strings.Contains(e, "line 4, column 3: turn_timeout") {
+		t.Errorf("the refusal says %q", e)
+	}
+	if m := modelOf("a3"); m != "second" {
+		t.Fatalf("after a refused edit the model is %q, want the last good one", m)
+	}
+
+	write(`{"version": 1, "default_model": "fixed"}`)
+	eventually(t, "the fix adopted", func() bool { e := show(); return e.FileError == "" && valueOf(e, "default_model") == "fixed" })
+	if m := modelOf("a4"); m != "fixed" {
+		t.Fatalf("after the fix the model is %q", m)
+	}
+}
+
+func valueOf(eff config.Effective, key string) any {
+	for _, v := range eff.Values {
+		if v.Key == key {
+			return v.Value
+		}
+	}
+	return nil
+}
+
+func hasPool(st api.StatusResult, name string, size int) bool {
+	for _, p := range st.Pools {
+		if p.Name == name && p.Size == size {
+			return true
+		}
+	}
+	return false
+}
