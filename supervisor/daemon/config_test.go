@@ -103,3 +103,33 @@ func hasPool(st api.StatusResult, name string, size int) bool {
 	}
 	return false
 }
+
+// TestNotifyCommand: notify_command runs for each message to USER, with
+// the text on stdin and the sender in the environment.
+func TestNotifyCommand(t *testing.T) {
+	home := shortDir(t)
+	out := filepath.Join(home, "notified")
+	cfg := `{"version": 1, "notify_command": ["sh", "-c", "{ echo \"$SUBSTRAT_FROM $SUBSTRAT_KIND\"; cat; } > ` + out + `"]}`
+	if err := os.WriteFile(fsstore.Layout{Home: home}.Config(), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := startDaemonAt(t, home)
+	ctx := context.Background()
+	c, err := rpc.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var res api.SendResult
+	if err := c.Call(ctx, api.MethodAgentSend, map[string]any{"ref": "r", "wait": true,
+		"text": `!send_message {"recipient":"USER","text":"all done"}`}, &res); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the notification", func() bool {
+		b, err := os.ReadFile(out)
+		return err == nil && string(b) == "r message\nall done"
+	})
+}
