@@ -12,12 +12,14 @@ if [ ! -x "$TOOLS/bin/staticcheck" ] || ! "$TOOLS/bin/staticcheck" -version 2>/d
 fi
 
 # System packages the tests run for real: bubblewrap (the sandbox tests),
-# rsync (the backup-while-busy test) and tmux (substrat top in a real
-# terminal). One apt-get for whatever is missing.
+# rsync (the backup-while-busy test), tmux (substrat top in a real
+# terminal) and git (worktree workspaces). One apt-get for whatever is
+# missing.
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v git >/dev/null 2>&1 || missing+=(git)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get"
   SUDO=

@@ -217,7 +217,20 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall, a sp
 	// A child without a workspace inherits its parent's, and with it the
 	// sandbox; one it names must be the parent's own or of its scope.
 	ws := parent.Workspace
-	if a.Workspace != "" {
+	switch {
+	case a.Worktree && a.Workspace != "":
+		return "", fmt.Errorf("give a workspace or worktree, not both")
+	case a.Worktree:
+		if err := fsstore.CheckNewName(a.Name); err != nil {
+			return "", err
+		}
+		var err error
+		if ws, err = t.childWorktree(a.Name, a.Branch, true); err != nil {
+			return "", err
+		}
+	case a.Branch != "":
+		return "", fmt.Errorf("branch is for a worktree (worktree: true)")
+	case a.Workspace != "":
 		var err error
 		if ws, err = t.c.resolveAgentWorkspace(t.n, a.Workspace); err != nil {
 			return "", err
@@ -598,6 +611,8 @@ type spawnAgentArgs struct {
 	Instructions string            `json:"instructions"`
 	Workspace    string            `json:"workspace,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"`
+	Worktree     bool              `json:"worktree,omitempty" jsonschema:"give the child a git worktree of your repository of its own, branched from your HEAD (you must be in a git workspace)"`
+	Branch       string            `json:"branch,omitempty" jsonschema:"the worktree's new branch (default substrat/<name>)"`
 }
 
 // sendMessageArgs are the arguments of send_message.

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -10,11 +11,19 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 )
 
+var updateTools = flag.Bool("update-tools", false, "rewrite testdata/tools.json from the tools' argument structs")
+
 // TestToolSpecs: the schemas generated from the tools' argument structs
 // say what the hand-written ones of testdata/tools.json said: the same
 // properties with the same types, enums and descriptions, the same
 // required ones, and no other properties allowed.
 func TestToolSpecs(t *testing.T) {
+	if *updateTools {
+		data, _ := json.MarshalIndent(Tools(), "", "  ")
+		if err := os.WriteFile("testdata/tools.json", append(data, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	data, err := os.ReadFile("testdata/tools.json")
 	if err != nil {
 		t.Fatal(err)

@@ -75,7 +75,20 @@ func (c *Core) CreateWorkspace(p api.WorkspaceParams) (*workspace.Workspace, err
 		}
 		scope = id
 	}
-	w, err := c.ws.Create(workspace.Workspace{Scope: scope, Name: p.Name, NetworkAccess: p.Network})
+	ws := workspace.Workspace{Scope: scope, Name: p.Name, NetworkAccess: p.Network}
+	if p.Git != "" {
+		g, note, err := gitSpec(p.Name, p.Git, p.Branch, p.Base)
+		if err != nil {
+			return nil, err
+		}
+		ws.Git = g
+		if note != "" {
+			c.log.Info("workspace "+p.Name+": "+note, "workspace", p.Name)
+		}
+	} else if p.Branch != "" || p.Base != "" {
+		return nil, invalidParams("--branch and --base are for a git workspace (--git REPO)")
+	}
+	w, err := c.ws.Create(ws)
 	return w, workspaceErr(err)
 }
 
@@ -127,11 +140,17 @@ func (c *Core) workspaceUsers(scope, name string) []string {
 
 // DeleteWorkspace removes a workspace no live agent uses.
 func (c *Core) DeleteWorkspace(ref string) error {
+	return c.DeleteWorkspaceWith(ref, workspace.DeleteOptions{})
+}
+
+// DeleteWorkspaceWith is DeleteWorkspace with the options of a git
+// workspace (force past uncommitted work; delete its branch too).
+func (c *Core) DeleteWorkspaceWith(ref string, opts workspace.DeleteOptions) error {
 	scope, name, err := c.splitWorkspaceRef(ref)
 	if err != nil {
 		return err
 	}
-	return workspaceErr(c.ws.Delete(scope, name, c.workspaceUsers))
+	return workspaceErr(c.ws.DeleteWith(scope, name, c.workspaceUsers, opts))
 }
 
 // LinkWorkspace binds a host directory into a workspace (a user's act: any
@@ -270,6 +289,8 @@ func workspaceTools() []tool {
 		newTool("delete_workspace", "Delete a workspace of your scope that no live agent uses.", (*turnTools).deleteWorkspace),
 		newTool("link_dir", "Bind a directory your own workspace grants (a path as you see it) into a workspace of your scope.", (*turnTools).linkDir),
 		newTool("unlink_dir", "Remove a link from a workspace of your scope.", (*turnTools).unlinkDir),
+		newTool("workspace_diff", "Show what a git worktree workspace (a child's, or your own) changed on its branch since it began, committed and not.",
+			(*turnTools).workspaceDiff),
 		newTool("link_from", "Bind a directory of another workspace you can use into a workspace of your scope.", (*turnTools).linkFrom),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/substrat/substrat/supervisor/daemon"
+	"github.com/substrat/substrat/supervisor/workspace"
 
 	"github.com/substrat/substrat/fsstore"
 )
@@ -22,7 +23,9 @@ type FsckResult struct {
 	Agents   int               `json:"agents"`
 	Findings []fsstore.Finding `json:"findings"`
 	Problems int               `json:"problems"`
-	Repair   bool              `json:"repair"`
+	// Workspaces are git workspaces whose worktree or repository is gone.
+	Workspaces []string `json:"workspace_problems,omitempty"`
+	Repair     bool     `json:"repair"`
 }
 
 // Run scans and reports. It exits 1 if problems remain.
@@ -67,6 +70,8 @@ func (c *FsckCmd) Run(g *Globals) error {
 			out.Problems++
 		}
 	}
+	out.Workspaces = workspace.NewStore(layout, nil).GitProblems()
+	out.Problems += len(out.Workspaces)
 	for _, a := range res.Agents {
 		a.Close()
 	}
@@ -81,6 +86,9 @@ func (c *FsckCmd) Run(g *Globals) error {
 			if f.Hint != "" && f.Problem() {
 				fmt.Printf("%-16s hint: %s\n", "", f.Hint)
 			}
+		}
+		for _, p := range out.Workspaces {
+			fmt.Printf("%-16s %s\n", "workspace", p)
 		}
 		fmt.Printf("%s, %s, %s\n", plural(out.Agents, "live agent"), plural(len(out.Findings), "finding"), plural(out.Problems, "problem"))
 	}

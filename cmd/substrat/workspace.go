@@ -21,7 +21,7 @@ import (
 // WorkspaceCmd groups the workspace commands. A workspace ref is NAME (a
 // USER workspace) or SCOPE/NAME, SCOPE being USER or an agent ref.
 type WorkspaceCmd struct {
-	Create  WorkspaceCreateCmd  `cmd:"" help:"Create an empty workspace."`
+	Create  WorkspaceCreateCmd  `cmd:"" help:"Create an empty workspace, or (--git REPO) a git worktree of REPO on a new branch."`
 	List    WorkspaceListCmd    `cmd:"" help:"List workspaces."`
 	Inspect WorkspaceInspectCmd `cmd:"" help:"Show a workspace, its links and its users."`
 	Delete  WorkspaceDeleteCmd  `cmd:"" help:"Delete a workspace no live agent uses."`
@@ -29,6 +29,7 @@ type WorkspaceCmd struct {
 	Unlink  WorkspaceUnlinkCmd  `cmd:"" help:"Remove a link from a workspace."`
 	View    WorkspaceViewCmd    `cmd:"" help:"Create a workspace whose root is another's (or a directory of it)."`
 	Exec    WorkspaceExecCmd    `cmd:"" help:"Run a command inside a workspace's sandbox, as an agent would."`
+	Diff    WorkspaceDiffCmd    `cmd:"" help:"Show what a git workspace's branch changed since its base, committed and not."`
 }
 
 // WorkspaceCreateCmd creates a workspace.
@@ -36,15 +37,40 @@ type WorkspaceCreateCmd struct {
 	Name    string `arg:"" help:"The workspace's name."`
 	Scope   string `help:"USER (default) or the agent whose scope it is in."`
 	Network bool   `help:"Give processes in the workspace network access."`
+	Git     string `help:"Make the root a new git worktree of the repository REPO." type:"path" placeholder:"REPO" predictor:"dir"`
+	Branch  string `help:"The worktree's new branch (default substrat/NAME)." placeholder:"B"`
+	Base    string `help:"Where the branch starts (default REPO's HEAD)." placeholder:"REF"`
 }
 
 // Run creates it.
 func (c *WorkspaceCreateCmd) Run(g *Globals) error {
 	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceCreate, api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network}, &w); err != nil {
+	if err := g.call(api.MethodWorkspaceCreate, api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network,
+		Git: c.Git, Branch: c.Branch, Base: c.Base}, &w); err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "created")
+}
+
+// WorkspaceDiffCmd shows a git workspace's changes.
+type WorkspaceDiffCmd struct {
+	Ref  string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
+	Stat bool   `help:"A summary: files and lines changed."`
+}
+
+// Run prints the diff.
+func (c *WorkspaceDiffCmd) Run(g *Globals) error {
+	var res struct {
+		Diff string `json:"diff"`
+	}
+	if err := g.call(api.MethodWorkspaceDiff, api.WorkspaceDiffParams{Ref: c.Ref, Stat: c.Stat}, &res); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(res)
+	}
+	fmt.Print(res.Diff)
+	return nil
 }
 
 func printWorkspace(g *Globals, w api.WorkspaceInfo, verb string) error {
@@ -56,6 +82,9 @@ func printWorkspace(g *Globals, w api.WorkspaceInfo, verb string) error {
 		net = "network"
 	}
 	fmt.Printf("%s workspace %s (%s)\n  root: %s\n", verb, w.Ref, net, w.Root)
+	if gw := w.Git; gw != nil {
+		fmt.Printf("  git worktree of %s on branch %s, from %.12s\n", gw.Repo, gw.Branch, gw.Base)
+	}
 	if w.View != nil {
 		fmt.Printf("  view of %s/%s:%s (%s)\n", w.View.SourceScope, w.View.SourceName, w.View.Subdir, w.View.Mode)
 	}
@@ -91,12 +120,14 @@ func (WorkspaceListCmd) Run(g *Globals) error {
 
 // WorkspaceDeleteCmd deletes a workspace.
 type WorkspaceDeleteCmd struct {
-	Ref string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
+	Ref          string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
+	Force        bool   `help:"A git worktree: delete it even with uncommitted or unmerged work."`
+	DeleteBranch bool   `help:"A git worktree: delete its branch too (kept by default)."`
 }
 
 // Run deletes it; it is refused while live agents use it.
 func (c *WorkspaceDeleteCmd) Run(g *Globals) error {
-	if err := g.call(api.MethodWorkspaceDelete, map[string]string{"ref": c.Ref}, nil); err != nil {
+	if err := g.call(api.MethodWorkspaceDelete, api.WorkspaceDeleteParams{Ref: c.Ref, Force: c.Force, DeleteBranch: c.DeleteBranch}, nil); err != nil {
 		return err
 	}
 	if g.JSON {

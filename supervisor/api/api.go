@@ -210,6 +210,26 @@ type WorkspaceParams struct {
 	Name    string `json:"name"`
 	Scope   string `json:"scope,omitempty"` // USER (default) or an agent ref
 	Network bool   `json:"network,omitempty"`
+	// Git, if set, makes the root a new git worktree of the repository
+	// there, on Branch (default substrat/<name>) from Base (default HEAD).
+	Git    string `json:"git,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	Base   string `json:"base,omitempty"`
+}
+
+// WorkspaceDeleteParams are the inputs of workspace.delete.
+type WorkspaceDeleteParams struct {
+	Ref string `json:"ref"`
+	// Force deletes a git worktree with uncommitted or unmerged work;
+	// DeleteBranch deletes its branch too.
+	Force        bool `json:"force,omitempty"`
+	DeleteBranch bool `json:"delete_branch,omitempty"`
+}
+
+// WorkspaceDiffParams are the inputs of workspace.diff.
+type WorkspaceDiffParams struct {
+	Ref  string `json:"ref"`
+	Stat bool   `json:"stat,omitempty"`
 }
 
 // WorkspaceInfo is a workspace and the agents that use it.

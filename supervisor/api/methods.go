@@ -34,6 +34,7 @@ const (
 	MethodWorkspaceList    = "workspace.list"
 	MethodWorkspaceUnlink  = "workspace.unlink"
 	MethodWorkspaceView    = "workspace.view"
+	MethodWorkspaceDiff    = "workspace.diff"
 	MethodToolList         = "tool.list"
 	MethodToolCall         = "tool.call"
 )
@@ -70,6 +71,7 @@ var Methods = []string{
 	MethodWorkspaceList,
 	MethodWorkspaceUnlink,
 	MethodWorkspaceView,
+	MethodWorkspaceDiff,
 	MethodToolList,
 	MethodToolCall,
 }

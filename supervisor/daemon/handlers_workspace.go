@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/workspace"
 )
 
 // registerWorkspace registers the methods of the workspaces.
@@ -22,8 +23,12 @@ func (d *Daemon) registerWorkspace() {
 	handle(d, api.MethodWorkspaceInspect, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.InspectWorkspace(p.Ref)
 	})
-	handle(d, api.MethodWorkspaceDelete, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
-		return map[string]bool{"deleted": true}, c.DeleteWorkspace(p.Ref)
+	handle(d, api.MethodWorkspaceDelete, func(ctx context.Context, p api.WorkspaceDeleteParams, _ func(any) error) (any, error) {
+		return map[string]bool{"deleted": true}, c.DeleteWorkspaceWith(p.Ref, workspace.DeleteOptions{Force: p.Force, DeleteBranch: p.DeleteBranch})
+	})
+	handle(d, api.MethodWorkspaceDiff, func(ctx context.Context, p api.WorkspaceDiffParams, _ func(any) error) (any, error) {
+		diff, err := c.WorkspaceDiff(p.Ref, p.Stat)
+		return map[string]string{"diff": diff}, err
 	})
 	handle(d, api.MethodWorkspaceLink, func(ctx context.Context, p api.LinkParams, _ func(any) error) (any, error) {
 		w, err := c.LinkWorkspace(p)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/workspace"
 
 	"golang.org/x/sys/unix"
 
@@ -173,6 +174,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("recovery: %w", err)
 	}
 	d.report = rep
+	for _, p := range workspace.NewStore(layout, store.FS()).GitProblems() {
+		log.Warn("git workspace: "+p, "hint", "substrat fsck lists these; delete the workspace, or put the repository back")
+	}
 	log.Info("recovery done", "agents", rep.Agents, "kept_out", len(rep.KeptOut), "suspended", len(rep.Suspended),
 		"redelivered", len(rep.Redelivered), "ms", rep.DurationMS)
 

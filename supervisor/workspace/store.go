@@ -115,7 +115,11 @@ func (s *Store) Create(w Workspace) (*Workspace, error) {
 	if err := s.fs.RemoveAll(tmp); err != nil { // a leftover of a crash
 		return nil, fmt.Errorf("create workspace %s: %w", w.Ref(), err)
 	}
-	err = s.build(tmp, w.View == nil, data)
+	if w.Git != nil {
+		err = s.buildGit(tmp, w.Git, data)
+	} else {
+		err = s.build(tmp, w.View == nil, data)
+	}
 	if err == nil {
 		err = s.fs.RenameNoReplace(tmp, final)
 		if errors.Is(err, fs.ErrExist) {
@@ -126,8 +130,17 @@ func (s *Store) Create(w Workspace) (*Workspace, error) {
 		err = s.fs.SyncDir(s.scopeDir(w.Scope))
 	}
 	if err != nil {
+		if w.Git != nil {
+			s.undoGit(tmp)
+		}
 		s.fs.RemoveAll(tmp)
 		return nil, fmt.Errorf("create workspace %s: %w", w.Ref(), err)
+	}
+	if w.Git != nil {
+		gitFault("renamed")
+		if err := s.finishGit(final, w.Git); err != nil {
+			return nil, fmt.Errorf("create workspace %s: the worktree is in place, but %w (the next start repairs it)", w.Ref(), err)
+		}
 	}
 	return &w, nil
 }
@@ -336,6 +349,13 @@ func (s *Store) listLocked() ([]*Workspace, error) {
 // with ErrInUse, when a view is made of it or when inUse (supplied by the
 // daemon; nil means no agent uses it) names users of it.
 func (s *Store) Delete(scope, name string, inUse func(scope, name string) []string) error {
+	return s.DeleteWith(scope, name, inUse, DeleteOptions{})
+}
+
+// DeleteWith is Delete with the options of a git workspace: its worktree
+// goes first (refused if it holds work, unless opts.Force), its branch
+// stays unless opts.DeleteBranch.
+func (s *Store) DeleteWith(scope, name string, inUse func(scope, name string) []string, opts DeleteOptions) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, err := s.getLocked(scope, name)
@@ -359,6 +379,11 @@ func (s *Store) Delete(scope, name string, inUse func(scope, name string) []stri
 		}
 	}
 
+	if w.Git != nil {
+		if err := s.removeGit(w, opts); err != nil {
+			return err
+		}
+	}
 	final := s.layout.WorkspaceDir(scope, name)
 	tmp := s.tempDir(scope, name)
 	if err := s.fs.RemoveAll(tmp); err != nil {
@@ -503,10 +528,19 @@ func (s *Store) Sweep() ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
+			p := filepath.Join(s.scopeDir(sc.Name()), e.Name())
 			if !strings.HasPrefix(e.Name(), fsstore.TempPrefix) {
+				if data, err := os.ReadFile(filepath.Join(p, gitMarker)); err == nil { // made, not finished
+					var g Git
+					if err := json.Unmarshal(data, &g); err == nil {
+						errs = append(errs, s.finishGit(p, &g))
+					}
+				}
 				continue
 			}
-			p := filepath.Join(s.scopeDir(sc.Name()), e.Name())
+			if err := s.undoGit(p); err != nil {
+				errs = append(errs, err)
+			}
 			if err := removeAll(s.fs, p); err != nil {
 				errs = append(errs, err)
 				continue

@@ -68,7 +68,17 @@ type Workspace struct {
 	NetworkAccess bool      `json:"network_access"`
 	Links         []Link    `json:"links"`
 	View          *View     `json:"view,omitempty"` // only in a view
+	Git           *Git      `json:"git,omitempty"`  // only in a git worktree
 	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Git says that a workspace's root/ is a git worktree: of the repository
+// whose main working tree is Repo, on Branch, which started at Base.
+type Git struct {
+	Repo      string `json:"repo"`       // the main working tree (a real path)
+	CommonDir string `json:"common_dir"` // its .git directory (a real path)
+	Branch    string `json:"branch"`
+	Base      string `json:"base"` // a commit id
 }
 
 // Ref is "scope/name", how messages name a workspace.
@@ -224,6 +234,18 @@ func (w *Workspace) Validate() error {
 			return fmt.Errorf("%w: workspace %s is a view of itself", ErrInvalid, w.Ref())
 		}
 	}
+	if g := w.Git; g != nil {
+		switch {
+		case w.View != nil:
+			return fmt.Errorf("%w: workspace %s cannot be both a view and a git worktree", ErrInvalid, w.Ref())
+		case !filepath.IsAbs(g.Repo) || filepath.Clean(g.Repo) != g.Repo || g.CommonDir != filepath.Join(g.Repo, ".git"):
+			return fmt.Errorf("%w: workspace %s: git repo %q must be an absolute, clean path, and common_dir its .git", ErrInvalid, w.Ref(), g.Repo)
+		case g.Branch == "" || strings.ContainsAny(g.Branch, " \x00\n") || strings.HasPrefix(g.Branch, "-"):
+			return fmt.Errorf("%w: workspace %s: git branch %q", ErrInvalid, w.Ref(), g.Branch)
+		case len(g.Base) < 7 || strings.Trim(g.Base, "0123456789abcdef") != "":
+			return fmt.Errorf("%w: workspace %s: git base %q is not a commit id", ErrInvalid, w.Ref(), g.Base)
+		}
+	}
 	return nil
 }
 
@@ -257,6 +279,20 @@ func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 			return bwrap.Spec{}, fmt.Errorf("view %s: %w", w.Ref(), err)
 		}
 		s.Root, s.RootReadOnly = src, w.View.Mode == ModeRO
+	}
+	if g := w.Git; g != nil {
+		// git in /workspace follows its .git file to the repository's
+		// .git directory, by its host path: bind that (objects, refs and
+		// the worktree's own records are written by commits), and
+		// nothing else of the repository; its config and hooks read-only,
+		// since git runs them on the host too.
+		s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: g.CommonDir}, Target: g.CommonDir})
+		for _, ro := range []string{"config", "hooks"} {
+			p := filepath.Join(g.CommonDir, ro)
+			if _, err := os.Lstat(p); err == nil {
+				s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: p}, Target: p, ReadOnly: true})
+			}
+		}
 	}
 	for _, k := range w.Links {
 		resolved, err := filepath.EvalSymlinks(k.HostPath)
