@@ -62,9 +62,13 @@ func TestApprovals(t *testing.T) {
 	if req.Approver != boss.ID || req.Tool != "Bash" || req.Agent != "boss/w" || req.ToolUseID != "toolu_1" {
 		t.Fatalf("request %+v", req)
 	}
-	msgs, _, err := nodeOf(t, c, "boss").agent.Pending()
-	if err != nil || len(msgs) != 1 || msgs[0].Kind != fsstore.KindApproval || !strings.Contains(msgs[0].Text, req.ID) {
-		t.Fatalf("the parent's inbox: %v %+v", err, msgs)
+	// The message follows the durable request (it is delivered just after).
+	var msgs []*fsstore.Message
+	for deadline := time.Now().Add(10 * time.Second); len(msgs) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		msgs, _, _ = nodeOf(t, c, "boss").agent.Pending()
+	}
+	if len(msgs) != 1 || msgs[0].Kind != fsstore.KindApproval || !strings.Contains(msgs[0].Text, req.ID) {
+		t.Fatalf("the parent's inbox: %+v", msgs)
 	}
 	// Only the approver answers; an unknown id is refused.
 	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err == nil || !strings.Contains(err.Error(), "is for boss to answer") {
@@ -116,7 +120,11 @@ func TestApprovals(t *testing.T) {
 	if req.Approver != fsstore.User {
 		t.Fatalf("a root's request went to %s", req.Approver)
 	}
-	inbox, err := c.PeekUserInbox(false)
+	var inbox []api.InboxMessage
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); len(inbox) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		inbox, err = c.PeekUserInbox(false)
+	}
 	if err != nil || len(inbox) != 1 || inbox[0].Kind != fsstore.KindApproval || !strings.Contains(inbox[0].Text, "substrat approve "+req.ID) {
 		t.Fatalf("USER's inbox: %v %+v", err, inbox)
 	}
