@@ -38,3 +38,12 @@ if [ ! -x "$TOOLS/npm/node_modules/.bin/claude" ] || ! "$TOOLS/npm/node_modules/
   mkdir -p "$TOOLS/npm"
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --save-exact "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
 fi
+
+# The Codex CLI, pinned, for the codex provider's tests (provider/codex),
+# which run it offline against a loopback fake of the Responses API.
+CODEX_VERSION=0.169.0
+if [ ! -x "$TOOLS/npm/node_modules/.bin/codex" ] || ! "$TOOLS/npm/node_modules/.bin/codex" --version 2>/dev/null | grep -q " $CODEX_VERSION$"; then
+  echo "installing @openai/codex@$CODEX_VERSION into .tools/npm"
+  mkdir -p "$TOOLS/npm"
+  npm install --prefix "$TOOLS/npm" --no-audit --no-fund --save-exact "@openai/codex@$CODEX_VERSION"
+fi

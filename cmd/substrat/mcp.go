@@ -24,6 +24,7 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/claude"
+	"github.com/substrat/substrat/provider/codex"
 	"github.com/substrat/substrat/provider/cursor"
 	"github.com/substrat/substrat/provider/openai"
 	"github.com/substrat/substrat/supervisor"
@@ -40,7 +41,7 @@ import (
 // Every daemon call uses a fresh connection, so a server outlives a daemon
 // restart. The idempotency key of a call (provider.ToolCall.ID) is the
 // client's tool-use id when the request's _meta carries one (Claude Code
-// sends "claudecode/toolUseId"), and otherwise "mcp_" followed by a hash of
+// sends "claudecode/toolUseId", the Codex CLI "callId"), and otherwise "mcp_" followed by a hash of
 // the agent, the tool name, the arguments and the call's position among
 // this process's calls, so that a turn replayed after a crash asks for the
 // same keys.
@@ -75,7 +76,7 @@ func (c *McpCmd) Run(g *Globals) error {
 
 // mcpToolUseIDKeys are the _meta keys under which MCP clients pass the
 // model's tool-use id, in order of preference.
-var mcpToolUseIDKeys = []string{"claudecode/toolUseId", "toolUseId", "tool_use_id", "toolCallId", "tool_call_id"}
+var mcpToolUseIDKeys = []string{"claudecode/toolUseId", "toolUseId", "tool_use_id", "toolCallId", "tool_call_id", "callId"}
 
 // mcpBridge forwards MCP tool calls to the daemon.
 type mcpBridge struct {
@@ -180,6 +181,7 @@ func realProviders() []provider.Provider {
 	return []provider.Provider{
 		claude.New(claude.Options{}),
 		cursor.New(cursor.Options{}),
+		codex.New(codex.Options{}),
 		openai.New(openai.Options{Tools: agentTools}),
 	}
 }

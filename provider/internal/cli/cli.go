@@ -364,6 +364,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	}
 	var (
 		final   *Final
+		texts   []string // the streamed text, for a final line without any
 		readErr error
 		lines   int
 		last    []byte
@@ -413,6 +414,9 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 			if turn.Output != nil {
 				turn.Output(ch)
 			}
+			if ch.Kind == provider.ChunkText {
+				texts = append(texts, ch.Text)
+			}
 		}
 		final = l.Final
 	}
@@ -446,6 +450,9 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		return provider.TurnResult{}, err
 	case final.Err != nil:
 		return provider.TurnResult{}, final.Err
+	}
+	if final.Text == "" { // a CLI whose last line carries no text: what it said
+		final.Text = strings.Join(texts, "\n")
 	}
 	return provider.TurnResult{Text: final.Text, Usage: final.Usage}, nil
 }

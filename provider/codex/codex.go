@@ -1,0 +1,358 @@
+// Package codex is the provider that drives OpenAI's Codex CLI, registered
+// as "codex".
+//
+// Each turn runs the CLI once, non-interactively, with the prompt on stdin:
+//
+//	codex exec --json --skip-git-repo-check [--model <model>] <permissions> -c … -
+//	codex exec resume <thread-id> --json --skip-git-repo-check … -
+//
+// in Config.WorkDir (/workspace in a sandbox), in its own process group
+// (killed on timeout or cancel), with CODEX_HOME set to a directory of the
+// agent's own, <home>/providers/codex/homes/<agent-id>, where the CLI keeps
+// its threads and its config.toml. A login kept in the user's ~/.codex is
+// not used: the key comes from OPENAI_API_KEY. When OPENAI_BASE_URL is set
+// in the daemon's environment, the CLI is pointed at it as a provider of
+// its own (the CLI itself ignores that variable), speaking the Responses
+// API (wire_api "responses", the only one the pinned CLI accepts).
+//
+// MCP is configured in that config.toml: a "substrat" server, `substrat
+// mcp --agent <id> --home <home>` (or --socket in a sandbox), whose tools
+// are approved (default_tools_approval_mode = "approve"): exec mode cannot
+// ask, and the agent tools are always allowed. The CLI sends the model's
+// call id as _meta.callId, which `substrat mcp` uses as the idempotency
+// key. The CLI has no system-prompt flag for exec, so the instructions
+// lead each prompt inside <instructions> tags.
+//
+// # Permissions
+//
+// The CLI has a sandbox of its own (Landlock and seccomp) and approval
+// policies. exec mode runs with approval_policy "never" (nobody is there
+// to ask), and the mode maps onto its sandbox: bypassPermissions (the
+// default inside a bwrap sandbox) is --dangerously-bypass-approvals-and-
+// sandbox, since bwrap is the boundary there and the CLI's own sandbox
+// cannot nest inside it; acceptEdits is sandbox_mode "workspace-write"
+// (writes in the working directory, no network); default, plan and
+// dontAsk are "read-only". Claude-style tool rules are not passed: the
+// CLI has none of that syntax.
+//
+// # Sessions
+//
+// The CLI picks the thread id: the first turn runs `codex exec`, the id of
+// its thread.started line is reported through Config.SessionID at once and
+// kept in <home>/providers/codex/sessions/<agent-id>.json, and later turns
+// run `codex exec resume <thread-id>`. See provider/internal/cli.
+//
+// # Output
+//
+// The --json lines: thread.started (the thread id), item.started and
+// item.completed of agent_message (text), command_execution, file_change
+// and mcp_tool_call (tool_call and tool_result chunks), turn.completed
+// (usage: input and output tokens; the CLI reports no cost, so cost is
+// unknown) and turn.failed (the turn fails; retried when it reads like an
+// overloaded or 429/5xx API). A top-level error line (the CLI's reconnect
+// notices) is shown as text. A line that is not JSON fails the turn.
+package codex
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/cli"
+	"github.com/substrat/substrat/provider/internal/proc"
+	"github.com/substrat/substrat/provider/internal/retry"
+)
+
+// Options configure the provider. The zero value suits the daemon.
+type Options struct {
+	// Name is the registry name; default "codex".
+	Name string
+	// Command is the CLI, a path or a name looked up in PATH; default
+	// "codex".
+	Command string
+	// Home is the Substrat home; default derived from the config.
+	Home string
+	// StateDir holds the provider's files; default <Home>/providers/codex.
+	StateDir string
+	// Substrat is the substrat binary the MCP config starts; default the
+	// running executable.
+	Substrat string
+	// BaseURL, if set, is the Responses API the CLI talks to; default
+	// OPENAI_BASE_URL of the environment, else the CLI's own default.
+	BaseURL string
+	// ExtraArgs are added to every command line.
+	ExtraArgs []string
+	// Env is added to the environment of every turn.
+	Env []string
+	// Retry is the retry policy of failed turns; zero is retry.Default.
+	Retry retry.Policy
+	// ExitGrace is how long the CLI may take to exit after its last line.
+	ExitGrace time.Duration
+}
+
+// New returns the provider.
+func New(opts Options) provider.Provider {
+	if opts.Name == "" {
+		opts.Name = "codex"
+	}
+	if opts.Command == "" {
+		opts.Command = "codex"
+	}
+	a := &adapter{opts: opts}
+	return cli.New(cli.Spec{
+		Name:      opts.Name,
+		StateDir:  a.stateDir,
+		NewID:     func() string { return "" },
+		Prepare:   a.prepare,
+		Command:   a.command,
+		Parse:     parse,
+		Retry:     opts.Retry,
+		ExitGrace: opts.ExitGrace,
+	})
+}
+
+type adapter struct {
+	opts Options
+}
+
+func (a *adapter) stateDir(cfg provider.Config) (string, error) {
+	if a.opts.StateDir != "" {
+		return a.opts.StateDir, nil
+	}
+	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
+	if err != nil {
+		return "", err
+	}
+	return fsstore.Layout{Home: home}.ProviderDir(a.opts.Name), nil
+}
+
+// codexHome is the agent's own CODEX_HOME.
+func (a *adapter) codexHome(cfg provider.Config) (string, error) {
+	dir, err := a.stateDir(cfg)
+	if err != nil {
+		return "", err
+	}
+	return cli.AgentHome(dir, cfg.AgentID), nil
+}
+
+// prepare writes the agent's config.toml: the substrat MCP server, its
+// tools approved.
+func (a *adapter) prepare(cfg provider.Config) error {
+	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
+	if err != nil {
+		return err
+	}
+	substrat, err := cli.Substrat(a.opts.Substrat)
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	chome, err := a.codexHome(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(chome, 0o700); err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}
+	if cfg.Sandbox != nil {
+		args = []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}
+	}
+	var b strings.Builder
+	b.WriteString("# Written by Substrat for agent " + cfg.AgentID + "; rewritten at each session start.\n")
+	fmt.Fprintf(&b, "[mcp_servers.substrat]\ncommand = %s\nargs = [", toml(substrat))
+	for i, s := range args {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(toml(s))
+	}
+	b.WriteString("]\ndefault_tools_approval_mode = \"approve\"\n")
+	if err := cli.WriteFile(filepath.Join(chome, "config.toml"), []byte(b.String())); err != nil {
+		return fmt.Errorf("%s: writing config.toml: %w", a.opts.Name, err)
+	}
+	return nil
+}
+
+// toml quotes s as a TOML basic string (JSON's escapes are TOML's).
+func toml(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
+	path, err := exec.LookPath(a.opts.Command)
+	if err != nil {
+		return cli.Command{}, fmt.Errorf("the Codex CLI is not installed (%v); install it with npm install -g @openai/codex", err)
+	}
+	chome, err := a.codexHome(cfg)
+	if err != nil {
+		return cli.Command{}, err
+	}
+	var needs provider.SandboxNeeds
+	if cfg.Sandbox != nil {
+		if path, needs, err = cli.Sandboxed(path, "", chome); err != nil {
+			return cli.Command{}, err
+		}
+	}
+	args := []string{"exec"}
+	if id != "" {
+		args = append(args, "resume", id)
+	}
+	args = append(args, "--json", "--skip-git-repo-check", "-c", `approval_policy="never"`)
+	switch cfg.Permissions.Mode {
+	case provider.ModeFull:
+		args = append(args, "--dangerously-bypass-approvals-and-sandbox")
+	case provider.ModeAcceptEdits:
+		args = append(args, "-c", `sandbox_mode="workspace-write"`)
+	default:
+		args = append(args, "-c", `sandbox_mode="read-only"`)
+	}
+	if base := a.baseURL(); base != "" {
+		args = append(args, "-c", `model_provider="substrat"`,
+			"-c", "model_providers.substrat.name=\"substrat\"",
+			"-c", "model_providers.substrat.base_url="+toml(base),
+			"-c", `model_providers.substrat.wire_api="responses"`,
+			"-c", `model_providers.substrat.env_key="OPENAI_API_KEY"`)
+	}
+	if cfg.Model != "" {
+		args = append(args, "--model", cfg.Model)
+	}
+	args = append(args, a.opts.ExtraArgs...)
+	args = append(args, "-")
+	if cfg.Instructions != "" {
+		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
+	}
+	set := map[string]string{"CODEX_HOME": chome, "SUBSTRAT_AGENT_ID": cfg.AgentID}
+	env := cli.Environ(set, nil, nil, a.opts.Env)
+	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
+		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...)}, nil
+}
+
+func (a *adapter) baseURL() string {
+	if a.opts.BaseURL != "" {
+		return a.opts.BaseURL
+	}
+	return os.Getenv("OPENAI_BASE_URL")
+}
+
+// line is one --json line.
+type line struct {
+	Type     string                    `json:"type"`
+	ThreadID string                    `json:"thread_id"`
+	Item     *item                     `json:"item"`
+	Usage    *usage                    `json:"usage"`
+	Error    *struct{ Message string } `json:"error"`
+	Message  string                    `json:"message"`
+}
+
+type item struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	Command   string          `json:"command"`
+	Output    string          `json:"aggregated_output"`
+	ExitCode  *int            `json:"exit_code"`
+	Server    string          `json:"server"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	Result    json.RawMessage `json:"result"`
+	Error     json.RawMessage `json:"error"`
+	Changes   json.RawMessage `json:"changes"`
+	Message   string          `json:"message"`
+	Status    string          `json:"status"`
+}
+
+type usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// parse reads one --json line. Only a line that is not JSON fails it.
+func parse(b []byte) (cli.Line, error) {
+	var l line
+	if err := json.Unmarshal(b, &l); err != nil {
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
+		}
+	}
+	var out cli.Line
+	switch l.Type {
+	case "thread.started":
+		out.SessionID = l.ThreadID
+	case "item.started":
+		if c, ok := toolCall(l.Item); ok {
+			out.Chunks = append(out.Chunks, c)
+		}
+	case "item.completed":
+		if l.Item != nil {
+			out.Chunks = append(out.Chunks, itemChunks(l.Item)...)
+		}
+	case "turn.completed":
+		u := provider.Usage{CostUnknown: true}
+		if l.Usage != nil {
+			u.InputTokens, u.OutputTokens = l.Usage.InputTokens, l.Usage.OutputTokens
+		} else {
+			u.TokensUnknown = true
+		}
+		out.Final = &cli.Final{Usage: u}
+	case "turn.failed":
+		msg := "the turn failed"
+		if l.Error != nil && l.Error.Message != "" {
+			msg = l.Error.Message
+		}
+		out.Final = &cli.Final{Err: cli.FailureText("codex reported turn.failed", msg)}
+	case "error":
+		if l.Message != "" { // reconnect notices: shown, not the turn's text
+			out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolResult, Text: "codex -> " + l.Message})
+		}
+	}
+	return out, nil
+}
+
+// toolCall is the chunk of an item that starts a tool's work.
+func toolCall(it *item) (provider.Chunk, bool) {
+	if it == nil {
+		return provider.Chunk{}, false
+	}
+	switch it.Type {
+	case "command_execution":
+		return provider.Chunk{Kind: provider.ChunkToolCall, Text: "shell " + it.Command}, true
+	case "mcp_tool_call":
+		return provider.Chunk{Kind: provider.ChunkToolCall, Text: it.Server + "." + it.Tool + " " + string(it.Arguments)}, true
+	}
+	return provider.Chunk{}, false
+}
+
+// itemChunks are the chunks of a completed item: an agent message is
+// text; a tool's work, its result.
+func itemChunks(it *item) []provider.Chunk {
+	switch it.Type {
+	case "agent_message":
+		return []provider.Chunk{{Kind: provider.ChunkText, Text: it.Text}}
+	case "command_execution":
+		text := it.Output
+		if it.ExitCode != nil && *it.ExitCode != 0 {
+			text = fmt.Sprintf("error: exit %d: %s", *it.ExitCode, text)
+		}
+		return []provider.Chunk{{Kind: provider.ChunkToolResult, Text: "shell -> " + text}}
+	case "mcp_tool_call":
+		if len(it.Error) > 0 && string(it.Error) != "null" {
+			return []provider.Chunk{{Kind: provider.ChunkToolResult, Text: it.Server + "." + it.Tool + " -> error: " + string(it.Error)}}
+		}
+		return []provider.Chunk{{Kind: provider.ChunkToolResult, Text: it.Server + "." + it.Tool + " -> " + string(it.Result)}}
+	case "file_change":
+		return []provider.Chunk{{Kind: provider.ChunkToolResult, Text: "file_change -> " + string(it.Changes)}}
+	case "error":
+		// A notice of the CLI's own (a model it has no metadata for):
+		// shown, and kept out of the turn's text.
+		return []provider.Chunk{{Kind: provider.ChunkToolResult, Text: "codex -> " + it.Message}}
+	}
+	return nil
+}
