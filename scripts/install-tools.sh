@@ -47,3 +47,12 @@ if [ ! -x "$TOOLS/npm/node_modules/.bin/codex" ] || ! "$TOOLS/npm/node_modules/.
   mkdir -p "$TOOLS/npm"
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --save-exact "@openai/codex@$CODEX_VERSION"
 fi
+
+# The Gemini CLI, pinned, for the gemini provider's tests (provider/gemini),
+# which run it offline against a loopback fake of the Gemini API.
+GEMINI_VERSION=0.61.0
+if [ ! -x "$TOOLS/npm/node_modules/.bin/gemini" ] || ! "$TOOLS/npm/node_modules/.bin/gemini" --version 2>/dev/null | grep -q "^$GEMINI_VERSION$"; then
+  echo "installing @google/gemini-cli@$GEMINI_VERSION into .tools/npm"
+  mkdir -p "$TOOLS/npm"
+  npm install --prefix "$TOOLS/npm" --no-audit --no-fund --save-exact "@google/gemini-cli@$GEMINI_VERSION"
+fi

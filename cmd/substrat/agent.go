@@ -40,7 +40,7 @@ type AgentCmd struct {
 // AgentCreateCmd creates an agent.
 type AgentCreateCmd struct {
 	Name         string   `arg:"" help:"The agent's name: no '/', no '..', no spaces, at most 64 bytes."`
-	Provider     string   `help:"Provider: script, claude, codex, cursor-agent, openai (default: config.json's default_provider, else script)." predictor:"provider"`
+	Provider     string   `help:"Provider: script, claude, codex, gemini, cursor-agent, openai (default: config.json's default_provider, else script)." predictor:"provider"`
 	Model        string   `help:"Model; for the script provider, a path to a model script."`
 	Instructions string   `help:"The agent's instructions (system prompt)."`
 	Workspace    string   `help:"Workspace to run in: the agent works in its bwrap sandbox." predictor:"workspace"`

@@ -26,6 +26,7 @@ import (
 	"github.com/substrat/substrat/provider/claude"
 	"github.com/substrat/substrat/provider/codex"
 	"github.com/substrat/substrat/provider/cursor"
+	"github.com/substrat/substrat/provider/gemini"
 	"github.com/substrat/substrat/provider/openai"
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -182,6 +183,7 @@ func realProviders() []provider.Provider {
 		claude.New(claude.Options{}),
 		cursor.New(cursor.Options{}),
 		codex.New(codex.Options{}),
+		gemini.New(gemini.Options{}),
 		openai.New(openai.Options{Tools: agentTools}),
 	}
 }

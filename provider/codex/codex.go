@@ -107,14 +107,16 @@ func New(opts Options) provider.Provider {
 	}
 	a := &adapter{opts: opts}
 	return cli.New(cli.Spec{
-		Name:      opts.Name,
-		StateDir:  a.stateDir,
-		NewID:     func() string { return "" },
-		Prepare:   a.prepare,
-		Command:   a.command,
-		Parse:     parse,
-		Retry:     opts.Retry,
-		ExitGrace: opts.ExitGrace,
+		Name:     opts.Name,
+		StateDir: a.stateDir,
+		NewID:    func() string { return "" },
+		Prepare:  a.prepare,
+		Command:  a.command,
+		Parse:    parse,
+		// Each agent_message is a whole message.
+		TextSeparator: "\n\n",
+		Retry:         opts.Retry,
+		ExitGrace:     opts.ExitGrace,
 	})
 }
 
@@ -197,7 +199,10 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	}
 	var needs provider.SandboxNeeds
 	if cfg.Sandbox != nil {
-		if path, needs, err = cli.Sandboxed(path, "", chome); err != nil {
+		// npm's codex is a Node script that starts the native binary of a
+		// sibling package: in a sandbox, run that binary itself.
+		path = nativeBinary(path)
+		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, chome); err != nil {
 			return cli.Command{}, err
 		}
 	}
@@ -233,6 +238,22 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	env := cli.Environ(set, nil, nil, a.opts.Env)
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
 		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...)}, nil
+}
+
+// nativeBinary returns the native codex binary of an npm install whose
+// launcher is path, or path itself.
+func nativeBinary(path string) string {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil || filepath.Ext(real) != ".js" {
+		return path
+	}
+	// .../node_modules/@openai/codex/bin/codex.js
+	pkgs := filepath.Dir(filepath.Dir(filepath.Dir(real)))
+	matches, _ := filepath.Glob(filepath.Join(pkgs, "codex-linux-*", "vendor", "*", "bin", "codex"))
+	if len(matches) == 0 {
+		return path
+	}
+	return matches[0]
 }
 
 func (a *adapter) baseURL() string {

@@ -212,3 +212,16 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// TestNativeBinary: in a sandbox the npm launcher (a Node script) is
+// replaced by the native binary it would start.
+func TestNativeBinary(t *testing.T) {
+	bin := nativeBinary(pinnedCLI(t))
+	if filepath.Ext(bin) == ".js" || !strings.Contains(bin, "vendor") {
+		t.Fatalf("native binary: %s", bin)
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0.169.0") {
+		t.Fatalf("%s --version: %s %v", bin, out, err)
+	}
+}

@@ -115,6 +115,10 @@ type Spec struct {
 	ExitGrace time.Duration
 	// MaxLine bounds an output line; default 4 MiB.
 	MaxLine int
+	// TextSeparator joins the streamed text chunks into the turn's text
+	// when the final line carries none: "\n" for whole messages, "" for
+	// deltas.
+	TextSeparator string
 }
 
 // OwnTools reports that a CLI's model has tools of its own.
@@ -452,7 +456,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		return provider.TurnResult{}, final.Err
 	}
 	if final.Text == "" { // a CLI whose last line carries no text: what it said
-		final.Text = strings.Join(texts, "\n")
+		final.Text = strings.Join(texts, s.p.spec.TextSeparator)
 	}
 	return provider.TurnResult{Text: final.Text, Usage: final.Usage}, nil
 }

@@ -1,0 +1,284 @@
+// Package gemini is the provider that drives Google's Gemini CLI,
+// registered as "gemini".
+//
+// Each turn runs the CLI once, headless, with the prompt on stdin:
+//
+//	gemini -p "" --output-format stream-json --skip-trust --approval-mode <mode>
+//	       [--model <model>] [--resume <session-id>]
+//
+// in Config.WorkDir (/workspace in a sandbox), in its own process group
+// (killed on timeout or cancel), with a HOME of the agent's own,
+// <home>/providers/gemini/homes/<agent-id>, where the CLI keeps its
+// sessions and its settings.json: a login kept in the user's own HOME is
+// not used; the key comes from GEMINI_API_KEY (and the endpoint from
+// GOOGLE_GEMINI_BASE_URL when set). The CLI has no system-prompt flag, so
+// the instructions lead each prompt inside <instructions> tags.
+//
+// MCP is configured in settings.json: a "substrat" server, `substrat mcp
+// --agent <id> --home <home>` (or --socket in a sandbox), trusted (its
+// tools run without confirmation: the agent tools are always allowed).
+// The CLI names them mcp_substrat_<tool> to the model and sends no call
+// id, so `substrat mcp` keys a call by a hash of the agent, the tool, the
+// arguments and the call's position (see cmd/substrat/mcp.go).
+//
+// # Permissions
+//
+// Config.Permissions' mode maps onto --approval-mode: bypassPermissions
+// (the default inside a bwrap sandbox) is yolo, acceptEdits is auto_edit,
+// plan is plan, and default and dontAsk are default, in which headless
+// mode refuses what would need a confirmation. The CLI's own sandbox (a
+// container) is not used: inside bwrap, bwrap is the boundary.
+//
+// # Sessions
+//
+// The CLI picks the session id: the first turn runs without --resume, the
+// id of its init line is reported through Config.SessionID at once and
+// kept in <home>/providers/gemini/sessions/<agent-id>.json, and later
+// turns pass --resume <session-id>. See provider/internal/cli.
+//
+// # Output
+//
+// The stream-json lines: init (the session id), message (assistant text,
+// streamed; the user's echo is skipped), tool_use and tool_result
+// (tool_call and tool_result chunks), result (status and token counts;
+// the CLI reports no cost, so cost is unknown) and error. A result whose
+// status is not success fails the turn (retried when it reads like an
+// overloaded or 429/5xx API). A line that is not JSON fails the turn.
+package gemini
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/cli"
+	"github.com/substrat/substrat/provider/internal/proc"
+	"github.com/substrat/substrat/provider/internal/retry"
+)
+
+// Options configure the provider. The zero value suits the daemon.
+type Options struct {
+	// Name is the registry name; default "gemini".
+	Name string
+	// Command is the CLI, a path or a name looked up in PATH; default
+	// "gemini".
+	Command string
+	// Home is the Substrat home; default derived from the config.
+	Home string
+	// StateDir holds the provider's files; default <Home>/providers/gemini.
+	StateDir string
+	// Substrat is the substrat binary the MCP config starts; default the
+	// running executable.
+	Substrat string
+	// ExtraArgs are added to every command line.
+	ExtraArgs []string
+	// Env is added to the environment of every turn.
+	Env []string
+	// Retry is the retry policy of failed turns; zero is retry.Default.
+	Retry retry.Policy
+	// ExitGrace is how long the CLI may take to exit after its result.
+	ExitGrace time.Duration
+}
+
+// New returns the provider.
+func New(opts Options) provider.Provider {
+	if opts.Name == "" {
+		opts.Name = "gemini"
+	}
+	if opts.Command == "" {
+		opts.Command = "gemini"
+	}
+	a := &adapter{opts: opts}
+	return cli.New(cli.Spec{
+		Name:      opts.Name,
+		StateDir:  a.stateDir,
+		NewID:     func() string { return "" },
+		Prepare:   a.prepare,
+		Command:   a.command,
+		Parse:     parse,
+		Retry:     opts.Retry,
+		ExitGrace: opts.ExitGrace,
+	})
+}
+
+type adapter struct {
+	opts Options
+}
+
+func (a *adapter) stateDir(cfg provider.Config) (string, error) {
+	if a.opts.StateDir != "" {
+		return a.opts.StateDir, nil
+	}
+	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
+	if err != nil {
+		return "", err
+	}
+	return fsstore.Layout{Home: home}.ProviderDir(a.opts.Name), nil
+}
+
+// agentHome is the CLI's HOME for the agent.
+func (a *adapter) agentHome(cfg provider.Config) (string, error) {
+	dir, err := a.stateDir(cfg)
+	if err != nil {
+		return "", err
+	}
+	return cli.AgentHome(dir, cfg.AgentID), nil
+}
+
+// prepare writes $HOME/.gemini/settings.json: API-key auth and the
+// substrat MCP server, trusted.
+func (a *adapter) prepare(cfg provider.Config) error {
+	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
+	if err != nil {
+		return err
+	}
+	substrat, err := cli.Substrat(a.opts.Substrat)
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	ahome, err := a.agentHome(cfg)
+	if err != nil {
+		return err
+	}
+	// The HOME is the CLI's to write: a .gemini that is not a plain
+	// directory (a symlink planted by a turn) is removed rather than
+	// written through.
+	dot := filepath.Join(ahome, ".gemini")
+	if fi, err := os.Lstat(dot); err == nil && !fi.IsDir() {
+		if err := os.Remove(dot); err != nil {
+			return fmt.Errorf("%s: %w", a.opts.Name, err)
+		}
+	}
+	if err := os.MkdirAll(dot, 0o700); err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}
+	if cfg.Sandbox != nil {
+		args = []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}
+	}
+	settings := map[string]any{
+		"security":   map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
+		"mcpServers": map[string]any{"substrat": map[string]any{"command": substrat, "args": args, "trust": true}},
+	}
+	data, _ := json.MarshalIndent(settings, "", "  ")
+	if err := cli.WriteFile(filepath.Join(dot, "settings.json"), append(data, '\n')); err != nil {
+		return fmt.Errorf("%s: writing settings.json: %w", a.opts.Name, err)
+	}
+	return nil
+}
+
+func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
+	path, err := exec.LookPath(a.opts.Command)
+	if err != nil {
+		return cli.Command{}, fmt.Errorf("the Gemini CLI is not installed (%v); install it with npm install -g @google/gemini-cli", err)
+	}
+	ahome, err := a.agentHome(cfg)
+	if err != nil {
+		return cli.Command{}, err
+	}
+	var needs provider.SandboxNeeds
+	if cfg.Sandbox != nil {
+		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, ahome); err != nil {
+			return cli.Command{}, err
+		}
+	}
+	mode := "default"
+	switch cfg.Permissions.Mode {
+	case provider.ModeFull:
+		mode = "yolo"
+	case provider.ModeAcceptEdits:
+		mode = "auto_edit"
+	case provider.ModePlan:
+		mode = "plan"
+	}
+	args := []string{"-p", "", "--output-format", "stream-json", "--skip-trust", "--approval-mode", mode}
+	if cfg.Model != "" {
+		args = append(args, "--model", cfg.Model)
+	}
+	if id != "" {
+		args = append(args, "--resume", id)
+	}
+	args = append(args, a.opts.ExtraArgs...)
+	if cfg.Instructions != "" {
+		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
+	}
+	set := map[string]string{"HOME": ahome, "SUBSTRAT_AGENT_ID": cfg.AgentID}
+	env := cli.Environ(set, nil, nil, a.opts.Env)
+	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
+		KeepEnv: append([]string{"GEMINI_", "GOOGLE_"}, cli.Names(a.opts.Env)...)}, nil
+}
+
+// line is one stream-json line.
+type line struct {
+	Type      string          `json:"type"`
+	SessionID string          `json:"session_id"`
+	Role      string          `json:"role"`
+	Content   string          `json:"content"`
+	ToolName  string          `json:"tool_name"`
+	ToolID    string          `json:"tool_id"`
+	Params    json.RawMessage `json:"parameters"`
+	Status    string          `json:"status"`
+	Output    string          `json:"output"`
+	Error     json.RawMessage `json:"error"`
+	Message   string          `json:"message"`
+	Stats     *struct {
+		InputTokens  int64 `json:"input_tokens"`
+		OutputTokens int64 `json:"output_tokens"`
+	} `json:"stats"`
+}
+
+// parse reads one stream-json line. Only a line that is not JSON fails it.
+func parse(b []byte) (cli.Line, error) {
+	var l line
+	if err := json.Unmarshal(b, &l); err != nil {
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
+		}
+	}
+	var out cli.Line
+	switch l.Type {
+	case "init":
+		out.SessionID = l.SessionID
+	case "message":
+		if l.Role == "assistant" && l.Content != "" {
+			out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkText, Text: l.Content})
+		}
+	case "tool_use":
+		out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolCall, Text: l.ToolName + " " + string(l.Params)})
+	case "tool_result":
+		text := l.Output
+		if l.Status != "success" {
+			text = "error: " + l.Status + " " + text + " " + string(l.Error)
+		}
+		out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolResult, Text: l.ToolID + " -> " + text})
+	case "error":
+		msg := l.Message
+		if msg == "" {
+			msg = string(b)
+		}
+		out.Chunks = append(out.Chunks, provider.Chunk{Kind: provider.ChunkToolResult, Text: "gemini -> " + msg})
+	case "result":
+		if l.Status != "success" {
+			msg := string(l.Error)
+			if msg == "" || msg == "null" {
+				msg = string(b)
+			}
+			out.Final = &cli.Final{Err: cli.FailureText("gemini reported "+l.Status, msg)}
+			return out, nil
+		}
+		u := provider.Usage{CostUnknown: true, TokensUnknown: l.Stats == nil}
+		if l.Stats != nil {
+			u.InputTokens, u.OutputTokens = l.Stats.InputTokens, l.Stats.OutputTokens
+		}
+		out.Final = &cli.Final{Usage: u}
+	}
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package gemini
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/supervisor/rpc/rpctest"
+)
+
+// repoRoot is the module's root, above the test's directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test")
+		}
+		dir = parent
+	}
+}
+
+// pinnedCLI is the Gemini CLI that scripts/install-tools.sh installs.
+func pinnedCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(repoRoot(t), ".tools", "npm", "node_modules", ".bin", "gemini")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the Gemini CLI is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
+	}
+	return bin
+}
+
+// substrat builds the substrat binary the CLI's MCP config starts, once.
+var substrat = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "substrat-gemini-test-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "substrat")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/substrat/substrat/cmd/substrat").CombinedOutput(); err != nil {
+		return "", &exec.Error{Name: string(out), Err: err}
+	}
+	return bin, nil
+})
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []provider.ToolCall
+}
+
+func (r *recorder) CallTool(ctx context.Context, c provider.ToolCall) provider.ToolResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c)
+	return provider.ToolResult{Text: "sent to USER: message m1"}
+}
+
+func start(t *testing.T, reply func(fakeapi.Request) fakeapi.Out) (provider.Session, provider.Config, *[]string, *fakeapi.Server) {
+	t.Helper()
+	bin, err := substrat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := fakeapi.New(reply)
+	t.Cleanup(api.Close)
+	d := rpctest.Start(t)
+	p := d.Wrap(New(Options{Command: pinnedCLI(t), Home: d.Home, Substrat: bin,
+		Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
+		Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
+	cfg := d.Config(t)
+	cfg.Model = "fake-model"
+	var ids []string
+	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
+	s, err := p.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s, cfg, &ids, api
+}
+
+func send(t *testing.T, s provider.Session, prompt string, tools provider.ToolHandler) (provider.TurnResult, []provider.Chunk, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var chunks []provider.Chunk
+	res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
+	return res, chunks, err
+}
+
+// TestGeminiTurns: the real Gemini CLI, against a loopback fake of the
+// Gemini API: a reply, its session id learned at once, its tokens (and an
+// unknown cost), and a second turn that resumes the same session (the
+// fake sees the first exchange).
+func TestGeminiTurns(t *testing.T) {
+	s, _, ids, api := start(t, func(r fakeapi.Request) fakeapi.Out {
+		switch {
+		case strings.Contains(r.Raw, "what did I say"):
+			if strings.Contains(r.Raw, "remember PAPAYA") {
+				return fakeapi.Out{Text: "you said PAPAYA"}
+			}
+			return fakeapi.Out{Text: "I was never told"}
+		}
+		return fakeapi.Out{Text: "noted", Usage: [2]int{40, 3}}
+	})
+	res, _, err := send(t, s, "remember PAPAYA", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "noted" || res.Usage.InputTokens != 40 || res.Usage.OutputTokens != 3 || !res.Usage.CostUnknown || res.Usage.TokensUnknown {
+		t.Fatalf("first turn: %+v", res)
+	}
+	if len(*ids) != 1 || (*ids)[0] == "" {
+		t.Fatalf("thread id reported %v", *ids)
+	}
+	res, _, err = send(t, s, "what did I say?", nil)
+	if err != nil || res.Text != "you said PAPAYA" {
+		t.Fatalf("second turn: %q %v (requests: %d)", res.Text, err, len(api.Requests()))
+	}
+	if len(*ids) != 1 {
+		t.Errorf("the thread changed: %v", *ids)
+	}
+}
+
+// TestGeminiToolCall: the model calls an agent tool of the substrat MCP
+// server (mcp_substrat_<tool> to the model); the call reaches the turn's
+// tools under a key of substrat mcp's own (the CLI sends no call id), and
+// its result goes back to the model.
+func TestGeminiToolCall(t *testing.T) {
+	s, _, _, api := start(t, func(r fakeapi.Request) fakeapi.Out {
+		if len(r.Responses) > 0 {
+			return fakeapi.Out{Text: "the tool said " + r.Responses[0]}
+		}
+		return fakeapi.Out{Call: &fakeapi.Call{Name: "mcp_substrat_send_message", Args: `{"recipient":"USER","text":"hi"}`}}
+	})
+	rec := &recorder{}
+	res, chunks, err := send(t, s, "tell USER hi", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.calls) != 1 || rec.calls[0].Name != "send_message" || !strings.HasPrefix(rec.calls[0].ID, "mcp_") || string(rec.calls[0].Args) != `{"recipient":"USER","text":"hi"}` {
+		raw := ""
+		if reqs := api.Requests(); len(reqs) > 0 {
+			raw = reqs[0].Raw
+			if i := strings.Index(raw, `mcp_substrat`); i >= 0 {
+				raw = raw[i:min(len(raw), i+300)]
+			} else {
+				raw = "(no substrat tools)"
+			}
+		}
+		t.Fatalf("tool calls %+v; text %q; chunks %+v; tools: %s", rec.calls, res.Text, chunks, raw)
+	}
+	if !strings.Contains(res.Text, "sent to USER: message m1") {
+		t.Fatalf("the model did not get the tool's result: %q (requests %d)", res.Text, len(api.Requests()))
+	}
+	var call, result bool
+	for _, c := range chunks {
+		call = call || (c.Kind == provider.ChunkToolCall && strings.Contains(c.Text, "mcp_substrat_send_message"))
+		result = result || (c.Kind == provider.ChunkToolResult && strings.Contains(c.Text, "message m1"))
+	}
+	if !call || !result {
+		t.Errorf("chunks %+v", chunks)
+	}
+}
+
+// TestGeminiGarbage: an API that answers garbage fails the turn with an
+// error, in time.
+func TestGeminiGarbage(t *testing.T) {
+	s, _, _, _ := start(t, func(r fakeapi.Request) fakeapi.Out {
+		return fakeapi.Out{Garbage: "data: {not json\n\n"}
+	})
+	_, _, err := send(t, s, "hello", nil)
+	if err == nil {
+		t.Fatal("a garbage stream gave no error")
+	}
+	t.Logf("the error: %v", err)
+}
+
+// TestCommandLine: the permission setting maps onto --approval-mode;
+// later turns resume the session.
+func TestCommandLine(t *testing.T) {
+	a := &adapter{opts: Options{Command: "sh", Home: t.TempDir()}}
+	for _, c := range []struct {
+		mode, want string
+	}{
+		{provider.ModeFull, "--approval-mode yolo"},
+		{provider.ModeAcceptEdits, "--approval-mode auto_edit"},
+		{provider.ModePlan, "--approval-mode plan"},
+		{provider.ModeDefault, "--approval-mode default"},
+	} {
+		cfg := provider.Config{AgentID: "0199aaaa-0000-7000-8000-000000000001", WorkDir: t.TempDir(), Permissions: provider.Permissions{Mode: c.mode}}
+		cmd, err := a.command(cfg, "s-1", "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Join(cmd.Args, " ")
+		if !strings.Contains(args, c.want) || !strings.Contains(args, "--resume s-1") || !strings.Contains(args, "--output-format stream-json") {
+			t.Errorf("%s: %s", c.mode, args)
+		}
+	}
+}
