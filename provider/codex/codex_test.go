@@ -13,6 +13,7 @@ import (
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/codex/fakeapi"
 	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
@@ -224,4 +225,39 @@ func TestNativeBinary(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "0.169.0") {
 		t.Fatalf("%s --version: %s %v", bin, out, err)
 	}
+}
+
+// TestConformance runs the shared provider suite on the real Codex CLI:
+// "CALL <tool> <args>" makes the fake model call the tool over MCP.
+func TestConformance(t *testing.T) {
+	bin, err := substrat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+		if out := r.Outputs(); len(out) > 0 {
+			return fakeapi.Out{Text: "the tool said " + out[len(out)-1]}
+		}
+		if i := strings.LastIndex(r.Raw, "CALL "); i >= 0 {
+			rest := r.Raw[i+len("CALL "):]
+			name, args, _ := strings.Cut(rest, " ")
+			args = args[:strings.Index(args, "}")+1] // the probe's args end at the first }: {"n":42,...,"list":[1,"x"]}
+			args = strings.ReplaceAll(args, `\"`, `"`)
+			return fakeapi.Out{Call: &fakeapi.Call{ID: "call_probe", Namespace: "mcp__substrat", Name: name, Args: args}}
+		}
+		return fakeapi.Out{Text: "hello back"}
+	})
+	t.Cleanup(api.Close)
+	d := rpctest.Start(t)
+	providertest.Run(t, providertest.Harness{
+		New: func(t *testing.T) provider.Provider {
+			return d.Wrap(New(Options{Command: pinnedCLI(t), Home: d.Home, Substrat: bin, BaseURL: api.URL,
+				Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
+				ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
+				Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}))
+		},
+		Config:     func(t *testing.T) provider.Config { c := d.Config(t); c.Model = "fake-model"; return c },
+		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
+		Timeout:    90 * time.Second,
+	})
 }

@@ -11,7 +11,9 @@
 // <home>/providers/gemini/homes/<agent-id>, where the CLI keeps its
 // sessions and its settings.json: a login kept in the user's own HOME is
 // not used; the key comes from GEMINI_API_KEY (and the endpoint from
-// GOOGLE_GEMINI_BASE_URL when set). The CLI has no system-prompt flag, so
+// GOOGLE_GEMINI_BASE_URL when set). settings.json turns off update checks
+// and usage statistics, and GEMINI_CLI_NO_RELAUNCH=true keeps the CLI to
+// one process. The CLI has no system-prompt flag, so
 // the instructions lead each prompt inside <instructions> tags.
 //
 // MCP is configured in settings.json: a "substrat" server, `substrat mcp
@@ -166,6 +168,10 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	settings := map[string]any{
 		"security":   map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
 		"mcpServers": map[string]any{"substrat": map[string]any{"command": substrat, "args": args, "trust": true}},
+		// Offline and quiet: no update checks, no usage statistics.
+		"general":   map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
+		"privacy":   map[string]any{"usageStatisticsEnabled": false},
+		"telemetry": map[string]any{"enabled": false},
 	}
 	data, _ := json.MarshalIndent(settings, "", "  ")
 	if err := cli.WriteFile(filepath.Join(dot, "settings.json"), append(data, '\n')); err != nil {
@@ -209,7 +215,9 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Instructions != "" {
 		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
 	}
-	set := map[string]string{"HOME": ahome, "SUBSTRAT_AGENT_ID": cfg.AgentID}
+	// GEMINI_CLI_NO_RELAUNCH: one process, not a relaunched child (which
+	// outlived a cancelled turn's kill for seconds).
+	set := map[string]string{"HOME": ahome, "SUBSTRAT_AGENT_ID": cfg.AgentID, "GEMINI_CLI_NO_RELAUNCH": "true"}
 	env := cli.Environ(set, nil, nil, a.opts.Env)
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
 		KeepEnv: append([]string{"GEMINI_", "GOOGLE_"}, cli.Names(a.opts.Env)...)}, nil

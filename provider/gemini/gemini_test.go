@@ -13,6 +13,7 @@ import (
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/gemini/fakeapi"
 	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
@@ -210,4 +211,38 @@ func TestCommandLine(t *testing.T) {
 			t.Errorf("%s: %s", c.mode, args)
 		}
 	}
+}
+
+// TestConformance runs the shared provider suite on the real Gemini CLI:
+// "CALL <tool> <args>" makes the fake model call the tool over MCP.
+func TestConformance(t *testing.T) {
+	bin, err := substrat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+		if len(r.Responses) > 0 {
+			return fakeapi.Out{Text: "the tool said " + r.Responses[len(r.Responses)-1]}
+		}
+		if i := strings.LastIndex(r.Raw, "CALL "); i >= 0 {
+			rest := r.Raw[i+len("CALL "):]
+			name, args, _ := strings.Cut(rest, " ")
+			args = args[:strings.Index(args, "}")+1]
+			args = strings.ReplaceAll(args, `\"`, `"`)
+			return fakeapi.Out{Call: &fakeapi.Call{Name: "mcp_substrat_" + name, Args: args}}
+		}
+		return fakeapi.Out{Text: "hello back"}
+	})
+	t.Cleanup(api.Close)
+	d := rpctest.Start(t)
+	providertest.Run(t, providertest.Harness{
+		New: func(t *testing.T) provider.Provider {
+			return d.Wrap(New(Options{Command: pinnedCLI(t), Home: d.Home, Substrat: bin,
+				Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
+				Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
+		},
+		Config:     func(t *testing.T) provider.Config { c := d.Config(t); c.Model = "fake-model"; return c },
+		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
+		Timeout:    90 * time.Second,
+	})
 }

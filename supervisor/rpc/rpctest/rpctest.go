@@ -54,7 +54,10 @@ func Start(t testing.TB) *Daemon {
 	srv := rpc.NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv.Handle("tool.list", func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
 		return []map[string]any{{"name": "send_message", "description": "Send a message.",
-			"input_schema": json.RawMessage(`{"type":"object","properties":{"recipient":{"type":"string"},"text":{"type":"string"}}}`)}}, nil
+			"input_schema": json.RawMessage(`{"type":"object","properties":{"recipient":{"type":"string"},"text":{"type":"string"}}}`)},
+			// The probe of provider/providertest, for a real CLI to call.
+			{"name": "providertest_probe", "description": "The conformance suite's probe.",
+				"input_schema": json.RawMessage(`{"type":"object"}`)}}, nil
 	})
 	srv.Handle("tool.call", func(ctx context.Context, raw json.RawMessage, _ func(any) error) (any, error) {
 		var p struct {
