@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
+	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
+	wire "github.com/substrat/substrat/supervisor/api"
+)
+
+// teamScript is the model of a lead and a worker on a CLI that is not
+// Claude's: the lead spawns the worker over MCP; the worker writes a file
+// with the CLI's own shell tool and completes; told, the lead says the
+// team is done. The worker's first request can be held, so that the
+// daemon is killed while the worker is at work.
+type teamScript struct {
+	mu   sync.Mutex
+	hold chan struct{} // closed to let the held request go
+	held int
+	word string
+}
+
+// step says what the model does next: "spawn", "shell", "complete" or a
+// text, from the conversation so far (conv) and its tool outputs.
+func (m *teamScript) step(conv string, outputs int) (string, string) {
+	lead := strings.Contains(conv, "build the team")
+	switch {
+	case lead && strings.Contains(conv, "w1 completed"):
+		return "text", "team done"
+	case lead && outputs == 0:
+		return "spawn", ""
+	case lead:
+		return "text", "spawned w1"
+	case outputs == 0:
+		m.mu.Lock()
+		ch := m.hold
+		if ch != nil {
+			m.held++
+		}
+		m.mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-time.After(60 * time.Second):
+			}
+		}
+		return "shell", ""
+	case outputs == 1:
+		return "complete", ""
+	}
+	return "text", "done"
+}
+
+func (m *teamScript) heldCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held
+}
+
+const workerInstructions = "ROLE=worker. Write the file, then complete."
+
+// TestCLITeamsE2E: for the Codex and the Gemini CLI, a lead (in a bwrap
+// sandbox, full permission) spawns a worker over MCP; the worker writes a
+// file with the CLI's own shell tool and completes. The daemon is killed
+// with SIGKILL while the worker is at work; after the restart the team
+// finishes, with the sessions resumed, and the worker was spawned once.
+func TestCLITeamsE2E(t *testing.T) {
+	for _, p := range []string{"codex", "gemini"} {
+		t.Run(p, func(t *testing.T) { cliTeam(t, p) })
+	}
+}
+
+func cliTeam(t *testing.T, name string) {
+	m := &teamScript{hold: make(chan struct{}), word: "from-" + name}
+	spawnArgs := fmt.Sprintf(`{"name":"w1","instructions":%q}`, workerInstructions)
+	shell := fmt.Sprintf("echo %s > /workspace/out.txt", m.word)
+	var env []string
+	switch name {
+	case "codex":
+		api := codexapi.New(func(r codexapi.Request) codexapi.Out {
+			what, text := m.step(r.Raw, len(r.Outputs()))
+			switch what {
+			case "spawn":
+				return codexapi.Out{Call: &codexapi.Call{ID: "call_spawn_w1", Namespace: "mcp__substrat", Name: "spawn_agent", Args: spawnArgs}}
+			case "shell":
+				return codexapi.Out{Call: &codexapi.Call{ID: fmt.Sprintf("call_shell_%d", len(r.Input)), Name: "exec_command", Args: fmt.Sprintf(`{"cmd":%q}`, shell)}}
+			case "complete":
+				return codexapi.Out{Call: &codexapi.Call{ID: "call_complete_w1", Namespace: "mcp__substrat", Name: "complete", Args: `{"result":"wrote out.txt"}`}}
+			}
+			return codexapi.Out{Text: text}
+		})
+		t.Cleanup(api.Close)
+		env = []string{"OPENAI_BASE_URL=" + api.URL, "OPENAI_API_KEY=sk-fake-codex"}
+	case "gemini":
+		api := geminiapi.New(func(r geminiapi.Request) geminiapi.Out {
+			what, text := m.step(r.Raw, len(r.Responses))
+			switch what {
+			case "spawn":
+				return geminiapi.Out{Call: &geminiapi.Call{Name: "mcp_substrat_spawn_agent", Args: spawnArgs}}
+			case "shell":
+				return geminiapi.Out{Call: &geminiapi.Call{Name: "run_shell_command", Args: fmt.Sprintf(`{"command":%q}`, shell)}}
+			case "complete":
+				return geminiapi.Out{Call: &geminiapi.Call{Name: "mcp_substrat_complete", Args: `{"result":"wrote out.txt"}`}}
+			}
+			return geminiapi.Out{Text: text}
+		})
+		t.Cleanup(api.Close)
+		env = []string{"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL=" + api.URL}
+	}
+	d := &e2eDaemon{t: t, home: shortHome(t), env: append(append(os.Environ(),
+		"PATH="+filepath.Dir(toolsBin(t, name))+string(os.PathListSeparator)+os.Getenv("PATH"), "SUBSTRAT_HOME="), env...)}
+	d.start()
+	t.Cleanup(d.kill)
+	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "team", Network: true}, nil)
+	var lead wire.AgentInfo
+	d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: "lead", Provider: name, Model: "fake-model", Workspace: "team"}, &lead)
+	if res := d.send("lead", "build the team"); res.Text != "spawned w1" {
+		t.Fatalf("the lead's first turn: %q", res.Text)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for m.heldCount() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never asked its model")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.kill() // while the worker is at work
+	close(m.hold)
+	m.mu.Lock()
+	m.hold = nil
+	m.mu.Unlock()
+	d.start()
+
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "team")
+	deadline = time.Now().Add(120 * time.Second)
+	for {
+		data, _ := os.ReadFile(filepath.Join(root, "out.txt"))
+		agents := d.agents()
+		done := agents["lead/w1"].AgentState == fsstore.AgentTerminated && strings.TrimSpace(string(data)) == m.word
+		if done && agents["lead"].Counters.Turns >= 2 && agents["lead"].Pending == 0 && agents["lead"].AgentState == fsstore.AgentIdle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the team did not finish after the restart: out.txt %q, agents %+v; daemon output in %s", data, agents, filepath.Join(d.home, "e2e-daemon.out"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var list []wire.AgentInfo
+	d.mustCall(wire.MethodAgentList, nil, &list)
+	if len(list) != 2 {
+		t.Errorf("%d agents, want the lead and one worker: %+v", len(list), list)
+	}
+	for _, ref := range []string{"lead", "lead/w1"} {
+		if d.sessionID(d.agents()[ref].ID) == "" {
+			t.Errorf("%s has no CLI session saved", ref)
+		}
+	}
+}
