@@ -2,6 +2,7 @@ package codex
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -260,4 +261,15 @@ func TestConformance(t *testing.T) {
 		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
 		Timeout:    90 * time.Second,
 	})
+}
+
+// TestCodexOverloaded: an API answering 429 fails the turn with an error
+// the engine retries (a *retry.Transient).
+func TestCodexOverloaded(t *testing.T) {
+	s, _, _, _ := start(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 429} })
+	_, _, err := send(t, s, "hello", nil)
+	var tr *retry.Transient
+	if !errors.As(err, &tr) {
+		t.Fatalf("a 429 gave %v, not a retryable error", err)
+	}
 }

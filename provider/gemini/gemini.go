@@ -45,7 +45,9 @@
 // (tool_call and tool_result chunks), result (status and token counts;
 // the CLI reports no cost, so cost is unknown) and error. A result whose
 // status is not success fails the turn (retried when it reads like an
-// overloaded or 429/5xx API). A line that is not JSON fails the turn.
+// overloaded or 429/5xx API); the pinned CLI retries a 429 itself, with
+// backoff, until the turn's timeout ends it. A line that is not JSON fails
+// the turn.
 package gemini
 
 import (

@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,4 +246,22 @@ func TestConformance(t *testing.T) {
 		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
 		Timeout:    90 * time.Second,
 	})
+}
+
+// TestGeminiOverloaded: an API answering 429 is retried by the CLI
+// itself, with backoff, until the turn's time runs out (checked: the
+// pinned CLI does not give up on its own within 90 s); the turn then ends
+// with its deadline, promptly.
+func TestGeminiOverloaded(t *testing.T) {
+	s, _, _, api := start(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 429} })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	begin := time.Now()
+	_, err := s.Send(ctx, provider.Turn{Prompt: "hello"})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(begin) > 25*time.Second {
+		t.Fatalf("after %s: %v", time.Since(begin), err)
+	}
+	if n := len(api.Requests()); n < 2 {
+		t.Errorf("the CLI asked %d times; it should retry a 429", n)
+	}
 }
