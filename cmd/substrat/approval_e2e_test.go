@@ -80,12 +80,7 @@ func TestApprovalE2E(t *testing.T) {
 	}
 	api := fakeapi.New(approvalReply)
 	t.Cleanup(api.Close)
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
-		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"SUBSTRAT_HOME=", "ANTHROPIC_BASE_URL="+api.URL, "ANTHROPIC_API_KEY=sk-ant-appr-fake",
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	dir := t.TempDir()
 	var lead, w wire.AgentInfo
 	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Model: model, WorkDir: dir}, &lead)

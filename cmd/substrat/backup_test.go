@@ -29,9 +29,7 @@ func TestBackupWhileArchiving(t *testing.T) {
 	if err != nil {
 		t.Fatal("rsync is not installed (make test installs it)")
 	}
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(), "SUBSTRAT_HOME=")}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t)
 
 	// The ledger: what the daemon acknowledged before the copy began.
 	const roots = 60

@@ -136,6 +136,24 @@ func (d *e2eDaemon) kill() {
 	d.cmd = nil
 }
 
+// runDaemon starts a daemon on a fresh short home with env added to the
+// test's environment (SUBSTRAT_HOME cleared); it is killed when the test
+// ends.
+func runDaemon(t *testing.T, env ...string) *e2eDaemon {
+	t.Helper()
+	d := &e2eDaemon{t: t, home: shortHome(t), env: append(append(os.Environ(), "SUBSTRAT_HOME="), env...)}
+	d.start()
+	t.Cleanup(d.kill)
+	return d
+}
+
+// claudeEnv is the environment of a daemon whose claude agents run the
+// pinned CLI cli against the fake API at url.
+func claudeEnv(cli, url string) []string {
+	return []string{"PATH=" + filepath.Dir(cli) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=sk-ant-fake", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+}
+
 func (d *e2eDaemon) call(method string, params, result any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -211,15 +229,7 @@ func startE2E(t *testing.T) (*e2eDaemon, *fakeapi.Server) {
 	cli := claudeCLI(t)
 	api := fakeapi.New(e2eReply)
 	t.Cleanup(api.Close)
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
-		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"SUBSTRAT_HOME=",
-		"ANTHROPIC_BASE_URL="+api.URL,
-		"ANTHROPIC_API_KEY=sk-ant-e2e-fake",
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-	)}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	return d, api
 }
 

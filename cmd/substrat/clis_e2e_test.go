@@ -42,12 +42,9 @@ func TestCodexGeminiE2E(t *testing.T) {
 	t.Cleanup(gemini.Close)
 	dir := filepath.Dir(toolsBin(t, "codex"))
 	toolsBin(t, "gemini")
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
-		"PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "SUBSTRAT_HOME=",
+	d := runDaemon(t, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
-		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)}
-	d.start()
-	t.Cleanup(d.kill)
+		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
 	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
 	for _, p := range []string{"codex", "gemini"} {
 		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)

@@ -114,10 +114,7 @@ func cliTeam(t *testing.T, name string) {
 		t.Cleanup(api.Close)
 		env = []string{"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL=" + api.URL}
 	}
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(append(os.Environ(),
-		"PATH="+filepath.Dir(toolsBin(t, name))+string(os.PathListSeparator)+os.Getenv("PATH"), "SUBSTRAT_HOME="), env...)}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t, append(env, "PATH="+filepath.Dir(toolsBin(t, name))+string(os.PathListSeparator)+os.Getenv("PATH"))...)
 	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "team", Network: true}, nil)
 	var lead wire.AgentInfo
 	d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: "lead", Provider: name, Model: "fake-model", Workspace: "team"}, &lead)

@@ -92,10 +92,7 @@ func TestOpenAITeamE2E(t *testing.T) {
 			}
 		}
 	}()
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(), "SUBSTRAT_HOME=",
-		"OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")
 
 	repo := t.TempDir()
 	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "team"}, nil)

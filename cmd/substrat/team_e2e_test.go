@@ -151,15 +151,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 			}
 		}
 	}()
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
-		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"SUBSTRAT_HOME=",
-		"ANTHROPIC_BASE_URL="+api.URL,
-		"ANTHROPIC_API_KEY=sk-ant-team-fake",
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-	)}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	layout := fsstore.Layout{Home: d.home}
 
 	repo := t.TempDir()

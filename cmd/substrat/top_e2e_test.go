@@ -81,9 +81,7 @@ func TestTopInATerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(), "SUBSTRAT_HOME=")}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t)
 	var lead, w1 api.AgentInfo
 	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)
 	d.mustCall("agent.create", api.CreateParams{Name: "w1", Parent: lead.ID}, &w1)

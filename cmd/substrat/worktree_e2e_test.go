@@ -70,12 +70,7 @@ func TestClaudeWorktreeE2E(t *testing.T) {
 	}
 	api := fakeapi.New(worktreeModel)
 	t.Cleanup(api.Close)
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(),
-		"PATH="+filepath.Dir(cli)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"SUBSTRAT_HOME=", "ANTHROPIC_BASE_URL="+api.URL, "ANTHROPIC_API_KEY=sk-ant-wt-fake",
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")}
-	d.start()
-	t.Cleanup(d.kill)
+	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 
 	repo := filepath.Join(t.TempDir(), "repo")
 	os.Mkdir(repo, 0o755)
