@@ -166,14 +166,7 @@ func (a *adapter) home(cfg provider.Config) (string, error) {
 }
 
 func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	if a.opts.StateDir != "" {
-		return a.opts.StateDir, nil
-	}
-	home, err := a.home(cfg)
-	if err != nil {
-		return "", err
-	}
-	return fsstore.Layout{Home: home}.ProviderDir(a.opts.Name), nil
+	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
 }
 
 func (a *adapter) claudeHome(cfg provider.Config) (string, error) {

@@ -63,7 +63,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
 	"github.com/substrat/substrat/provider/internal/proc"
@@ -125,14 +124,7 @@ type adapter struct {
 }
 
 func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	if a.opts.StateDir != "" {
-		return a.opts.StateDir, nil
-	}
-	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
-	if err != nil {
-		return "", err
-	}
-	return fsstore.Layout{Home: home}.ProviderDir(a.opts.Name), nil
+	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
 }
 
 // codexHome is the agent's own CODEX_HOME.

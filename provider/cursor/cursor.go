@@ -62,7 +62,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -127,14 +126,7 @@ type adapter struct {
 }
 
 func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	if a.opts.StateDir != "" {
-		return a.opts.StateDir, nil
-	}
-	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(home, "providers", a.opts.Name), nil
+	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
 }
 
 // agentHome is the CLI's private HOME: <StateDir>/homes/<agent-id>.
@@ -162,16 +154,8 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	if err != nil {
 		return err
 	}
-	// The HOME is the CLI's to write: a .cursor that is not a plain
-	// directory (a symlink planted by a turn) is removed rather than
-	// written through.
 	dot := filepath.Join(ahome, ".cursor")
-	if fi, err := os.Lstat(dot); err == nil && !fi.IsDir() {
-		if err := os.Remove(dot); err != nil {
-			return fmt.Errorf("%s: %w", a.opts.Name, err)
-		}
-	}
-	if err := os.MkdirAll(dot, 0o700); err != nil {
+	if err := cli.PrivateDir(dot); err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
 	socket := ""

@@ -54,13 +54,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
 	"github.com/substrat/substrat/provider/internal/proc"
@@ -117,14 +115,7 @@ type adapter struct {
 }
 
 func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	if a.opts.StateDir != "" {
-		return a.opts.StateDir, nil
-	}
-	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
-	if err != nil {
-		return "", err
-	}
-	return fsstore.Layout{Home: home}.ProviderDir(a.opts.Name), nil
+	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
 }
 
 // agentHome is the CLI's HOME for the agent.
@@ -151,16 +142,8 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	if err != nil {
 		return err
 	}
-	// The HOME is the CLI's to write: a .gemini that is not a plain
-	// directory (a symlink planted by a turn) is removed rather than
-	// written through.
 	dot := filepath.Join(ahome, ".gemini")
-	if fi, err := os.Lstat(dot); err == nil && !fi.IsDir() {
-		if err := os.Remove(dot); err != nil {
-			return fmt.Errorf("%s: %w", a.opts.Name, err)
-		}
-	}
-	if err := os.MkdirAll(dot, 0o700); err != nil {
+	if err := cli.PrivateDir(dot); err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
 	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}

@@ -3,13 +3,11 @@ package gemini
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/provider/internal/clitest"
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/gemini/fakeapi"
@@ -18,67 +16,16 @@ import (
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
-// repoRoot is the module's root, above the test's directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test")
-		}
-		dir = parent
-	}
-}
-
-// pinnedCLI is the Gemini CLI that scripts/install-tools.sh installs.
-func pinnedCLI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(repoRoot(t), ".tools", "npm", "node_modules", ".bin", "gemini")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("the Gemini CLI is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
-	return bin
-}
-
-// substrat builds the substrat binary the CLI's MCP config starts, once.
-var substrat = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "substrat-gemini-test-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "substrat")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/substrat/substrat/cmd/substrat").CombinedOutput(); err != nil {
-		return "", &exec.Error{Name: string(out), Err: err}
-	}
-	return bin, nil
-})
-
-type recorder struct {
-	mu    sync.Mutex
-	calls []provider.ToolCall
-}
-
-func (r *recorder) CallTool(ctx context.Context, c provider.ToolCall) provider.ToolResult {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, c)
-	return provider.ToolResult{Text: "sent to USER: message m1"}
-}
-
 func start(t *testing.T, reply func(fakeapi.Request) fakeapi.Out) (provider.Session, provider.Config, *[]string, *fakeapi.Server) {
 	t.Helper()
-	bin, err := substrat()
+	bin, err := clitest.Substrat()
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := fakeapi.New(reply)
 	t.Cleanup(api.Close)
 	d := rpctest.Start(t)
-	p := d.Wrap(New(Options{Command: pinnedCLI(t), Home: d.Home, Substrat: bin,
+	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "gemini"), Home: d.Home, Substrat: bin,
 		Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
 		Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
 	cfg := d.Config(t)
@@ -147,12 +94,12 @@ func TestGeminiToolCall(t *testing.T) {
 		}
 		return fakeapi.Out{Call: &fakeapi.Call{Name: "mcp_substrat_send_message", Args: `{"recipient":"USER","text":"hi"}`}}
 	})
-	rec := &recorder{}
+	rec := &clitest.Recorder{Answer: "sent to USER: message m1"}
 	res, chunks, err := send(t, s, "tell USER hi", rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.calls) != 1 || rec.calls[0].Name != "send_message" || !strings.HasPrefix(rec.calls[0].ID, "mcp_") || string(rec.calls[0].Args) != `{"recipient":"USER","text":"hi"}` {
+	if calls := rec.Calls(); len(calls) != 1 || calls[0].Name != "send_message" || !strings.HasPrefix(calls[0].ID, "mcp_") || string(calls[0].Args) != `{"recipient":"USER","text":"hi"}` {
 		raw := ""
 		if reqs := api.Requests(); len(reqs) > 0 {
 			raw = reqs[0].Raw
@@ -162,7 +109,7 @@ func TestGeminiToolCall(t *testing.T) {
 				raw = "(no substrat tools)"
 			}
 		}
-		t.Fatalf("tool calls %+v; text %q; chunks %+v; tools: %s", rec.calls, res.Text, chunks, raw)
+		t.Fatalf("tool calls %+v; text %q; chunks %+v; tools: %s", rec.Calls(), res.Text, chunks, raw)
 	}
 	if !strings.Contains(res.Text, "sent to USER: message m1") {
 		t.Fatalf("the model did not get the tool's result: %q (requests %d)", res.Text, len(api.Requests()))
@@ -217,7 +164,7 @@ func TestCommandLine(t *testing.T) {
 // TestConformance runs the shared provider suite on the real Gemini CLI:
 // "CALL <tool> <args>" makes the fake model call the tool over MCP.
 func TestConformance(t *testing.T) {
-	bin, err := substrat()
+	bin, err := clitest.Substrat()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +185,7 @@ func TestConformance(t *testing.T) {
 	d := rpctest.Start(t)
 	providertest.Run(t, providertest.Harness{
 		New: func(t *testing.T) provider.Provider {
-			return d.Wrap(New(Options{Command: pinnedCLI(t), Home: d.Home, Substrat: bin,
+			return d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "gemini"), Home: d.Home, Substrat: bin,
 				Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
 				Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
 		},

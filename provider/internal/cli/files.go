@@ -204,3 +204,29 @@ func Names(env []string) []string {
 	}
 	return out
 }
+
+// StateDir is a provider's directory of its own files: dir when set, else
+// <home>/providers/<name> of the agent's Substrat home (see Home).
+func StateDir(name, dir, home string, cfg provider.Config) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	h, err := Home(name, home, cfg)
+	if err != nil {
+		return "", err
+	}
+	return fsstore.Layout{Home: h}.ProviderDir(name), nil
+}
+
+// PrivateDir makes dir, a directory of a CLI's own HOME, for the daemon to
+// write into: the HOME is the CLI's to write, so what is there and is not
+// a plain directory (a symlink planted by a turn) is removed rather than
+// written through.
+func PrivateDir(dir string) error {
+	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
+		if err := os.Remove(dir); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(dir, 0o700)
+}
