@@ -34,11 +34,11 @@ lint: tools ## gofmt, go vet, staticcheck, go mod tidy -diff, and the package de
 
 .PHONY: test
 test: lint ## everything CI runs: lint, then go test -race
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 .PHONY: race
 race: ## go test -race only
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
