@@ -178,6 +178,10 @@ const (
 	// environment) of a workspace; it lives beside root/, so that it works
 	// for read-only views too.
 	WorkspaceStateName = "shell-state"
+	// WorkspaceGitName is the git directory of a git workspace's clone,
+	// beside root/ and never inside it; the sandbox binds it at
+	// /workspace/.git.
+	WorkspaceGitName = "git"
 )
 
 // WorkspaceScopeDir is workspaces/<scope>; scope is "USER" or an agent id.
@@ -203,6 +207,12 @@ func (l Layout) WorkspaceFile(scope, name string) string {
 // WorkspaceRoot is workspaces/<scope>/<name>/root, the workspace's files.
 func (l Layout) WorkspaceRoot(scope, name string) string {
 	return filepath.Join(l.WorkspaceDir(scope, name), WorkspaceRootName)
+}
+
+// WorkspaceGitDir is workspaces/<scope>/<name>/git, a git workspace's
+// git directory.
+func (l Layout) WorkspaceGitDir(scope, name string) string {
+	return filepath.Join(l.WorkspaceDir(scope, name), WorkspaceGitName)
 }
 
 // WorkspaceState is workspaces/<scope>/<name>/shell-state.

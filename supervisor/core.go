@@ -109,7 +109,7 @@ func New(cfg Config) *Core {
 		cfg.MaxHops = DefaultMaxHops
 	}
 	c := &Core{
-		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout(), cfg.Store.FS()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
+		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout(), cfg.Store.FS()).WithGit(cfg.Host.Git()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
 		maxHops: cfg.MaxHops, host: cfg.Host,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
 		subsByTarget: map[string]map[string]bool{},

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/workspace"
 )
 
 // Host is what the core asks of the operating system around it: running
@@ -27,6 +28,10 @@ type Host interface {
 	// Notify runs argv for message m to USER (Settings.Notify), without
 	// waiting for it.
 	Notify(argv []string, m *fsstore.Message)
+	// Git runs git for git workspaces (hardened on the host, sandboxed
+	// where it reads what an agent wrote), or is nil: then git workspaces
+	// cannot be made.
+	Git() workspace.GitRunner
 }
 
 // NopHost is a Host that runs nothing: no sandbox, no tracking, no
@@ -47,3 +52,6 @@ func (NopHost) Reap() []string { return nil }
 
 // Notify implements Host.
 func (NopHost) Notify([]string, *fsstore.Message) {}
+
+// Git implements Host: none.
+func (NopHost) Git() workspace.GitRunner { return nil }

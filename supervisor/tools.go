@@ -556,6 +556,7 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a comp
 	if me.AgentState == fsstore.AgentTerminated {
 		return "", fmt.Errorf("already completed")
 	}
+	t.c.publishBranch(me)
 	text := fmt.Sprintf("%s completed: %s", me.Name, a.Result)
 	m := &fsstore.Message{From: me.ID, FromName: me.Name, Kind: fsstore.KindReply, Text: text}
 	if parent != nil && !parent.terminated() {

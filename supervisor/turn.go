@@ -129,6 +129,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	if res == nil {
 		return msgs, nil // the turn failed, and turnFailed dealt with it
 	}
+	c.publishBranch(n.s())
 	ids, err := c.deliverTurn(n, msgs, tools)
 	if err != nil {
 		return msgs, err

@@ -77,7 +77,7 @@ func (c *Core) CreateWorkspace(p api.WorkspaceParams) (*workspace.Workspace, err
 	}
 	ws := workspace.Workspace{Scope: scope, Name: p.Name, NetworkAccess: p.Network}
 	if p.Git != "" {
-		g, note, err := gitSpec(p.Name, p.Git, p.Branch, p.Base)
+		g, note, err := c.gitSpec(p.Name, p.Git, p.Branch, p.Base)
 		if err != nil {
 			return nil, err
 		}

@@ -6,42 +6,32 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/workspace"
-	"github.com/substrat/substrat/supervisor/workspace/gitwt"
 )
 
-// gitSpec works out the Git record of a new worktree workspace name: of
-// the repository at repoPath, on branch (default substrat/<name>), from
-// base (default the repository's HEAD). note says what a user may not
-// expect (uncommitted changes of the repository are not in the worktree).
-func gitSpec(name, repoPath, branch, base string) (g *workspace.Git, note string, err error) {
-	repo, err := gitwt.Open(repoPath)
-	if err != nil {
-		if errors.Is(err, gitwt.ErrNoGit) {
-			return nil, "", api.Errorf(api.CodeUnavailable, "%v", err)
-		}
-		return nil, "", invalidParams("%v", err)
+// gitSpec works out the Git record of a new git workspace name: of the
+// repository at repoPath, on branch (default substrat/<name>), from base
+// (default the repository's HEAD). note says what a user may not expect
+// (uncommitted changes of the repository are not in the clone).
+func (c *Core) gitSpec(name, repoPath, branch, base string) (g *workspace.Git, note string, err error) {
+	git := c.ws.Git()
+	if git == nil {
+		return nil, "", api.Errorf(api.CodeUnavailable, "%v", workspace.ErrNoGitRunner)
 	}
-	if branch == "" {
-		branch = "substrat/" + name
-	}
-	if err := repo.CheckBranch(branch); err != nil {
+	g, note, err = git.Prepare(name, repoPath, branch, base)
+	switch {
+	case err == nil:
+		return g, note, nil
+	case errors.Is(err, workspace.ErrNoGit):
+		return nil, "", api.Errorf(api.CodeUnavailable, "%v", err)
+	case errors.Is(err, workspace.ErrExists):
 		return nil, "", api.Errorf(api.CodeConflict, "%v", err)
 	}
-	if base == "" {
-		base = "HEAD"
-		if dirty, err := gitwt.Dirty(repo.Top); err == nil && len(dirty) > 0 {
-			note = fmt.Sprintf("%s has %d uncommitted change(s); the worktree starts at its last commit (HEAD) without them", repo.Top, len(dirty))
-		}
-	}
-	commit, err := repo.Resolve(base)
-	if err != nil {
-		return nil, "", invalidParams("%v", err)
-	}
-	return &workspace.Git{Repo: repo.Top, CommonDir: repo.CommonDir, Branch: branch, Base: commit}, note, nil
+	return nil, "", invalidParams("%v", err)
 }
 
 // WorkspaceDiff returns what the branch of a git workspace changed since
@@ -54,15 +44,66 @@ func (c *Core) WorkspaceDiff(ref string, stat bool) (string, error) {
 	return c.diffOf(w, stat)
 }
 
-func (c *Core) diffOf(w *workspace.Workspace, stat bool) (string, error) {
+// gitOf returns the git runner for w, a git workspace.
+func (c *Core) gitOf(w *workspace.Workspace) (workspace.GitRunner, error) {
 	if w.Git == nil {
-		return "", invalidParams("workspace %s is not a git worktree", w.Ref())
+		return nil, invalidParams("workspace %s is not a git workspace", w.Ref())
 	}
-	out, err := gitwt.Diff(c.store.Layout().WorkspaceRoot(w.Scope, w.Name), w.Git.Base, stat)
+	git := c.ws.Git()
+	if git == nil {
+		return nil, api.Errorf(api.CodeUnavailable, "%v", workspace.ErrNoGitRunner)
+	}
+	if err := c.ws.CheckGit(w); err != nil {
+		return nil, api.Errorf(api.CodeConflict, "%v", err)
+	}
+	return git, nil
+}
+
+func (c *Core) diffOf(w *workspace.Workspace, stat bool) (string, error) {
+	git, err := c.gitOf(w)
+	if err != nil {
+		return "", err
+	}
+	out, err := git.Diff(w, stat)
 	if err != nil {
 		return "", api.Errorf(api.CodeInternal, "%v", err)
 	}
 	return fmt.Sprintf("branch %s of %s, since %.12s:\n%s", w.Git.Branch, w.Git.Repo, w.Git.Base, out), nil
+}
+
+// WorkspacePublish sets the branch of git workspace ref in its repository
+// to the clone's, and returns the commit.
+func (c *Core) WorkspacePublish(ref string) (string, error) {
+	w, err := c.getWorkspace(ref)
+	if err != nil {
+		return "", err
+	}
+	git, err := c.gitOf(w)
+	if err != nil {
+		return "", err
+	}
+	commit, err := git.Publish(w)
+	if err != nil {
+		return "", api.Errorf(api.CodeConflict, "%v", err)
+	}
+	return commit, nil
+}
+
+// publishBranch publishes the branch of agent s's git workspace, when a
+// turn of it ends and before it reports its completion, so that its
+// parent and the user see its commits; a failure is logged, and the next
+// turn tries again.
+func (c *Core) publishBranch(s *fsstore.Session) {
+	if s.Workspace == "" || c.ws.Git() == nil {
+		return
+	}
+	w, err := c.getWorkspace(s.Workspace)
+	if err != nil || w.Git == nil {
+		return
+	}
+	if _, err := c.WorkspacePublish(w.Ref()); err != nil {
+		c.log.Warn("publishing a workspace's branch failed", "agent", s.ID, "workspace", w.Ref(), "err", err)
+	}
 }
 
 // childWorktree makes (or, for a spawn run again, finds) the workspace of
@@ -87,11 +128,15 @@ func (t *turnTools) childWorktree(child, branch string, network bool) (string, e
 	if w, err := t.c.ws.Get(t.n.id(), child); err == nil && w.Git != nil && w.Git.Branch == branch {
 		return w.Ref(), nil // made by this spawn before a crash
 	}
-	head, err := gitwt.Head(t.c.store.Layout().WorkspaceRoot(pw.Scope, pw.Name))
+	git, err := t.c.gitOf(pw)
+	if err != nil {
+		return "", err
+	}
+	head, err := git.Head(pw)
 	if err != nil {
 		return "", fmt.Errorf("worktree: %v", err)
 	}
-	g, _, err := gitSpec(child, pw.Git.Repo, branch, head)
+	g, _, err := t.c.gitSpec(child, pw.Git.Repo, branch, head)
 	if err != nil {
 		return "", err
 	}

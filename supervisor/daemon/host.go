@@ -11,6 +11,8 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/workspace"
+	"github.com/substrat/substrat/supervisor/workspace/gitws"
 )
 
 // host is the core's Host in the daemon: the pid table of provider
@@ -21,11 +23,15 @@ type host struct {
 	log     *slog.Logger
 	procs   *procTable
 	sockets toolSockets
+	git     *gitws.Runner
 }
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
-	return &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log)}
+	return &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout())}
 }
+
+// Git implements supervisor.Host.
+func (h *host) Git() workspace.GitRunner { return h.git }
 
 // Track implements supervisor.Host.
 func (h *host) Track(agent string) func(pid int) func() { return h.procs.track(agent) }

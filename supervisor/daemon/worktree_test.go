@@ -102,12 +102,22 @@ func TestWorktreeTeam(t *testing.T) {
 	if !strings.Contains(diff, "one.txt") || !strings.Contains(diff, "substrat/w1") {
 		t.Fatalf("workspace_diff of w1: %s", diff)
 	}
-	got := sh(t, c, h, "lead", `git merge -q --no-edit substrat/w1 feature/two && ls && git log --format=%s -3`)
+	if b := gitIn(t, repo, "log", "--format=%s", "-1", "substrat/w1"); b == "w1: one" {
+		t.Fatal("w1's commit reached the repository before the daemon published it")
+	}
+	// A turn of each worker ends: the daemon publishes its branch.
+	turn(t, c, "lead/w1", "done?")
+	turn(t, c, "lead/w2", "done?")
+	if b := gitIn(t, repo, "log", "--format=%s", "-1", "substrat/w1"); b != "w1: one" {
+		t.Fatalf("substrat/w1 in the repository after w1's turn: %s", b)
+	}
+	got := sh(t, c, h, "lead", `git fetch -q origin && git merge -q --no-edit origin/substrat/w1 origin/feature/two && ls && git log --format=%s -3`)
 	for _, want := range []string{"one.txt", "two.txt", "README"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("after the merge the lead's worktree lacks %s:\n%s", want, got)
 		}
 	}
+	turn(t, c, "lead", "merged")
 	if log := gitIn(t, repo, "log", "--format=%s", "team"); !strings.Contains(log, "w1: one") || !strings.Contains(log, "w2: two") {
 		t.Fatalf("branch team in the repository: %s", log)
 	}

@@ -9,21 +9,34 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor/workspace/gitwt"
 )
 
 // Git workspaces.
 //
-// A workspace whose root/ is a git worktree is made like any other, under
-// .tmp-<name>, with one more file, git-creating: its Git record, written
-// (and fsynced) before git makes the worktree and the branch. The worktree
-// is added at .tmp-<name>/root, workspace.json is written, the directory
-// is renamed into place, `git worktree repair` points the repository's
-// record at the new path, and git-creating is removed. A crash leaves
-// either a .tmp- directory with git-creating, which Sweep undoes (the
-// worktree removed and pruned, the branch deleted if it has no commit of
-// its own), or a workspace still holding git-creating, which Sweep
-// finishes (repair, remove the marker).
+// A git workspace is a clone of the user's repository that lives wholly in
+// the home: its git directory is git/, beside root/ (never inside it), and
+// the sandbox binds it at /workspace/.git. The clone shares the
+// repository's objects read-only (git clone --shared: its
+// objects/info/alternates names the repository's objects directory, which
+// the sandbox binds read-only with the rest of the repository's .git). So
+// nothing an agent can write is ever read by git on the host: the user's
+// repository is read-only in every sandbox, and the clone's own files are
+// read only by git running inside the workspace's sandbox (GitRunner).
+// The clone's config, hooks/ and info/ are bound read-only, and root/.git
+// is an empty directory, the mount point of git/, so that git run by hand
+// in root/ finds no repository.
+//
+// The workspace's branch exists twice: in the clone, where the agent
+// commits, and in the user's repository, where the daemon publishes it
+// (GitRunner.Publish) with its objects checked, and where the user and
+// the parent agents' sandboxes (through the remote "origin") read it.
+//
+// It is made like any other workspace, under .tmp-<name>, with one more
+// file, git-creating: its Git record, written (and fsynced) before the
+// branch and the clone are made. A crash leaves either a .tmp- directory
+// with git-creating, which Sweep undoes (the branch deleted if it is
+// still at its base), or a workspace still holding git-creating, which
+// Sweep finishes (removes the marker).
 
 // gitMarker is the file of a git workspace being made.
 const gitMarker = "git-creating"
@@ -32,10 +45,54 @@ const gitMarker = "git-creating"
 // git workspace ("marker", "added", "written", "renamed").
 var gitFault = func(step string) {}
 
-func (g *Git) repo() gitwt.Repo { return gitwt.Repo{Top: g.Repo, CommonDir: g.CommonDir} }
+// ErrNoGitRunner is returned for a git workspace when the store has no
+// GitRunner (the simulation, or a tool run without the daemon).
+var ErrNoGitRunner = errors.New("git workspaces need the daemon's git (no git runner here)")
+
+// ErrNoGit is returned when git is not installed.
+var ErrNoGit = errors.New("git is not installed (on Debian: apt-get install git)")
+
+// GitRunner runs git for git workspaces. The daemon's (package
+// workspace/gitws) runs the real git: hardened on the host, with its
+// directories from the daemon's records, for the user's repository, and
+// inside the workspace's sandbox for anything an agent could have
+// written. The core itself never runs a process.
+type GitRunner interface {
+	// Prepare works out the Git record of a new workspace called name, of
+	// the repository at repoPath (its main working tree or any
+	// subdirectory), on branch (default substrat/<name>), from base
+	// (default the repository's HEAD). note says what a user may not
+	// expect.
+	Prepare(name, repoPath, branch, base string) (g *Git, note string, err error)
+	// Clone makes g.Branch at g.Base in the repository, and the clone in
+	// dir (dir/git and dir/root, checked out).
+	Clone(g *Git, dir string) error
+	// Unclone takes back what Clone did to the repository: the branch,
+	// if it is still at g.Base.
+	Unclone(g *Git) error
+	// Head returns the commit HEAD of w's clone points at, with its
+	// objects copied into w's repository.
+	Head(w *Workspace) (string, error)
+	// Publish sets w's branch in its repository to the branch of its
+	// clone, and returns the commit.
+	Publish(w *Workspace) (string, error)
+	// Dirty lists the paths w's clone has not committed.
+	Dirty(w *Workspace) ([]string, error)
+	// Unmerged lists the commits of g's branch that its repository's HEAD
+	// does not have.
+	Unmerged(g *Git) ([]string, error)
+	// DeleteBranch deletes g's branch in its repository.
+	DeleteBranch(g *Git) error
+	// Diff returns what w's clone changed since g.Base, committed and not
+	// (with stat, a summary).
+	Diff(w *Workspace, stat bool) (string, error)
+}
 
 // buildGit fills the temporary directory of a new git workspace.
 func (s *Store) buildGit(dir string, g *Git, data []byte) error {
+	if s.git == nil {
+		return ErrNoGitRunner
+	}
 	if err := s.fs.Mkdir(dir, dirPerm); err != nil {
 		return err
 	}
@@ -47,7 +104,7 @@ func (s *Store) buildGit(dir string, g *Git, data []byte) error {
 		return err
 	}
 	gitFault("marker")
-	if err := g.repo().Add(filepath.Join(dir, fsstore.WorkspaceRootName), g.Branch, g.Base); err != nil {
+	if err := s.git.Clone(g, dir); err != nil {
 		return err
 	}
 	gitFault("added")
@@ -58,12 +115,8 @@ func (s *Store) buildGit(dir string, g *Git, data []byte) error {
 	return nil
 }
 
-// finishGit points the repository at the worktree in its place, then
-// removes the marker.
-func (s *Store) finishGit(dir string, g *Git) error {
-	if err := g.repo().Repair(filepath.Join(dir, fsstore.WorkspaceRootName)); err != nil {
-		return err
-	}
+// finishGit removes the marker of a git workspace in its place.
+func (s *Store) finishGit(dir string) error {
 	if err := s.fs.Remove(filepath.Join(dir, gitMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -71,89 +124,130 @@ func (s *Store) finishGit(dir string, g *Git) error {
 }
 
 // undoGit takes back a git workspace that was not finished in dir: its
-// worktree, the repository's record of it, and its branch if no commit
-// was made on it.
+// branch, if no commit was published on it. The directory itself is the
+// caller's to remove.
 func (s *Store) undoGit(dir string) error {
 	data, err := os.ReadFile(filepath.Join(dir, gitMarker))
 	if err != nil {
-		return nil // made no worktree
+		return nil // made nothing in the repository
 	}
 	var g Git
 	if err := json.Unmarshal(data, &g); err != nil {
 		return fmt.Errorf("%s: %v", filepath.Join(dir, gitMarker), err)
 	}
-	repo := g.repo()
-	var errs []error
-	if err := repo.Remove(filepath.Join(dir, fsstore.WorkspaceRootName), true); err != nil {
-		errs = append(errs, err)
+	if s.git == nil {
+		return ErrNoGitRunner
 	}
-	if repo.BranchAt(g.Branch, g.Base) {
-		errs = append(errs, repo.DeleteBranch(g.Branch, true))
-	}
-	return errors.Join(errs...)
+	return s.git.Unclone(&g)
 }
 
 // DeleteOptions say how far Delete may go with a git workspace.
 type DeleteOptions struct {
-	// Force deletes a worktree with uncommitted changes or commits its
+	// Force deletes a workspace with uncommitted changes or commits its
 	// repository's HEAD does not have.
 	Force bool
-	// DeleteBranch deletes the branch too (kept by default).
+	// DeleteBranch deletes the branch in the repository too (kept by
+	// default).
 	DeleteBranch bool
 }
 
-// removeGit removes w's worktree before its directory goes: it refuses,
-// naming the files or commits, when there is work that would be lost,
+// removeGit publishes w's branch and checks for work that would be lost
+// before its directory goes: it refuses, naming the files or commits,
 // unless opts.Force.
 func (s *Store) removeGit(w *Workspace, opts DeleteOptions) error {
+	if s.git == nil {
+		return ErrNoGitRunner
+	}
 	g := w.Git
-	root := s.layout.WorkspaceRoot(w.Scope, w.Name)
-	repo := g.repo()
 	if !opts.Force {
-		if dirty, err := gitwt.Dirty(root); err == nil && len(dirty) > 0 {
+		dirty, err := s.git.Dirty(w)
+		if err != nil {
+			return fmt.Errorf("%w: workspace %s: cannot tell whether it has uncommitted changes (%v); delete with --force", ErrInUse, w.Ref(), err)
+		}
+		if len(dirty) > 0 {
 			return fmt.Errorf("%w: workspace %s has uncommitted changes: %s (commit them, or delete with --force)",
 				ErrInUse, w.Ref(), strings.Join(dirty, ", "))
 		}
+		if _, err := s.git.Publish(w); err != nil {
+			return fmt.Errorf("%w: workspace %s: its branch could not be published (%v); delete with --force", ErrInUse, w.Ref(), err)
+		}
 		if opts.DeleteBranch {
-			if commits, err := repo.Unmerged(g.Branch); err == nil && len(commits) > 0 {
+			if commits, err := s.git.Unmerged(g); err == nil && len(commits) > 0 {
 				return fmt.Errorf("%w: branch %s of workspace %s has commits %s's HEAD does not: %s (merge them, or delete with --force)",
 					ErrInUse, g.Branch, w.Ref(), g.Repo, strings.Join(commits, "; "))
 			}
 		}
 	}
-	if err := repo.Remove(root, true); err != nil {
-		return err
-	}
 	if opts.DeleteBranch {
-		return repo.DeleteBranch(g.Branch, true)
+		return s.git.DeleteBranch(g)
 	}
 	return nil
 }
 
-// GitProblems reports git workspaces whose worktree or repository is gone
-// (for fsck and the daemon's start).
+// GitProblems reports git workspaces whose repository is gone or whose
+// clone is missing or was made by an older Substrat as a worktree of the
+// repository (for fsck and the daemon's start).
 func (s *Store) GitProblems() []string {
 	all, _ := s.List()
 	var out []string
 	for _, w := range all {
-		g := w.Git
-		if g == nil {
+		if w.Git == nil {
 			continue
 		}
-		root := s.layout.WorkspaceRoot(w.Scope, w.Name)
-		switch {
-		case !isGitDir(g.CommonDir):
-			out = append(out, fmt.Sprintf("workspace %s: its repository %s is gone or moved", w.Ref(), g.Repo))
-		case !exists(filepath.Join(root, ".git")):
-			out = append(out, fmt.Sprintf("workspace %s: its worktree %s is gone (delete the workspace)", w.Ref(), root))
+		if err := s.CheckGit(w); err != nil {
+			out = append(out, err.Error())
 		}
 	}
 	return out
 }
 
-func isGitDir(p string) bool { return exists(filepath.Join(p, "HEAD")) }
+// CheckGit checks that the git files of w are what the daemon made: the
+// repository's .git a directory with a HEAD (and not itself a linked
+// worktree's), the clone's git/ a directory, and root/.git an empty
+// directory (or absent). It looks by name, without following symlinks.
+func (s *Store) CheckGit(w *Workspace) error {
+	return checkGit(s.layout, w)
+}
 
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
+func checkGit(l fsstore.Layout, w *Workspace) error {
+	g := w.Git
+	if fi, err := os.Lstat(filepath.Join(g.CommonDir, "HEAD")); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("workspace %s: its repository %s is gone or moved", w.Ref(), g.Repo)
+	}
+	if fi, err := os.Lstat(g.CommonDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("workspace %s: the repository's %s is not a directory", w.Ref(), g.CommonDir)
+	}
+	for _, f := range []string{"commondir", "gitdir"} {
+		if _, err := os.Lstat(filepath.Join(g.CommonDir, f)); err == nil {
+			return fmt.Errorf("workspace %s: %s holds a %s file, which would send git elsewhere; remove it", w.Ref(), g.CommonDir, f)
+		}
+	}
+	root := l.WorkspaceRoot(w.Scope, w.Name)
+	gitDir := l.WorkspaceGitDir(w.Scope, w.Name)
+	if fi, err := os.Lstat(gitDir); err != nil || !fi.IsDir() {
+		if fi, err := os.Lstat(filepath.Join(root, ".git")); err == nil && !fi.IsDir() {
+			return fmt.Errorf("workspace %s was made by an older Substrat as a worktree whose git metadata its agents could write; "+
+				"delete it (substrat workspace delete %s --force) and create it again", w.Ref(), w.Ref())
+		}
+		return fmt.Errorf("workspace %s: its clone %s is gone (delete the workspace)", w.Ref(), gitDir)
+	}
+	dotgit := filepath.Join(root, ".git")
+	fi, err := os.Lstat(dotgit)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("workspace %s: %v", w.Ref(), err)
+	case !fi.IsDir():
+		return fmt.Errorf("workspace %s: %s is not the empty directory the daemon made (something replaced it); remove it", w.Ref(), dotgit)
+	}
+	f, err := os.Open(dotgit)
+	if err != nil {
+		return fmt.Errorf("workspace %s: %v", w.Ref(), err)
+	}
+	defer f.Close()
+	if names, _ := f.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("workspace %s: %s is not the empty directory the daemon made (it holds %s); remove what is in it", w.Ref(), dotgit, names[0])
+	}
+	return nil
 }

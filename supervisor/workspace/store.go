@@ -29,6 +29,7 @@ type Store struct {
 	layout fsstore.Layout
 	fs     fsstore.FS
 	now    func() time.Time // the clock of created_at; replaced by tests
+	git    GitRunner        // nil: git workspaces are refused
 
 	mu sync.Mutex // serializes every change to workspaces/
 }
@@ -41,6 +42,15 @@ func NewStore(layout fsstore.Layout, fsys fsstore.FS) *Store {
 	}
 	return &Store{layout: layout, fs: fsys, now: time.Now}
 }
+
+// WithGit makes s run git for git workspaces through g, and returns s.
+func (s *Store) WithGit(g GitRunner) *Store {
+	s.git = g
+	return s
+}
+
+// Git is the store's GitRunner, or nil.
+func (s *Store) Git() GitRunner { return s.git }
 
 // scopeDir is workspaces/<scope>.
 func (s *Store) scopeDir(scope string) string {
@@ -138,8 +148,8 @@ func (s *Store) Create(w Workspace) (*Workspace, error) {
 	}
 	if w.Git != nil {
 		gitFault("renamed")
-		if err := s.finishGit(final, w.Git); err != nil {
-			return nil, fmt.Errorf("create workspace %s: the worktree is in place, but %w (the next start repairs it)", w.Ref(), err)
+		if err := s.finishGit(final); err != nil {
+			return nil, fmt.Errorf("create workspace %s: the clone is in place, but %w (the next start finishes it)", w.Ref(), err)
 		}
 	}
 	return &w, nil
@@ -530,11 +540,8 @@ func (s *Store) Sweep() ([]string, error) {
 		for _, e := range entries {
 			p := filepath.Join(s.scopeDir(sc.Name()), e.Name())
 			if !strings.HasPrefix(e.Name(), fsstore.TempPrefix) {
-				if data, err := os.ReadFile(filepath.Join(p, gitMarker)); err == nil { // made, not finished
-					var g Git
-					if err := json.Unmarshal(data, &g); err == nil {
-						errs = append(errs, s.finishGit(p, &g))
-					}
+				if _, err := s.fs.Stat(filepath.Join(p, gitMarker)); err == nil { // made, not finished
+					errs = append(errs, s.finishGit(p))
 				}
 				continue
 			}

@@ -281,18 +281,10 @@ func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 		s.Root, s.RootReadOnly = src, w.View.Mode == ModeRO
 	}
 	if g := w.Git; g != nil {
-		// git in /workspace follows its .git file to the repository's
-		// .git directory, by its host path: bind that (objects, refs and
-		// the worktree's own records are written by commits), and
-		// nothing else of the repository; its config and hooks read-only,
-		// since git runs them on the host too.
-		s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: g.CommonDir}, Target: g.CommonDir})
-		for _, ro := range []string{"config", "hooks"} {
-			p := filepath.Join(g.CommonDir, ro)
-			if _, err := os.Lstat(p); err == nil {
-				s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: p}, Target: p, ReadOnly: true})
-			}
+		if err := checkGit(l, w); err != nil {
+			return bwrap.Spec{}, fmt.Errorf("%w: %v", ErrEscape, err)
 		}
+		s.Mounts = append(s.Mounts, gitMounts(l, w)...)
 	}
 	for _, k := range w.Links {
 		resolved, err := filepath.EvalSymlinks(k.HostPath)
@@ -305,6 +297,46 @@ func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 		}
 		s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: k.HostPath}, Target: k.MountPath, ReadOnly: k.Mode == ModeRO})
 	}
+	return s, nil
+}
+
+// GitDirTarget is where a git workspace's git directory is bound in its
+// sandbox.
+const GitDirTarget = bwrap.DefaultWorkdir + "/.git"
+
+// gitMounts are the binds of a git workspace after its root: the clone's
+// git directory at /workspace/.git, its config, hooks/ and info/
+// read-only over it, and the repository's .git read-only at its own path
+// (the clone's alternates and its remote "origin" name it).
+func gitMounts(l fsstore.Layout, w *Workspace) []bwrap.Mount {
+	gitDir := l.WorkspaceGitDir(w.Scope, w.Name)
+	ms := []bwrap.Mount{{Source: bwrap.Source{Host: gitDir, Anchor: l.Home}, Target: GitDirTarget}}
+	for _, ro := range GitReadOnly {
+		ms = append(ms, bwrap.Mount{Source: bwrap.Source{Host: filepath.Join(gitDir, ro), Anchor: l.Home},
+			Target: GitDirTarget + "/" + ro, ReadOnly: true})
+	}
+	return append(ms, bwrap.Mount{Source: bwrap.Source{Host: w.Git.CommonDir}, Target: w.Git.CommonDir, ReadOnly: true})
+}
+
+// GitReadOnly are the files and directories of a clone's git directory
+// that are read-only in its sandbox: what git reads as configuration or
+// code. The daemon makes each of them when it makes the clone.
+var GitReadOnly = []string{"config", "hooks", "info"}
+
+// ReadOnlySpec is Spec with every bind read-only: the sandbox the daemon
+// runs git in to read what w's agents wrote.
+func (w *Workspace) ReadOnlySpec(l fsstore.Layout) (bwrap.Spec, error) {
+	s, err := w.Spec(l)
+	if err != nil {
+		return s, err
+	}
+	s.RootReadOnly = true
+	ms := make([]bwrap.Mount, len(s.Mounts))
+	for i, m := range s.Mounts {
+		m.ReadOnly = true
+		ms[i] = m
+	}
+	s.Mounts = ms
 	return s, nil
 }
 
