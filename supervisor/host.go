@@ -1,6 +1,10 @@
 package supervisor
 
 import (
+	"context"
+	"time"
+
+	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/workspace"
@@ -32,6 +36,35 @@ type Host interface {
 	// where it reads what an agent wrote), or is nil: then git workspaces
 	// cannot be made.
 	Git() workspace.GitRunner
+	// Work runs the work tools (shell, read_file, write_file, edit_file),
+	// or is nil: then they fail.
+	Work() WorkTools
+}
+
+// Workplace is where an agent's work tools run: its sandbox, or a
+// directory on the host (the fields of package worktools' Place).
+type Workplace struct {
+	// Sandbox, if set, is the agent's sandbox: shell commands run in it,
+	// and paths are as the agent sees them inside.
+	Sandbox *bwrap.Spec
+	// Dir is the agent's working directory on the host when it has no
+	// sandbox (absolute): a relative path is relative to it, and no path
+	// may leave it.
+	Dir string
+	// ShellState is the directory where the shell's working directory and
+	// exported variables persist between calls.
+	ShellState bwrap.Source
+	// Env is the environment of shell commands outside a sandbox.
+	Env []string
+}
+
+// WorkTools run the work tools in a Workplace; the daemon's are package
+// worktools.
+type WorkTools interface {
+	Shell(ctx context.Context, pl Workplace, command string, timeout time.Duration) (string, error)
+	ReadFile(pl Workplace, path string, from, to int) (string, error)
+	WriteFile(pl Workplace, path, content string) (string, error)
+	EditFile(pl Workplace, path, old, new string) (string, error)
 }
 
 // NopHost is a Host that runs nothing: no sandbox, no tracking, no
@@ -52,6 +85,9 @@ func (NopHost) Reap() []string { return nil }
 
 // Notify implements Host.
 func (NopHost) Notify([]string, *fsstore.Message) {}
+
+// Work implements Host: none.
+func (NopHost) Work() WorkTools { return nil }
 
 // Git implements Host: none.
 func (NopHost) Git() workspace.GitRunner { return nil }

@@ -13,7 +13,6 @@ import (
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/worktools"
 )
 
 // The work tools: what an agent whose provider brings no tools of its own
@@ -86,9 +85,9 @@ func (c *Core) toolList(s *fsstore.Session) []provider.ToolInfo {
 }
 
 // place returns where agent s works, for the work tools.
-func (c *Core) place(s *fsstore.Session) (worktools.Place, error) {
+func (c *Core) place(s *fsstore.Session) (Workplace, error) {
 	l := c.store.Layout()
-	pl := worktools.Place{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}}
+	pl := Workplace{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}}
 	spec, _, ok, err := c.agentSpec(s)
 	if err != nil {
 		return pl, err
@@ -107,7 +106,7 @@ func (c *Core) place(s *fsstore.Session) (worktools.Place, error) {
 
 // runWork runs a work tool for t's agent if it may, and records the call
 // and its result as a work event.
-func (t *turnTools) runWork(name string, call provider.ToolCall, run func(pl worktools.Place) (string, error)) (string, error) {
+func (t *turnTools) runWork(name string, call provider.ToolCall, run func(w WorkTools, pl Workplace) (string, error)) (string, error) {
 	t.c.mu.Lock()
 	s := t.n.s()
 	t.c.mu.Unlock()
@@ -115,10 +114,14 @@ func (t *turnTools) runWork(name string, call provider.ToolCall, run func(pl wor
 	if !contains(allowed, name) {
 		return "", fmt.Errorf("not allowed: %s (the user can change it: substrat agent permissions)", why)
 	}
+	work := t.c.host.Work()
+	if work == nil {
+		return "", fmt.Errorf("the work tools need the daemon (no host runs them here)")
+	}
 	pl, err := t.c.place(s)
 	var text string
 	if err == nil {
-		text, err = run(pl)
+		text, err = run(work, pl)
 	}
 	w := fsstore.Work{Tool: name, Args: cut(string(call.Args), 2<<10), Result: cut(text, 4<<10)}
 	if err != nil {
@@ -156,22 +159,22 @@ func cut(s string, n int) string {
 }
 
 func (t *turnTools) shellTool(ctx context.Context, call provider.ToolCall, a shellArgs) (string, error) {
-	return t.runWork("shell", call, func(pl worktools.Place) (string, error) {
-		return pl.Shell(ctx, a.Command, time.Duration(a.TimeoutSeconds*float64(time.Second)))
+	return t.runWork("shell", call, func(w WorkTools, pl Workplace) (string, error) {
+		return w.Shell(ctx, pl, a.Command, time.Duration(a.TimeoutSeconds*float64(time.Second)))
 	})
 }
 
 func (t *turnTools) readFileTool(ctx context.Context, call provider.ToolCall, a readFileArgs) (string, error) {
-	return t.runWork("read_file", call, func(pl worktools.Place) (string, error) { return pl.ReadFile(a.Path, a.From, a.To) })
+	return t.runWork("read_file", call, func(w WorkTools, pl Workplace) (string, error) { return w.ReadFile(pl, a.Path, a.From, a.To) })
 }
 
 func (t *turnTools) writeFileTool(ctx context.Context, call provider.ToolCall, a writeFileArgs) (string, error) {
-	return t.runWork("write_file", call, func(pl worktools.Place) (string, error) { return pl.WriteFile(a.Path, a.Content) })
+	return t.runWork("write_file", call, func(w WorkTools, pl Workplace) (string, error) { return w.WriteFile(pl, a.Path, a.Content) })
 }
 
 func (t *turnTools) editFileTool(ctx context.Context, call provider.ToolCall, a editFileArgs) (string, error) {
-	return t.runWork("edit_file", call, func(pl worktools.Place) (string, error) {
-		return pl.EditFile(a.Path, a.OldString, a.NewString)
+	return t.runWork("edit_file", call, func(w WorkTools, pl Workplace) (string, error) {
+		return w.EditFile(pl, a.Path, a.OldString, a.NewString)
 	})
 }
 

@@ -50,7 +50,7 @@ func worktreeModel(req fakeapi.Request) fakeapi.Out {
 			in, _ := json.Marshal(map[string]any{"name": "w1", "instructions": "ROLE=wtworker. Commit your work.", "worktree": true})
 			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_wt_spawn", Name: "mcp__substrat__spawn_agent", Input: string(in)}}
 		case strings.Contains(req.Last().Text(), "committed: worker: work.txt"):
-			return bash("toolu_wt_merge", `cd /workspace && git -c user.email=l@example.com -c user.name=lead merge --no-edit substrat/w1 >/dev/null && git log --format=%s -1 && ls`)
+			return bash("toolu_wt_merge", `cd /workspace && git -c user.email=l@example.com -c user.name=lead fetch -q origin && git -c user.email=l@example.com -c user.name=lead merge --no-edit origin/substrat/w1 >/dev/null && git log --format=%s -1 && ls`)
 		}
 		return fakeapi.Out{Text: "waiting"}
 	}

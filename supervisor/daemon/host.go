@@ -13,6 +13,7 @@ import (
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/workspace"
 	"github.com/substrat/substrat/supervisor/workspace/gitws"
+	"github.com/substrat/substrat/supervisor/worktools"
 )
 
 // host is the core's Host in the daemon: the pid table of provider
@@ -28,6 +29,28 @@ type host struct {
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
 	return &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout())}
+}
+
+// Work implements supervisor.Host.
+func (h *host) Work() supervisor.WorkTools { return workTools{} }
+
+// workTools are the core's work tools: package worktools.
+type workTools struct{}
+
+func (workTools) Shell(ctx context.Context, pl supervisor.Workplace, command string, timeout time.Duration) (string, error) {
+	return worktools.Place(pl).Shell(ctx, command, timeout)
+}
+
+func (workTools) ReadFile(pl supervisor.Workplace, p string, from, to int) (string, error) {
+	return worktools.Place(pl).ReadFile(p, from, to)
+}
+
+func (workTools) WriteFile(pl supervisor.Workplace, p, content string) (string, error) {
+	return worktools.Place(pl).WriteFile(p, content)
+}
+
+func (workTools) EditFile(pl supervisor.Workplace, p, old, new string) (string, error) {
+	return worktools.Place(pl).EditFile(p, old, new)
 }
 
 // Git implements supervisor.Host.
