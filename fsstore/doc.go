@@ -202,6 +202,47 @@
 // and the daemon's recovery.json show. Without ScanOptions.Repair it
 // changes nothing on disk.
 //
+// # What an agent can write
+//
+// Every agent is untrusted code. What it can write is hostile input to the
+// daemon, the CLI, other agents' prompts and the user's own tools, and is
+// never trusted as code, configuration or a path. The places, and what
+// reads them:
+//
+//   - A workspace's root/ (read-write in its sandbox, and in the sandboxes
+//     of views and links that grant it): read on the host only by the work
+//     tools (read_file, edit_file: resolved beneath the grant, openat2 with
+//     no symlink out, regular files only, size-capped) on the agent's own
+//     behalf. root/.git must stay the empty directory the daemon made
+//     (workspace.CheckGit refuses the workspace otherwise). Nothing in
+//     root/ is ever given to git on the host.
+//   - A git workspace's git/ (read-write in its sandbox but for config,
+//     hooks/ and info/, which are read-only): read only by git running
+//     inside the workspace's read-only sandbox (package workspace/gitws).
+//     What comes out is data: a commit id checked for form, a pack that
+//     git index-pack --strict checks object by object on the host, a diff
+//     or status cut at 4 MiB (the CLI shows control characters as
+//     escapes).
+//   - The user's repository of a git workspace: read-only in every
+//     sandbox. Host git there is hardened and refuses a .git holding a
+//     commondir or gitdir file.
+//   - workspaces/<scope>/<name>/shell-state/ and the agent's own shell
+//     state: the shell wrapper reads them inside the sandbox.
+//   - A CLI provider's private HOME (providers/<cli>/..., read-write in the
+//     agent's sandbox: the CLI's own config, sessions and MCP config): read
+//     only by the CLI and its MCP server, inside the sandbox. The session
+//     id the daemon resumes is kept outside it.
+//   - Everything an agent says through its tools or its provider's output:
+//     message bodies, results, reports, approval reasons and tool inputs,
+//     names it chooses (agents, workspaces, branches), usage figures.
+//     Names are validated (ValidateName, git check-ref-format); bodies are
+//     stored as they are and framed in other agents' prompts so that no
+//     body can look like a header; tool inputs reach an approver whole.
+//
+// Files of the home that a person may replace by hand (config.json,
+// session.json, workspace.json, approvals) are read as data only, and
+// what is invalid in them is refused with the file named.
+//
 // # The I/O seam
 //
 // Every file operation goes through the FS interface (fs.go), whose

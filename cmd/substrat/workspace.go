@@ -30,6 +30,7 @@ type WorkspaceCmd struct {
 	View    WorkspaceViewCmd    `cmd:"" help:"Create a workspace whose root is another's (or a directory of it)."`
 	Exec    WorkspaceExecCmd    `cmd:"" help:"Run a command inside a workspace's sandbox, as an agent would."`
 	Diff    WorkspaceDiffCmd    `cmd:"" help:"Show what a git workspace's branch changed since its base, committed and not."`
+	Publish WorkspacePublishCmd `cmd:"" help:"Set a git workspace's branch in your repository to its clone's (the daemon does it after every turn)."`
 }
 
 // WorkspaceCreateCmd creates a workspace.
@@ -79,8 +80,46 @@ func (c *WorkspaceDiffCmd) Run(g *Globals) error {
 	if g.JSON {
 		return printJSON(res)
 	}
-	fmt.Print(res.Diff)
+	fmt.Print(terminalSafe(res.Diff))
 	return nil
+}
+
+// WorkspacePublishCmd publishes a git workspace's branch.
+type WorkspacePublishCmd struct {
+	Ref string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
+}
+
+// Run publishes and prints the commit.
+func (c *WorkspacePublishCmd) Run(g *Globals) error {
+	var res struct {
+		Commit string `json:"commit"`
+	}
+	if err := g.call(api.MethodWorkspacePublish, map[string]string{"ref": c.Ref}, &res); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(res)
+	}
+	fmt.Println(res.Commit)
+	return nil
+}
+
+// terminalSafe shows the control characters of s (other than newline and
+// tab) as escapes, so that text an agent wrote (a diff of its files)
+// cannot drive the user's terminal.
+func terminalSafe(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 func printWorkspace(g *Globals, w api.WorkspaceInfo, verb string) error {

@@ -35,6 +35,7 @@ const (
 	MethodWorkspaceUnlink  = "workspace.unlink"
 	MethodWorkspaceView    = "workspace.view"
 	MethodWorkspaceDiff    = "workspace.diff"
+	MethodWorkspacePublish = "workspace.publish"
 	MethodToolList         = "tool.list"
 	MethodToolCall         = "tool.call"
 )
@@ -72,6 +73,7 @@ var Methods = []string{
 	MethodWorkspaceUnlink,
 	MethodWorkspaceView,
 	MethodWorkspaceDiff,
+	MethodWorkspacePublish,
 	MethodToolList,
 	MethodToolCall,
 }

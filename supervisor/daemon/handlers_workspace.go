@@ -30,6 +30,10 @@ func (d *Daemon) registerWorkspace() {
 		diff, err := c.WorkspaceDiff(p.Ref, p.Stat)
 		return map[string]string{"diff": diff}, err
 	})
+	handle(d, api.MethodWorkspacePublish, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		commit, err := c.WorkspacePublish(p.Ref)
+		return map[string]string{"commit": commit}, err
+	})
 	handle(d, api.MethodWorkspaceLink, func(ctx context.Context, p api.LinkParams, _ func(any) error) (any, error) {
 		w, err := c.LinkWorkspace(p)
 		if err != nil {
