@@ -289,7 +289,7 @@ func workspaceTools() []tool {
 		newTool("delete_workspace", "Delete a workspace of your scope that no live agent uses.", (*turnTools).deleteWorkspace),
 		newTool("link_dir", "Bind a directory your own workspace grants (a path as you see it) into a workspace of your scope.", (*turnTools).linkDir),
 		newTool("unlink_dir", "Remove a link from a workspace of your scope.", (*turnTools).unlinkDir),
-		newTool("workspace_diff", "Show what a git worktree workspace (a child's, or your own) changed on its branch since it began, committed and not.",
+		newTool("workspace_diff", "Show what a git workspace (a child's, or your own) changed on its branch since it began, committed and not.",
 			(*turnTools).workspaceDiff),
 		newTool("link_from", "Bind a directory of another workspace you can use into a workspace of your scope.", (*turnTools).linkFrom),
 	}

@@ -107,7 +107,7 @@ func (c *Core) publishBranch(s *fsstore.Session) {
 }
 
 // childWorktree makes (or, for a spawn run again, finds) the workspace of
-// a child that works in a worktree of its parent's repository: in the
+// a child that works in a clone of its parent's repository: in the
 // parent's scope, named after the child, on branch (default
 // substrat/<child>), from the parent's current HEAD.
 func (t *turnTools) childWorktree(child, branch string, network bool) (string, error) {
@@ -120,7 +120,7 @@ func (t *turnTools) childWorktree(child, branch string, network bool) (string, e
 		return "", err
 	}
 	if pw.Git == nil {
-		return "", fmt.Errorf("worktree: your workspace %s is not a git worktree", pw.Ref())
+		return "", fmt.Errorf("worktree: your workspace %s is not a git workspace", pw.Ref())
 	}
 	if branch == "" {
 		branch = "substrat/" + child
@@ -149,7 +149,7 @@ func (t *turnTools) childWorktree(child, branch string, network bool) (string, e
 
 // workspaceDiffArgs are the arguments of workspace_diff.
 type workspaceDiffArgs struct {
-	Workspace string `json:"workspace" jsonschema:"a workspace of your scope (a child's worktree) or your own"`
+	Workspace string `json:"workspace" jsonschema:"a workspace of your scope (a child's) or your own"`
 	Stat      bool   `json:"stat,omitempty" jsonschema:"a summary (files and lines) instead of the whole diff"`
 }
 

@@ -23,7 +23,7 @@ type FsckResult struct {
 	Agents   int               `json:"agents"`
 	Findings []fsstore.Finding `json:"findings"`
 	Problems int               `json:"problems"`
-	// Workspaces are git workspaces whose worktree or repository is gone.
+	// Workspaces are git workspaces whose clone or repository is gone, or whose root/.git was replaced.
 	Workspaces []string `json:"workspace_problems,omitempty"`
 	Repair     bool     `json:"repair"`
 }

@@ -21,7 +21,7 @@ import (
 // WorkspaceCmd groups the workspace commands. A workspace ref is NAME (a
 // USER workspace) or SCOPE/NAME, SCOPE being USER or an agent ref.
 type WorkspaceCmd struct {
-	Create  WorkspaceCreateCmd  `cmd:"" help:"Create an empty workspace, or (--git REPO) a git worktree of REPO on a new branch."`
+	Create  WorkspaceCreateCmd  `cmd:"" help:"Create an empty workspace, or (--git REPO) a git clone of REPO (in the home; REPO stays read-only to agents) on a new branch."`
 	List    WorkspaceListCmd    `cmd:"" help:"List workspaces."`
 	Inspect WorkspaceInspectCmd `cmd:"" help:"Show a workspace, its links and its users."`
 	Delete  WorkspaceDeleteCmd  `cmd:"" help:"Delete a workspace no live agent uses."`
@@ -38,8 +38,8 @@ type WorkspaceCreateCmd struct {
 	Name    string `arg:"" help:"The workspace's name."`
 	Scope   string `help:"USER (default) or the agent whose scope it is in."`
 	Network bool   `help:"Give processes in the workspace network access."`
-	Git     string `help:"Make the root a new git worktree of the repository REPO." type:"path" placeholder:"REPO" predictor:"dir"`
-	Branch  string `help:"The worktree's new branch (default substrat/NAME)." placeholder:"B"`
+	Git     string `help:"Make the root a git clone of the repository REPO, on a new branch." type:"path" placeholder:"REPO" predictor:"dir"`
+	Branch  string `help:"The new branch (default substrat/NAME), published to REPO after each turn." placeholder:"B"`
 	Base    string `help:"Where the branch starts (default REPO's HEAD)." placeholder:"REF"`
 }
 
@@ -57,7 +57,7 @@ func (c *WorkspaceCreateCmd) Run(g *Globals) error {
 		// Say what the worktree starts from when the repository has work
 		// not committed: that work is not in it.
 		if out, err := exec.Command("git", "-C", w.Git.Repo, "status", "--porcelain").Output(); err == nil && len(out) > 0 {
-			fmt.Printf("  note: %s has uncommitted changes; the worktree starts at its last commit (HEAD %.12s) without them\n", w.Git.Repo, w.Git.Base)
+			fmt.Printf("  note: %s has uncommitted changes; the workspace starts at its last commit (HEAD %.12s) without them\n", w.Git.Repo, w.Git.Base)
 		}
 	}
 	return nil
@@ -132,7 +132,7 @@ func printWorkspace(g *Globals, w api.WorkspaceInfo, verb string) error {
 	}
 	fmt.Printf("%s workspace %s (%s)\n  root: %s\n", verb, w.Ref, net, w.Root)
 	if gw := w.Git; gw != nil {
-		fmt.Printf("  git worktree of %s on branch %s, from %.12s\n", gw.Repo, gw.Branch, gw.Base)
+		fmt.Printf("  git clone of %s on branch %s, from %.12s\n", gw.Repo, gw.Branch, gw.Base)
 	}
 	if w.View != nil {
 		fmt.Printf("  view of %s/%s:%s (%s)\n", w.View.SourceScope, w.View.SourceName, w.View.Subdir, w.View.Mode)
@@ -170,8 +170,8 @@ func (WorkspaceListCmd) Run(g *Globals) error {
 // WorkspaceDeleteCmd deletes a workspace.
 type WorkspaceDeleteCmd struct {
 	Ref          string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
-	Force        bool   `help:"A git worktree: delete it even with uncommitted or unmerged work."`
-	DeleteBranch bool   `help:"A git worktree: delete its branch too (kept by default)."`
+	Force        bool   `help:"A git workspace: delete it even with uncommitted or unmerged work."`
+	DeleteBranch bool   `help:"A git workspace: delete its branch in the repository too (kept by default)."`
 }
 
 // Run deletes it; it is refused while live agents use it.

@@ -210,7 +210,7 @@ type WorkspaceParams struct {
 	Name    string `json:"name"`
 	Scope   string `json:"scope,omitempty"` // USER (default) or an agent ref
 	Network bool   `json:"network,omitempty"`
-	// Git, if set, makes the root a new git worktree of the repository
+	// Git, if set, makes the root a git clone of the repository
 	// there, on Branch (default substrat/<name>) from Base (default HEAD).
 	Git    string `json:"git,omitempty"`
 	Branch string `json:"branch,omitempty"`
@@ -220,7 +220,7 @@ type WorkspaceParams struct {
 // WorkspaceDeleteParams are the inputs of workspace.delete.
 type WorkspaceDeleteParams struct {
 	Ref string `json:"ref"`
-	// Force deletes a git worktree with uncommitted or unmerged work;
+	// Force deletes a git workspace with uncommitted or unmerged work;
 	// DeleteBranch deletes its branch too.
 	Force        bool `json:"force,omitempty"`
 	DeleteBranch bool `json:"delete_branch,omitempty"`

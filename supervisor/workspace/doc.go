@@ -11,6 +11,10 @@
 //	  workspace.json   the description below, replaced only by atomic rename
 //	  root/            the workspace's files, bound at /workspace (not in a view)
 //	  shell-state/     the persisted shell state of bwrap.Shell (made on use)
+//	  git/             a git workspace's git directory (see git.go), bound
+//	                   at /workspace/.git; root/.git is an empty directory
+//	  git-creating     a git workspace being made: its Git record
+//	  git-published    the commit its branch was last published at
 //
 // workspace.json is an indented JSON object:
 //
@@ -25,6 +29,11 @@
 //	  "view": {"source_scope": "USER", "source_name": "base", "subdir": "docs", "mode": "ro"},
 //	  "created_at": "2026-11-22T10:00:00Z"
 //	}
+//
+// A git workspace's workspace.json also has
+//
+//	"git": {"repo": "/home/u/src/app", "common_dir": "/home/u/src/app/.git",
+//	        "branch": "substrat/team", "base": "<commit id>"}
 //
 // scope and name repeat the directory's; unknown fields are refused. links
 // bind host_path (absolute, stored with its symlinks resolved) at

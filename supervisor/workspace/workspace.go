@@ -68,11 +68,11 @@ type Workspace struct {
 	NetworkAccess bool      `json:"network_access"`
 	Links         []Link    `json:"links"`
 	View          *View     `json:"view,omitempty"` // only in a view
-	Git           *Git      `json:"git,omitempty"`  // only in a git worktree
+	Git           *Git      `json:"git,omitempty"`  // only in a git workspace
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// Git says that a workspace's root/ is a git worktree: of the repository
+// Git says that a workspace's root/ is a git clone: of the repository
 // whose main working tree is Repo, on Branch, which started at Base.
 type Git struct {
 	Repo      string `json:"repo"`       // the main working tree (a real path)
@@ -237,7 +237,7 @@ func (w *Workspace) Validate() error {
 	if g := w.Git; g != nil {
 		switch {
 		case w.View != nil:
-			return fmt.Errorf("%w: workspace %s cannot be both a view and a git worktree", ErrInvalid, w.Ref())
+			return fmt.Errorf("%w: workspace %s cannot be both a view and a git workspace", ErrInvalid, w.Ref())
 		case !filepath.IsAbs(g.Repo) || filepath.Clean(g.Repo) != g.Repo || g.CommonDir != filepath.Join(g.Repo, ".git"):
 			return fmt.Errorf("%w: workspace %s: git repo %q must be an absolute, clean path, and common_dir its .git", ErrInvalid, w.Ref(), g.Repo)
 		case g.Branch == "" || strings.ContainsAny(g.Branch, " \x00\n") || strings.HasPrefix(g.Branch, "-"):
