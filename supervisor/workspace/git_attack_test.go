@@ -211,3 +211,24 @@ func appendFile(t *testing.T, path, s string) {
 }
 
 func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestGitViews: a view of a git workspace cannot write its root/.git, and
+// no view may show the .git directory itself.
+func TestGitViews(t *testing.T) {
+	e, _ := attackEnv(t)
+	w := e.create(t, "w", "")
+	v, err := e.s.CreateView(workspace.UserScope, "v", workspace.View{SourceScope: w.Scope, SourceName: w.Name, Mode: workspace.ModeRW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := e.sh(t, v, `echo x > /workspace/note.txt; mkdir /workspace/.git/hooks 2>&1; printf '[core]\n\tfsmonitor = touch /x\n' > /workspace/.git/config 2>&1; ls -A /workspace/.git`)
+	if !strings.Contains(out, "Read-only") && !strings.Contains(out, "read-only") {
+		t.Fatalf("the view wrote root/.git:\n%s", out)
+	}
+	if err := e.s.CheckGit(w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.CreateView(workspace.UserScope, "v2", workspace.View{SourceScope: w.Scope, SourceName: w.Name, Subdir: ".git", Mode: workspace.ModeRW}); err == nil {
+		t.Fatal("a view of root/.git was made")
+	}
+}

@@ -279,6 +279,13 @@ func (w *Workspace) Spec(l fsstore.Layout) (bwrap.Spec, error) {
 			return bwrap.Spec{}, fmt.Errorf("view %s: %w", w.Ref(), err)
 		}
 		s.Root, s.RootReadOnly = src, w.View.Mode == ModeRO
+		// A whole view of a git workspace shows its root/.git, the empty
+		// mount point of the clone's git directory, read-only: no view
+		// can put a repository where git on the host would find it.
+		dotgit := filepath.Join(l.WorkspaceRoot(w.View.SourceScope, w.View.SourceName), ".git")
+		if fi, err := os.Lstat(dotgit); w.View.Subdir == "" && err == nil && fi.IsDir() {
+			s.Mounts = append(s.Mounts, bwrap.Mount{Source: bwrap.Source{Host: dotgit, Anchor: l.Home}, Target: GitDirTarget, ReadOnly: true})
+		}
 	}
 	if g := w.Git; g != nil {
 		if err := checkGit(l, w); err != nil {
@@ -378,6 +385,9 @@ func viewRoot(l fsstore.Layout, v View) (string, error) {
 	if !within(base, resolved) {
 		return "", fmt.Errorf("%w: subdir %q of workspace %s is a symlink that leaves its root (it resolves to %s)",
 			ErrEscape, v.Subdir, src, resolved)
+	}
+	if within(filepath.Join(base, ".git"), resolved) {
+		return "", fmt.Errorf("%w: subdir %q of workspace %s is its .git, which no sandbox may show", ErrEscape, v.Subdir, src)
 	}
 	if err := isDir(resolved); err != nil {
 		return "", fmt.Errorf("%w: subdir %q of workspace %s: %v", ErrInvalid, v.Subdir, src, err)
