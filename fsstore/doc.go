@@ -104,8 +104,11 @@
 // subscriptions); see apply.go and approval.go for their data.
 // Other types ("message_sent", "message_delivered", "spawned",
 // "tool_denied" (a tool call the provider's own rules refused), "work" (a
-// work tool the daemon ran: tool, args, result cut to a few KiB), and any
-// the daemon adds) are history and leave the snapshot as it is. Replaying every event from "created" on
+// work tool the daemon ran: tool, args, result cut to a few KiB),
+// "effect" (an agent tool call that acts beyond its turn, recorded before
+// it acts and again with its result, so that a turn run again acts once:
+// see effect.go), and any the daemon adds) are history and leave the
+// snapshot as it is. Replaying every event from "created" on
 // yields the snapshot, so session.json can be rebuilt from the log.
 //
 // # Damage and what is done about it

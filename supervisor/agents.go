@@ -225,6 +225,22 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	return m, nil
 }
 
+// hasMessage reports whether message id is in the inbox of to (nil:
+// USER), waiting or delivered.
+func (c *Core) hasMessage(to *node, id string) bool {
+	inbox := c.store.Layout().UserInbox()
+	if to != nil {
+		inbox = to.agent.Files().Inbox()
+	}
+	fsys := c.store.FS()
+	for _, sub := range []string{fsstore.InboxNew, fsstore.InboxCur} {
+		if _, err := fsys.Stat(inbox.Path(sub, id)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // sendUser publishes m in the USER inbox.
 func (c *Core) sendUser(m *fsstore.Message) error {
 	m.To = fsstore.User

