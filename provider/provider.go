@@ -115,6 +115,20 @@ type Turn struct {
 	// Output, if set, receives streamed output as it is produced. It must
 	// not block for long.
 	Output func(Chunk)
+	// Instructions, if not nil, are the agent's instructions now, which
+	// may have changed since the session started: every provider's next
+	// request carries these (a CLI's system prompt or instructions block,
+	// openai's system message). Nil: those of Config.
+	Instructions *string
+}
+
+// InstructionsOf returns the instructions a turn runs with: the turn's,
+// or else the session's.
+func InstructionsOf(cfg Config, turn Turn) string {
+	if turn.Instructions != nil {
+		return *turn.Instructions
+	}
+	return cfg.Instructions
 }
 
 // TurnResult is the outcome of a successful turn.

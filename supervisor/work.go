@@ -190,6 +190,23 @@ func (c *Core) SetPermissions(ctx context.Context, p api.PermissionsParams) (api
 	return c.infoOf(n), nil
 }
 
+// SetInstructions replaces an agent's instructions. Its next turn carries
+// them, whatever the provider (provider.Turn.Instructions): no session
+// restarts.
+func (c *Core) SetInstructions(ctx context.Context, p api.InstructionsParams) (api.AgentInfo, error) {
+	n, err := c.hold(ctx, p.Ref)
+	if err != nil {
+		return api.AgentInfo{}, err
+	}
+	defer c.release(n)
+	text := p.Instructions
+	if err := c.commit(n, fsstore.EvEdited, fsstore.Edit{Instructions: &text}); err != nil {
+		return api.AgentInfo{}, err
+	}
+	c.snapshot(n)
+	return c.infoOf(n), nil
+}
+
 // PermissionSummary says in one line what an agent may do, for people.
 func PermissionSummary(s *fsstore.Session) string {
 	perm := effectivePermissions(s)

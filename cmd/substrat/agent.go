@@ -23,18 +23,19 @@ import (
 
 // AgentCmd groups the agent commands.
 type AgentCmd struct {
-	Create      AgentCreateCmd      `cmd:"" help:"Create a root agent, or a child with --parent."`
-	List        AgentListCmd        `cmd:"" help:"Show the agent tree."`
-	Inspect     AgentInspectCmd     `cmd:"" help:"Show one agent in detail."`
-	Send        AgentSendCmd        `cmd:"" help:"Send a message from USER and show the turn it starts."`
-	Attach      AgentAttachCmd      `cmd:"" help:"Follow an agent's activity live."`
-	Terminate   AgentTerminateCmd   `cmd:"" help:"End an agent (and with --recursive its subtree)."`
-	Archive     AgentArchiveCmd     `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
-	Budget      AgentBudgetCmd      `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
-	Permissions AgentPermissionsCmd `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
-	Gate        AgentGateCmd        `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
-	Ungate      AgentUngateCmd      `cmd:"" help:"Let a gated agent run freely again."`
-	Permit      AgentPermitCmd      `cmd:"" help:"Let a gated agent take one turn."`
+	Create       AgentCreateCmd       `cmd:"" help:"Create a root agent, or a child with --parent."`
+	List         AgentListCmd         `cmd:"" help:"Show the agent tree."`
+	Inspect      AgentInspectCmd      `cmd:"" help:"Show one agent in detail."`
+	Send         AgentSendCmd         `cmd:"" help:"Send a message from USER and show the turn it starts."`
+	Attach       AgentAttachCmd       `cmd:"" help:"Follow an agent's activity live."`
+	Terminate    AgentTerminateCmd    `cmd:"" help:"End an agent (and with --recursive its subtree)."`
+	Archive      AgentArchiveCmd      `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
+	Budget       AgentBudgetCmd       `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
+	Permissions  AgentPermissionsCmd  `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
+	Instructions AgentInstructionsCmd `cmd:"" help:"Show or change an agent's instructions (its next turn carries them, with any provider)."`
+	Gate         AgentGateCmd         `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
+	Ungate       AgentUngateCmd       `cmd:"" help:"Let a gated agent run freely again."`
+	Permit       AgentPermitCmd       `cmd:"" help:"Let a gated agent take one turn."`
 }
 
 // AgentCreateCmd creates an agent.
@@ -134,6 +135,75 @@ func splitRules(in []string) []string {
 		}
 	}
 	return out
+}
+
+// AgentInstructionsCmd shows or replaces an agent's instructions.
+type AgentInstructionsCmd struct {
+	Ref  string  `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
+	Set  *string `help:"Replace the instructions with TEXT ('' clears them)." placeholder:"TEXT"`
+	File string  `help:"Replace the instructions with the contents of FILE ('-': standard input)." type:"path" placeholder:"FILE" xor:"set"`
+}
+
+// Run sets the instructions if asked, then prints them as they are.
+func (c *AgentInstructionsCmd) Run(g *Globals) error {
+	text, set := "", false
+	switch {
+	case c.Set != nil:
+		text, set = *c.Set, true
+	case c.File == "-":
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, maxInstructions+1))
+		if err != nil {
+			return err
+		}
+		text, set = string(data), true
+	case c.File != "":
+		data, err := readCapped(c.File, maxInstructions)
+		if err != nil {
+			return err
+		}
+		text, set = string(data), true
+	}
+	if set {
+		if len(text) > maxInstructions {
+			return fail(fmt.Sprintf("the instructions are longer than %d bytes", maxInstructions), "")
+		}
+		var info api.AgentInfo
+		if err := g.call(api.MethodAgentInstructions, api.InstructionsParams{Ref: c.Ref, Instructions: text}, &info); err != nil {
+			return err
+		}
+	}
+	var res api.InspectResult
+	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(map[string]string{"agent": res.Agent.Path, "instructions": res.Session.Instructions})
+	}
+	fmt.Print(res.Session.Instructions)
+	if res.Session.Instructions != "" && !strings.HasSuffix(res.Session.Instructions, "\n") {
+		fmt.Println()
+	}
+	return nil
+}
+
+// maxInstructions bounds instructions read from a file.
+const maxInstructions = 1 << 20
+
+// readCapped reads a regular file of at most max bytes.
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(data)) > max {
+		err = fmt.Errorf("%s is larger than %d bytes", path, max)
+	}
+	return data, err
 }
 
 // AgentPermissionsCmd changes what an agent may do.

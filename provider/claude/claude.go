@@ -87,6 +87,8 @@
 package claude
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -208,6 +210,56 @@ func (a *adapter) writeMCPConfig(cfg provider.Config) error {
 	return nil
 }
 
+// instructionsNote is the record, kept in the adapter's state directory
+// (outside the sandbox), of the instructions a CLI session was last
+// given.
+type instructionsNote struct {
+	Session string `json:"session"`
+	SHA256  string `json:"sha256"`
+}
+
+func (a *adapter) notePath(cfg provider.Config) (string, error) {
+	dir, err := a.stateDir(cfg)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "instructions", cfg.AgentID+".json"), nil
+}
+
+// noteInstructions records that session id now has cfg's instructions.
+func (a *adapter) noteInstructions(cfg provider.Config, id string) error {
+	p, err := a.notePath(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(cfg.Instructions))
+	data, _ := json.Marshal(instructionsNote{Session: id, SHA256: hex.EncodeToString(sum[:])})
+	return cli.WriteFile(p, data)
+}
+
+// instructionsChanged reports whether cfg's instructions differ from
+// those session id was last given, and records them as given. A session
+// with no record (made before this record existed) is taken as current.
+func (a *adapter) instructionsChanged(cfg provider.Config, id string) (bool, error) {
+	p, err := a.notePath(cfg)
+	if err != nil {
+		return false, err
+	}
+	var note instructionsNote
+	data, err := os.ReadFile(p)
+	if err != nil || json.Unmarshal(data, &note) != nil || note.Session != id {
+		return false, a.noteInstructions(cfg, id)
+	}
+	sum := sha256.Sum256([]byte(cfg.Instructions))
+	if note.SHA256 == hex.EncodeToString(sum[:]) {
+		return false, nil
+	}
+	return true, a.noteInstructions(cfg, id)
+}
+
 // transcriptExists reports whether the CLI has a transcript of session id
 // under its HOME.
 func transcriptExists(claudeHome, id string) bool {
@@ -268,8 +320,20 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	}
 	if transcriptExists(chome, id) {
 		args = append(args, "--resume", id)
+		// A resumed session keeps the system prompt it started with and
+		// ignores --append-system-prompt (checked with 2.1.328): new
+		// instructions go in the prompt, once.
+		if changed, err := a.instructionsChanged(cfg, id); err != nil {
+			return cli.Command{}, err
+		} else if changed {
+			prompt = "<instructions>\nYour instructions have changed. From now on they are:\n" +
+				strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
+		}
 	} else {
 		args = append(args, "--session-id", id)
+		if err := a.noteInstructions(cfg, id); err != nil {
+			return cli.Command{}, err
+		}
 	}
 	args = append(args, a.opts.ExtraArgs...)
 	set := map[string]string{

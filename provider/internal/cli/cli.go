@@ -349,7 +349,9 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if err := ctx.Err(); err != nil {
 		return provider.TurnResult{}, err
 	}
-	c, err := s.p.spec.Command(s.cfg, s.ID(), turn.Prompt)
+	cfg := s.cfg
+	cfg.Instructions = provider.InstructionsOf(cfg, turn) // as they are now, not as they were at start
+	c, err := s.p.spec.Command(cfg, s.ID(), turn.Prompt)
 	if err != nil {
 		return provider.TurnResult{}, err
 	}
