@@ -85,6 +85,8 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 			kill()
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
+	} else {
+		cmd = contain(runCtx, cmd) // see contain.go
 	}
 	cmd.Stdin = strings.NewReader(c.Stdin)
 	cmd.Stdout, cmd.Stderr = outW, stderr
