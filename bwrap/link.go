@@ -67,6 +67,12 @@ func CheckLink(granted []Mount, hostPath string, wantWrite bool) (string, error)
 		case wantWrite && g.ReadOnly:
 			readOnly = true
 			continue
+		case wantWrite && overlapsReadOnly(granted, resolved):
+			// A read-only grant nested in a writable one (a git
+			// workspace's config in its git directory) stays read-only:
+			// no link may show it, or a directory holding it, writable.
+			readOnly = true
+			continue
 		}
 		return resolved, nil
 	}
@@ -81,6 +87,27 @@ func CheckLink(granted []Mount, hostPath string, wantWrite bool) (string, error)
 	default:
 		return refuse("is not within anything your workspace grants")
 	}
+}
+
+// overlapsReadOnly reports whether the real path p is read-only by the
+// most specific grant that holds it (a read-only grant nested in a
+// writable one, as a git workspace's config in its git directory), or
+// holds a read-only grant within it.
+func overlapsReadOnly(granted []Mount, p string) bool {
+	deepest, ro := -1, false
+	for _, g := range granted {
+		host := g.Host
+		if r, err := filepath.EvalSymlinks(host); err == nil {
+			host = r
+		}
+		switch {
+		case within(host, p) && len(host) > deepest:
+			deepest, ro = len(host), g.ReadOnly
+		case g.ReadOnly && host != p && within(p, host):
+			return true
+		}
+	}
+	return ro
 }
 
 // errNotInGrant: the path does not lie within the grant.

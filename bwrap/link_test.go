@@ -14,7 +14,7 @@ func TestCheckLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := func(rel string) string { return filepath.Join(base, rel) }
-	for _, d := range []string{"rw/sub", "rw2", "ro/rwsub", "outside"} {
+	for _, d := range []string{"rw/sub", "rw2", "ro/rwsub", "outside", "nest/cfg", "nest/other"} {
 		if err := os.MkdirAll(p(d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -44,6 +44,10 @@ func TestCheckLink(t *testing.T) {
 		{Source: Source{Host: p("ro")}, Target: "/ro", ReadOnly: true},
 		{Source: Source{Host: p("ro/rwsub")}, Target: "/ro/rwsub"},
 		{Source: Source{Host: p("gone")}, Target: "/gone"}, // missing: grants nothing
+		// A read-only grant nested in a writable one, as a git
+		// workspace's config in its git directory.
+		{Source: Source{Host: p("nest")}, Target: "/nest"},
+		{Source: Source{Host: p("nest/cfg")}, Target: "/nest/cfg", ReadOnly: true},
 	}
 
 	accept := []struct {
@@ -60,6 +64,9 @@ func TestCheckLink(t *testing.T) {
 		{p("grant-via-link/sub"), true, p("rw/sub")},
 		{p("ro/file"), false, p("ro/file")},
 		{p("ro/rwsub"), true, p("ro/rwsub")},
+		{p("nest/other"), true, p("nest/other")},
+		{p("nest/cfg"), false, p("nest/cfg")},
+		{p("nest"), false, p("nest")},
 	}
 	for _, a := range accept {
 		got, err := CheckLink(granted, a.path, a.write)
@@ -91,6 +98,8 @@ func TestCheckLink(t *testing.T) {
 		{"/etc/passwd", false, "is not within anything your workspace grants"},
 		{p("ro/file"), true, "is granted read-only"},
 		{p("ro"), true, "is granted read-only"},
+		{p("nest/cfg"), true, "is granted read-only"},
+		{p("nest"), true, "is granted read-only"}, // it holds nest/cfg
 		// A symlink out of its grant is refused even where it lands in
 		// another grant: each path is resolved beneath one grant.
 		{p("rw/to-ro"), false, "is a symlink that leaves"},

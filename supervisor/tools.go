@@ -647,7 +647,7 @@ type spawnAgentArgs struct {
 	Workspace    string            `json:"workspace,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"`
 	Worktree     bool              `json:"worktree,omitempty" jsonschema:"give the child a git workspace of its own (a clone of your repository), branched from your HEAD (you must be in a git workspace); its branch is published to the repository when its turns end: git fetch origin, then git merge origin/<branch>"`
-	Branch       string            `json:"branch,omitempty" jsonschema:"the child's new branch (default substrat/<name>)"`
+	Branch       string            `json:"branch,omitempty" jsonschema:"the child's new branch, under substrat/ (default substrat/<name>)"`
 }
 
 // sendMessageArgs are the arguments of send_message.

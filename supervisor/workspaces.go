@@ -67,29 +67,38 @@ func (c *Core) getWorkspace(ref string) (*workspace.Workspace, error) {
 
 // CreateWorkspace makes a new, empty workspace.
 func (c *Core) CreateWorkspace(p api.WorkspaceParams) (*workspace.Workspace, error) {
+	w, _, err := c.CreateWorkspaceNote(p)
+	return w, err
+}
+
+// CreateWorkspaceNote is CreateWorkspace, and says what a user may not
+// expect of a git workspace (the repository's uncommitted changes are
+// not in it), or "".
+func (c *Core) CreateWorkspaceNote(p api.WorkspaceParams) (*workspace.Workspace, string, error) {
 	scope := workspace.UserScope
 	if p.Scope != "" && p.Scope != workspace.UserScope {
 		id, err := c.Resolve(p.Scope)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		scope = id
 	}
 	ws := workspace.Workspace{Scope: scope, Name: p.Name, NetworkAccess: p.Network}
+	note := ""
 	if p.Git != "" {
-		g, note, err := c.gitSpec(p.Name, p.Git, p.Branch, p.Base)
+		g, n, err := c.gitSpec(p.Name, p.Git, p.Branch, p.Base)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		ws.Git = g
+		ws.Git, note = g, n
 		if note != "" {
 			c.log.Info("workspace "+p.Name+": "+note, "workspace", p.Name)
 		}
 	} else if p.Branch != "" || p.Base != "" {
-		return nil, invalidParams("--branch and --base are for a git workspace (--git REPO)")
+		return nil, "", invalidParams("--branch and --base are for a git workspace (--git REPO)")
 	}
 	w, err := c.ws.Create(ws)
-	return w, workspaceErr(err)
+	return w, note, workspaceErr(err)
 }
 
 // WorkspaceInfo describes a workspace as the CLI and the tools show it.

@@ -5,6 +5,7 @@ import (
 
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -21,6 +22,9 @@ func (c *Core) gitSpec(name, repoPath, branch, base string) (g *workspace.Git, n
 	git := c.ws.Git()
 	if git == nil {
 		return nil, "", api.Errorf(api.CodeUnavailable, "%v", workspace.ErrNoGitRunner)
+	}
+	if err := c.ws.CheckRepo(repoPath); err != nil {
+		return nil, "", invalidParams("%v", err)
 	}
 	g, note, err = git.Prepare(name, repoPath, branch, base)
 	switch {
@@ -122,8 +126,13 @@ func (t *turnTools) childWorktree(child, branch string, network bool) (string, e
 	if pw.Git == nil {
 		return "", fmt.Errorf("worktree: your workspace %s is not a git workspace", pw.Ref())
 	}
-	if branch == "" {
+	switch {
+	case branch == "":
 		branch = "substrat/" + child
+	case !strings.HasPrefix(branch, "substrat/"):
+		// An agent names branches in the user's repository only under
+		// substrat/, where they cannot be taken for the user's.
+		return "", fmt.Errorf("worktree: branch %q must start with substrat/", branch)
 	}
 	if w, err := t.c.ws.Get(t.n.id(), child); err == nil && w.Git != nil && w.Git.Branch == branch {
 		return w.Ref(), nil // made by this spawn before a crash

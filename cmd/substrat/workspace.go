@@ -53,12 +53,8 @@ func (c *WorkspaceCreateCmd) Run(g *Globals) error {
 	if err := printWorkspace(g, w, "created"); err != nil {
 		return err
 	}
-	if w.Git != nil && c.Base == "" && !g.JSON {
-		// Say what the worktree starts from when the repository has work
-		// not committed: that work is not in it.
-		if out, err := exec.Command("git", "-C", w.Git.Repo, "status", "--porcelain").Output(); err == nil && len(out) > 0 {
-			fmt.Printf("  note: %s has uncommitted changes; the workspace starts at its last commit (HEAD %.12s) without them\n", w.Git.Repo, w.Git.Base)
-		}
+	if w.Note != "" && !g.JSON {
+		fmt.Printf("  note: %s\n", w.Note)
 	}
 	return nil
 }

@@ -1,25 +1,15 @@
 #!/usr/bin/env bash
-# git-sandbox.sh: a black-box attack harness for issue 26 ("the sandbox
-# holds through git"). It drives a real substrat binary as a user would
-# (daemon, CLI, the built-in script provider: no model), makes a
-# prompt-injected agent plant git configuration, hooks, pointers or refs
-# from inside its bwrap sandbox, then does what the daemon, the CLI and the
-# user ordinarily do next, and looks on the host for the result.
+# git-sandbox.sh: a black-box attack harness for issue 26 ("the sandbox holds
+# through git"): a prompt-injected agent with a shell, in a git workspace,
+# tries to get a command run on the host through git, or to move a branch
+# that is not its own. It drives a real substrat binary as a user would
+# (daemon, CLI, the script provider: no model). See README.md here.
 #
-#   scripts/attacks/git-sandbox.sh SUBSTRAT [ATTACK...]   (default: all)
+#   scripts/attacks/git-sandbox.sh SUBSTRAT [ATTACK...]   (default: all; KEEP=1 keeps the files)
 #
-# Each attack gets a fresh home, repository and daemon under one temporary
-# directory (KEEP=1 keeps it). Every planted command is `touch $M/<what>`,
-# $M a directory that exists only on the host, so a file appearing there
-# means the command ran outside any sandbox. Results, per attack:
-#   HOST-COMMAND-RAN  a planted command ran on the host (the step is named)
-#   BRANCH-MOVED      a ref the attacking agent does not own changed
-#   REVIEW-BYPASS     workspace diff hides what the published branch carries
-#   ATTEMPTED         the plant landed somewhere, but nothing came of it
-#   BLOCKED           the sandbox refused the plant itself
-#   ERROR             the scenario could not be set up (see the log)
-#   N/A               the attack does not apply to this binary
-# Exit status 1 if any HOST-COMMAND-RAN or BRANCH-MOVED, 2 on usage error.
+# Prints a table (HOST-COMMAND-RAN, BRANCH-MOVED, REVIEW-BYPASS, ATTEMPTED,
+# BLOCKED, ERROR, N/A per attack); exits 1 if any HOST-COMMAND-RAN or
+# BRANCH-MOVED, 2 on a usage error.
 set -u
 [ $# -ge 1 ] && [ -x "$1" ] || { echo "usage: $0 SUBSTRAT [ATTACK...]" >&2; exit 2; }
 S=$(readlink -f "$1"); shift
@@ -144,6 +134,8 @@ ws_triggers() {
 	ugit "$ROOT" diff; check "user: git diff in root"
 	upty "$ROOT" "git diff"; check "user: git diff in root (tty)"
 	ugit "$ROOT" fetch; check "user: git fetch in root"
+	sub workspace exec team -- git status; check "substrat workspace exec team -- git status"
+	ugit "$R" log --stat -1 substrat/team; check "user: git log substrat/team in repo"
 }
 
 # 1: the .git pointer (a file, a symlink, a directory) sent to a git dir of the agent's.

@@ -245,6 +245,8 @@ type WorkspaceInfo struct {
 	Ref   string   `json:"ref"`
 	Root  string   `json:"root"`
 	Users []string `json:"users"`
+	// Note says what a user may not expect of a workspace just made.
+	Note string `json:"note,omitempty"`
 }
 
 // LinkParams are the inputs of LinkWorkspace.

@@ -11,11 +11,13 @@ import (
 func (d *Daemon) registerWorkspace() {
 	c := d.core
 	handle(d, api.MethodWorkspaceCreate, func(ctx context.Context, p api.WorkspaceParams, _ func(any) error) (any, error) {
-		w, err := c.CreateWorkspace(p)
+		w, note, err := c.CreateWorkspaceNote(p)
 		if err != nil {
 			return nil, err
 		}
-		return c.WorkspaceInfo(w), nil
+		info := c.WorkspaceInfo(w)
+		info.Note = note
+		return info, nil
 	})
 	handle(d, api.MethodWorkspaceList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		return c.ListWorkspaces()

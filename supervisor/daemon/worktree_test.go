@@ -86,12 +86,12 @@ func TestWorktreeTeam(t *testing.T) {
 	}
 	mustCreate(t, c, api.CreateParams{Name: "lead", Workspace: "team"})
 	text := turn(t, c, "lead", `!spawn_agent {"name":"w1","instructions":"work","worktree":true}
-!spawn_agent {"name":"w2","instructions":"work","worktree":true,"branch":"feature/two"}`)
+!spawn_agent {"name":"w2","instructions":"work","worktree":true,"branch":"substrat/two"}`)
 	if strings.Contains(text, "error") {
 		t.Fatalf("the spawns: %s", text)
 	}
 	drain(t, c)
-	if b := gitIn(t, repo, "branch", "--list"); !strings.Contains(b, "substrat/w1") || !strings.Contains(b, "feature/two") {
+	if b := gitIn(t, repo, "branch", "--list"); !strings.Contains(b, "substrat/w1") || !strings.Contains(b, "substrat/two") {
 		t.Fatalf("branches: %s", b)
 	}
 	sh(t, c, h, "lead/w1", `echo one > one.txt && git add one.txt && git commit -qm "w1: one"`)
@@ -111,7 +111,7 @@ func TestWorktreeTeam(t *testing.T) {
 	if b := gitIn(t, repo, "log", "--format=%s", "-1", "substrat/w1"); b != "w1: one" {
 		t.Fatalf("substrat/w1 in the repository after w1's turn: %s", b)
 	}
-	got := sh(t, c, h, "lead", `git fetch -q origin && git merge -q --no-edit origin/substrat/w1 origin/feature/two && ls && git log --format=%s -3`)
+	got := sh(t, c, h, "lead", `git fetch -q origin && git merge -q --no-edit origin/substrat/w1 origin/substrat/two && ls && git log --format=%s -3`)
 	for _, want := range []string{"one.txt", "two.txt", "README"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("after the merge the lead's worktree lacks %s:\n%s", want, got)

@@ -184,6 +184,62 @@ func (s *Store) removeGit(w *Workspace, opts DeleteOptions) error {
 	return nil
 }
 
+// checkGitLinkLocked refuses a read-write link that would show the git
+// metadata of a git workspace (its git/, its root/.git, or a directory
+// holding either) writable in some sandbox: git on the host would then
+// find what an agent wrote there.
+func (s *Store) checkGitLinkLocked(l Link) error {
+	if l.Mode != ModeRW {
+		return nil
+	}
+	all, _ := s.listLocked()
+	for _, w := range all {
+		if w.Git == nil {
+			continue
+		}
+		for _, p := range []string{s.layout.WorkspaceGitDir(w.Scope, w.Name), filepath.Join(s.layout.WorkspaceRoot(w.Scope, w.Name), ".git")} {
+			if within(p, l.HostPath) || within(l.HostPath, p) {
+				return fmt.Errorf("%w: a read-write link of %s would show %s, the git metadata of workspace %s, writable; link a subdirectory, or read-only",
+					ErrEscape, l.HostPath, p, w.Ref())
+			}
+		}
+	}
+	return nil
+}
+
+// CheckRepo refuses a repository at path that an agent can write: one in
+// the Substrat home (a workspace's files, an agent's directory), or in a
+// host directory some workspace links read-write. Its config and hooks
+// would be an agent's, and git on the host would run them; only the
+// user's own repository is trusted.
+func (s *Store) CheckRepo(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil // the git runner says it is missing
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return nil
+	}
+	home := s.layout.Home
+	if r, err := filepath.EvalSymlinks(home); err == nil {
+		home = r
+	}
+	if within(home, real) {
+		return fmt.Errorf("%w: %s is in the Substrat home, where agents write: git on the host would run what an agent put in it; "+
+			"use your own repository", ErrEscape, path)
+	}
+	all, _ := s.List()
+	for _, w := range all {
+		for _, l := range w.Links {
+			if l.Mode == ModeRW && within(l.HostPath, real) {
+				return fmt.Errorf("%w: %s is in %s, which workspace %s links read-write, so an agent can write it; "+
+					"git on the host would run what it put there", ErrEscape, path, l.HostPath, w.Ref())
+			}
+		}
+	}
+	return nil
+}
+
 // GitProblems reports git workspaces whose repository is gone or whose
 // clone is missing or was made by an older Substrat as a worktree of the
 // repository (for fsck and the daemon's start).
@@ -231,23 +287,70 @@ func checkGit(l fsstore.Layout, w *Workspace) error {
 		}
 		return fmt.Errorf("workspace %s: its clone %s is gone (delete the workspace)", w.Ref(), gitDir)
 	}
-	dotgit := filepath.Join(root, ".git")
+	return checkInert(w, filepath.Join(root, ".git"))
+}
+
+// The inert root/.git. It is a bare repository with no commits, so that
+// git run by hand in root/ stops there ("this operation must be run in a
+// work tree") instead of looking further up, or taking root/ itself for
+// a repository an agent made of it. In the sandbox the clone's git/
+// covers it; no sandbox can write it (a view shows it read-only, and no
+// read-write link may show it).
+const (
+	inertHEAD   = "ref: refs/heads/not-a-repository\n"
+	inertConfig = "# Written by the Substrat daemon. Not the workspace's repository: run git in\n" +
+		"# the sandbox (substrat workspace exec WS -- git ...), or in your own repository.\n" +
+		"[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
+)
+
+// MakeInert makes the inert .git directory at dir.
+func MakeInert(dir string) error {
+	for _, d := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "refs")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "HEAD"), []byte(inertHEAD), 0o444); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config"), []byte(inertConfig), 0o444)
+}
+
+// checkInert checks that dotgit is the inert .git the daemon made, and
+// nothing more.
+func checkInert(w *Workspace, dotgit string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("workspace %s: %s is not the inert .git the daemon made (%s); something replaced it: "+
+			"remove it and run no git there by hand", w.Ref(), dotgit, why)
+	}
 	fi, err := os.Lstat(dotgit)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("workspace %s: %v", w.Ref(), err)
-	case !fi.IsDir():
-		return fmt.Errorf("workspace %s: %s is not the empty directory the daemon made (something replaced it); remove it", w.Ref(), dotgit)
+	if err != nil || !fi.IsDir() {
+		return bad("not a directory")
 	}
-	f, err := os.Open(dotgit)
+	entries, err := os.ReadDir(dotgit)
 	if err != nil {
-		return fmt.Errorf("workspace %s: %v", w.Ref(), err)
+		return bad(err.Error())
 	}
-	defer f.Close()
-	if names, _ := f.Readdirnames(1); len(names) > 0 {
-		return fmt.Errorf("workspace %s: %s is not the empty directory the daemon made (it holds %s); remove what is in it", w.Ref(), dotgit, names[0])
+	want := map[string]string{"HEAD": inertHEAD, "config": inertConfig, "objects": "", "refs": ""}
+	if len(entries) != len(want) {
+		return bad(fmt.Sprintf("it holds %d entries", len(entries)))
+	}
+	for _, e := range entries {
+		content, ok := want[e.Name()]
+		switch {
+		case !ok:
+			return bad("it holds " + e.Name())
+		case content == "":
+			sub, err := os.ReadDir(filepath.Join(dotgit, e.Name()))
+			if !e.IsDir() || err != nil || len(sub) > 0 {
+				return bad(e.Name() + " is not an empty directory")
+			}
+		default:
+			data, err := os.ReadFile(filepath.Join(dotgit, e.Name()))
+			if !e.Type().IsRegular() || err != nil || string(data) != content {
+				return bad(e.Name() + " was changed")
+			}
+		}
 	}
 	return nil
 }

@@ -178,23 +178,91 @@ func TestGitClonesFilesAreNotTrusted(t *testing.T) {
 	e.afterAttack(t, w, marker)
 }
 
-// TestGitRefusesAReplacedDotGit: root/.git is the empty directory the
-// daemon made; replaced (here from the host, as a view or a link could),
-// the sandbox and every git operation refuse with a clear error.
+// TestGitRefusesAReplacedDotGit: root/.git is the inert bare repository
+// the daemon made; replaced or changed (here from the host, as a view or
+// a link could), the sandbox and every git operation refuse with a clear
+// error, and fsck says so.
 func TestGitRefusesAReplacedDotGit(t *testing.T) {
+	for name, tamper := range map[string]func(dotgit string){
+		"a pointer file": func(d string) {
+			os.RemoveAll(d)
+			os.WriteFile(d, []byte("gitdir: /elsewhere\n"), 0o644)
+		},
+		"its config changed": func(d string) {
+			os.Chmod(filepath.Join(d, "config"), 0o644)
+			appendFile(t, filepath.Join(d, "config"), "\tfsmonitor = touch /tmp/x\n")
+		},
+		"a hook added": func(d string) {
+			os.Mkdir(filepath.Join(d, "hooks"), 0o755)
+		},
+		"a symlink": func(d string) {
+			os.RemoveAll(d)
+			os.Symlink("/tmp", d)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e, _ := attackEnv(t)
+			w := e.create(t, "w", "")
+			dotgit := filepath.Join(e.l.WorkspaceRoot(w.Scope, w.Name), ".git")
+			if err := e.s.CheckGit(w); err != nil {
+				t.Fatalf("before: %v", err)
+			}
+			tamper(dotgit)
+			if _, err := w.Spec(e.l); err == nil || !strings.Contains(err.Error(), "not the inert .git the daemon made") {
+				t.Fatalf("Spec: %v", err)
+			}
+			if _, err := e.s.Git().Diff(w, false); err == nil {
+				t.Fatal("Diff succeeded")
+			}
+			if p := e.s.GitProblems(); len(p) != 1 || !strings.Contains(p[0], ".git") {
+				t.Fatalf("problems: %v", p)
+			}
+		})
+	}
+}
+
+// TestGitInRootFindsNoRepository: git run by hand in a workspace's root/
+// (or below it) stops at the inert .git, even when the agent made root/
+// itself into a bare repository whose config runs a command.
+func TestGitInRootFindsNoRepository(t *testing.T) {
+	e, marker := attackEnv(t)
+	w := e.create(t, "w", "")
+	script := `cd /workspace && mkdir -p objects refs/heads sub && echo 'ref: refs/heads/main' > HEAD && ` +
+		`printf '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch ` + marker + `; true"\n' > config`
+	if out, code := e.sh(t, w, script); code != 0 {
+		t.Fatalf("the agent's script: %s", out)
+	}
+	for _, dir := range []string{e.l.WorkspaceRoot(w.Scope, w.Name), filepath.Join(e.l.WorkspaceRoot(w.Scope, w.Name), "sub")} {
+		out, err := execGit(dir, "status").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "must be run in a work tree") {
+			t.Errorf("git status in %s: %v\n%s", dir, err, out)
+		}
+	}
+	if _, err := os.Lstat(marker); err == nil {
+		t.Fatal("the agent's fsmonitor ran on the host")
+	}
+}
+
+// TestGitLinksCannotExposeMetadata: no read-write link (an agent's or a
+// user's) may show a git workspace's git/ or root/.git, or a directory
+// holding them; read-only, and below them, is fine.
+func TestGitLinksCannotExposeMetadata(t *testing.T) {
 	e, _ := attackEnv(t)
 	w := e.create(t, "w", "")
-	dotgit := filepath.Join(e.l.WorkspaceRoot(w.Scope, w.Name), ".git")
-	os.Remove(dotgit)
-	os.WriteFile(dotgit, []byte("gitdir: /elsewhere\n"), 0o644)
-	if _, err := w.Spec(e.l); err == nil || !strings.Contains(err.Error(), "not the empty directory the daemon made") {
-		t.Fatalf("Spec with a replaced .git: %v", err)
+	if _, err := e.s.Create(workspace.Workspace{Scope: workspace.UserScope, Name: "other"}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := e.s.Git().Diff(w, false); err == nil {
-		t.Fatal("Diff with a replaced .git succeeded")
+	os.Mkdir(filepath.Join(e.l.WorkspaceRoot(w.Scope, w.Name), "src"), 0o755)
+	root := e.l.WorkspaceRoot(w.Scope, w.Name)
+	for _, p := range []string{root, e.l.WorkspaceGitDir(w.Scope, w.Name), filepath.Join(root, ".git"), e.l.WorkspaceDir(w.Scope, w.Name)} {
+		_, err := e.s.Link(workspace.UserScope, "other", workspace.Link{HostPath: p, MountPath: "/mnt/x", Mode: workspace.ModeRW})
+		wantErr(t, err, workspace.ErrEscape, "git metadata")
 	}
-	if p := e.s.GitProblems(); len(p) != 1 || !strings.Contains(p[0], ".git") {
-		t.Fatalf("problems: %v", p)
+	if _, err := e.s.Link(workspace.UserScope, "other", workspace.Link{HostPath: root, MountPath: "/mnt/ro", Mode: workspace.ModeRO}); err != nil {
+		t.Fatalf("read-only link: %v", err)
+	}
+	if _, err := e.s.Link(workspace.UserScope, "other", workspace.Link{HostPath: filepath.Join(root, "src"), MountPath: "/mnt/src", Mode: workspace.ModeRW}); err != nil {
+		t.Fatalf("read-write link below: %v", err)
 	}
 }
 
@@ -230,5 +298,56 @@ func TestGitViews(t *testing.T) {
 	}
 	if _, err := e.s.CreateView(workspace.UserScope, "v2", workspace.View{SourceScope: w.Scope, SourceName: w.Name, Subdir: ".git", Mode: workspace.ModeRW}); err == nil {
 		t.Fatal("a view of root/.git was made")
+	}
+}
+
+// TestGitRefusesAnAgentsRepository: a repository an agent made (in a
+// workspace, in the home) or can write (under a read-write link) is
+// refused before any git runs in it, so its planted filter and fsmonitor
+// never run on the host.
+func TestGitRefusesAnAgentsRepository(t *testing.T) {
+	e, marker := attackEnv(t)
+	lab, err := e.s.Create(workspace.Workspace{Scope: workspace.UserScope, Name: "lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := e.sh(t, lab, `git init -q app && cd app && echo '* filter=x' > .gitattributes && echo data > f && `+
+		`git config filter.x.clean "touch `+marker+`; cat" && git config core.fsmonitor "touch `+marker+`" && git add -A && `+
+		`git -c user.name=a -c user.email=a@b commit -qm x && echo dirty >> f`)
+	if code != 0 {
+		t.Fatalf("the agent's repository: %s", out)
+	}
+	shared := filepath.Join(e.host, "shared")
+	os.Mkdir(shared, 0o755)
+	execGit(shared, "init", "-q").Run()
+	if _, err := e.s.Link(workspace.UserScope, "lab", workspace.Link{HostPath: shared, MountPath: "/shared", Mode: workspace.ModeRW}); err != nil {
+		t.Fatal(err)
+	}
+	for _, repo := range []string{filepath.Join(e.l.WorkspaceRoot(lab.Scope, lab.Name), "app"), shared} {
+		err := e.s.CheckRepo(repo)
+		wantErr(t, err, workspace.ErrEscape, "an agent")
+	}
+	if err := e.s.CheckRepo(e.repo); err != nil {
+		t.Fatalf("the user's own repository: %v", err)
+	}
+	if _, err := os.Lstat(marker); err == nil {
+		t.Fatal("the agent's filter ran on the host")
+	}
+}
+
+// TestGitBranchNames: a branch name that already means something in the
+// repository (a tag, a remote-tracking branch, a commit) is refused, so
+// that no agent's branch shadows what the user's names mean.
+func TestGitBranchNames(t *testing.T) {
+	e, _ := attackEnv(t)
+	git(t, e.repo, "tag", "v1")
+	git(t, e.repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+	for _, b := range []string{"v1", "origin/main", "main", "HEAD", e.base[:10], "refs/heads/x", "-x"} {
+		if _, _, err := e.s.Git().Prepare("w", e.repo, b, ""); err == nil {
+			t.Errorf("branch %q was accepted", b)
+		}
+	}
+	if _, _, err := e.s.Git().Prepare("w", e.repo, "substrat/ok", ""); err != nil {
+		t.Errorf("substrat/ok: %v", err)
 	}
 }

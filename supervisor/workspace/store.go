@@ -89,6 +89,9 @@ func (s *Store) Create(w Workspace) (*Workspace, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := s.checkGitLinkLocked(l); err != nil {
+			return nil, err
+		}
 		links = append(links, l)
 	}
 	w.Links = links
@@ -468,6 +471,9 @@ func (s *Store) Link(scope, name string, l Link) (*Workspace, error) {
 	}
 	l, err = resolveLink(l)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkGitLinkLocked(l); err != nil {
 		return nil, err
 	}
 	for _, o := range w.Links {

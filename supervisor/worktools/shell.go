@@ -91,6 +91,7 @@ func (pl Place) shellCommand(ctx context.Context, command string) (*exec.Cmd, er
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", bwrap.ShellWrapper(pl.ShellState.Host), "substrat-shell", command)
 	cmd.Dir = pl.Dir
 	cmd.Env = pl.Env
+	cmd = bwrap.Contain(ctx, cmd) // what it starts dies with it, setsid or not
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = bwrap.WaitDelay

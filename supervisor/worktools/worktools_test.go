@@ -3,6 +3,7 @@ package worktools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,28 +221,36 @@ func TestShellInDir(t *testing.T) {
 		t.Fatalf("capped output: %d bytes, %v", len(got), err)
 	}
 
-	// A command past its timeout is killed with everything it started.
-	marker := filepath.Join(pl.Dir, "pid")
+	// A command past its timeout is killed with everything it started,
+	// even what left its process group (setsid): the shell runs in a PID
+	// namespace of its own (bwrap.Contain).
+	tag := fmt.Sprintf("3173%d", os.Getpid()%10000)
 	start := time.Now()
-	got, err = pl.Shell(ctx, "sleep 300 & echo $! > "+marker+"; sleep 300", time.Second)
+	got, err = pl.Shell(ctx, "setsid sleep "+tag+" </dev/null >/dev/null 2>&1 & sleep 300", time.Second)
 	if err != nil || !strings.Contains(got, "[killed after 1s") {
 		t.Fatalf("timeout: %q, %v", got, err)
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("the timeout took %v", d)
 	}
-	b, _ := os.ReadFile(marker)
-	var pid int
-	for _, c := range strings.TrimSpace(string(b)) {
-		pid = pid*10 + int(c-'0')
-	}
 	deadline := time.Now().Add(10 * time.Second)
-	for pid > 0 && syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+	for running("sleep "+tag) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if pid == 0 || syscall.Kill(pid, 0) == nil {
-		t.Fatalf("the background sleep (pid %d) outlived the timeout", pid)
+	if running("sleep " + tag) {
+		t.Fatalf("the background sleep outlived the timeout")
 	}
+}
+
+// running reports whether a process whose command line is s runs.
+func running(s string) bool {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		if b, err := os.ReadFile(d); err == nil && strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")) == s {
+			return true
+		}
+	}
+	return false
 }
 
 // The file tools are not fooled by a swap: while a directory of the

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/substrat/substrat/bwrap"
 )
 
 // ErrLineTooLong is returned by Line for a line over the limit.
@@ -86,7 +88,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	} else {
-		cmd = contain(runCtx, cmd) // see contain.go
+		cmd = bwrap.Contain(runCtx, cmd) // the turn's processes die with it, setsid or not
 	}
 	cmd.Stdin = strings.NewReader(c.Stdin)
 	cmd.Stdout, cmd.Stderr = outW, stderr

@@ -129,7 +129,7 @@ func (d *Runner) Clone(g *workspace.Git, dir string) error {
 	if err := os.Remove(dotgit); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dotgit, 0o755); err != nil {
+	if err := workspace.MakeInert(dotgit); err != nil {
 		return err
 	}
 	co := repo{dir: gitDir, top: root, path: d.git}
@@ -262,13 +262,21 @@ func (d *Runner) DeleteBranch(g *workspace.Git) error {
 	return err
 }
 
-// Diff implements workspace.GitRunner.
+// Diff implements workspace.GitRunner. It shows what Publish would
+// publish (the branch's commits since the base) and, apart, what the
+// checkout holds that is not committed: a change committed and then
+// removed from the checkout still shows, since it is on the branch.
 func (d *Runner) Diff(w *workspace.Workspace, stat bool) (string, error) {
-	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv"}
+	flags := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv"}
 	if stat {
-		args = append(args, "--stat")
+		flags = append(flags, "--stat")
 	}
-	out, err := d.output(w, append(args, w.Git.Base, "--")...)
+	branch := "refs/heads/" + w.Git.Branch
+	committed, err := d.output(w, append(flags, w.Git.Base, branch, "--")...)
+	if err != nil {
+		return "", err
+	}
+	uncommitted, err := d.output(w, append(flags, "HEAD", "--")...)
 	if err != nil {
 		return "", err
 	}
@@ -277,10 +285,27 @@ func (d *Runner) Diff(w *workspace.Workspace, stat bool) (string, error) {
 		return "", err
 	}
 	if u := strings.TrimSpace(untracked); u != "" {
-		out += "untracked files:\n  " + strings.ReplaceAll(u, "\n", "\n  ") + "\n"
+		uncommitted += "untracked files:\n  " + strings.ReplaceAll(u, "\n", "\n  ") + "\n"
 	}
-	if strings.TrimSpace(out) == "" {
-		return fmt.Sprintf("no changes since %.12s\n", w.Git.Base), nil
+	var b strings.Builder
+	if strings.TrimSpace(committed) == "" {
+		fmt.Fprintf(&b, "no commits on %s since %.12s\n", w.Git.Branch, w.Git.Base)
+	} else {
+		fmt.Fprintf(&b, "committed on %s since %.12s (what is published):\n%s", w.Git.Branch, w.Git.Base, committed)
 	}
-	return out, nil
+	head, _ := d.output(w, "symbolic-ref", "--quiet", "HEAD")
+	if h := strings.TrimSpace(head); h != branch {
+		fmt.Fprintf(&b, "the checkout is not on %s (HEAD: %s); its commits are not published\n", w.Git.Branch, orDetached(h))
+	}
+	if strings.TrimSpace(uncommitted) != "" {
+		fmt.Fprintf(&b, "not committed (in the checkout only):\n%s", uncommitted)
+	}
+	return b.String(), nil
+}
+
+func orDetached(ref string) string {
+	if ref == "" {
+		return "detached"
+	}
+	return ref
 }

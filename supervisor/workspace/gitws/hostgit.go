@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -197,8 +198,21 @@ func (r repo) checkBranch(name string) error {
 	if r.branchAt(name) != "" {
 		return fmt.Errorf("branch %s already exists in %s; name another with --branch", name, r.top)
 	}
+	// A name that already means something (a tag, a remote-tracking
+	// branch, a commit, HEAD) would be shadowed by the new branch, or
+	// shadow it: git resolves refs/heads first, so the user's "origin/main"
+	// would name the agent's commits.
+	if strings.HasPrefix(name, "refs/") || hexName.MatchString(name) {
+		return fmt.Errorf("branch name %q could be taken for a ref or a commit; name another", name)
+	}
+	if _, err := r.run("rev-parse", "--verify", "--quiet", "--end-of-options", name); err == nil {
+		return fmt.Errorf("%q already names something in %s (a tag, a remote-tracking branch or a commit); name another branch", name, r.top)
+	}
 	return nil
 }
+
+// hexName is a name git could take for an abbreviated commit id.
+var hexName = regexp.MustCompile(`^[0-9a-fA-F]{4,64}$`)
 
 // has reports whether r has commit.
 func (r repo) has(commit string) bool {
