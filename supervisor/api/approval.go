@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode"
@@ -37,35 +38,97 @@ type ApprovalDetail struct {
 	Commands []string `json:"commands,omitempty"`
 }
 
-// InputText returns a tool input as one line of JSON, whole: compacted
-// (blanks between tokens only), with nothing HTML-escaped, and with every
-// character that would hide or reorder text on a terminal (controls,
-// bidirectional and zero-width format characters, line separators,
-// invalid UTF-8) written as a \u escape, so that what a person reads is
-// what the tool gets. Input that is not JSON is quoted as a string.
+// InputText returns a tool input as one line of JSON, whole: the same
+// tokens in the same order (duplicate keys kept), blanks between tokens
+// dropped, strings re-quoted with nothing HTML-escaped (> and & as
+// themselves, not \u003e), and every character that would hide or
+// reorder text on a terminal (controls, bidirectional and zero-width
+// format characters, line separators) written as a \u escape, so that
+// what a person reads is what the tool gets. Input that is not JSON is
+// quoted as a string.
 func InputText(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return strconv.QuoteToGraphic(string(raw))
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type frame struct {
+		obj bool
+		n   int
 	}
-	s := b.String()
-	var out strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
+	var stack []frame
+	var b strings.Builder
+	sep := func() {
+		if len(stack) == 0 {
+			return
+		}
+		f := &stack[len(stack)-1]
 		switch {
-		case r == utf8.RuneError && n <= 1:
-			out.WriteString(`\ufffd`)
+		case f.obj && f.n%2 == 1:
+			b.WriteByte(':')
+		case f.n > 0:
+			b.WriteByte(',')
+		}
+		f.n++
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return strconv.QuoteToGraphic(string(raw))
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '}' || t == ']' {
+				b.WriteRune(rune(t))
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			sep()
+			b.WriteRune(rune(t))
+			stack = append(stack, frame{obj: t == '{'})
+		case string:
+			sep()
+			quoteJSON(&b, t)
+		case json.Number:
+			sep()
+			b.WriteString(t.String())
+		case bool:
+			sep()
+			b.WriteString(strconv.FormatBool(t))
+		case nil:
+			sep()
+			b.WriteString("null")
+		}
+	}
+	return b.String()
+}
+
+// quoteJSON writes s as a JSON string, escaping only what JSON needs and
+// what hides text.
+func quoteJSON(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
 		case hides(r) && r > 0xffff:
 			r1, r2 := utf16.EncodeRune(r)
-			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+			fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
 		case hides(r):
-			fmt.Fprintf(&out, `\u%04x`, r)
+			fmt.Fprintf(b, `\u%04x`, r)
 		default:
-			out.WriteString(s[i : i+n])
+			b.WriteRune(r)
 		}
-		i += n
 	}
-	return out.String()
+	b.WriteByte('"')
 }
 
 // hides reports whether r can hide or reorder text on a terminal.

@@ -17,6 +17,7 @@ const (
 	MethodAgentTerminate   = "agent.terminate"
 	MethodApprovalAnswer   = "approval.answer"
 	MethodApprovalList     = "approval.list"
+	MethodApprovalShow     = "approval.show" // ShowApprovalParams -> ApprovalDetail
 	MethodDaemonRecovery   = "daemon.recovery"
 	MethodDaemonStatus     = "daemon.status"
 	MethodDaemonStop       = "daemon.stop"
@@ -54,6 +55,7 @@ var Methods = []string{
 	MethodAgentTerminate,
 	MethodApprovalAnswer,
 	MethodApprovalList,
+	MethodApprovalShow,
 	MethodDaemonRecovery,
 	MethodDaemonStatus,
 	MethodDaemonStop,
