@@ -30,14 +30,14 @@ const (
 type mode int
 
 const (
-	modeTree    mode = iota // move, fold, act
-	modeFilter              // typing a filter
-	modeSend                // typing a message
-	modeConfirm             // y/n for a destructive action
-	modeHelp                // the full help
-	modeAttach              // the selected agent's stream, full screen
-	modeInbox               // the USER inbox
-	modeApprovals           // the approval requests that wait, inputs whole
+	modeTree      mode = iota // move, fold, act
+	modeFilter                // typing a filter
+	modeSend                  // typing a message
+	modeConfirm               // y/n for a destructive action
+	modeHelp                  // the full help
+	modeAttach                // the selected agent's stream, full screen
+	modeInbox                 // the USER inbox
+	modeApprovals             // the approval requests that wait, inputs whole
 )
 
 // Model is the state of the view. Its zero value is not usable: use New.
