@@ -96,7 +96,9 @@ func approvalTools() []tool {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"tool_name":{"type":"string"},"input":{"type":"object"},"tool_use_id":{"type":"string"}},"required":["tool_name"]}`)},
 			(*turnTools).requestApproval},
 		newTool("approve", "Answer an approval request of one of your children (its id is in the approval message): allow true or false, "+
-			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git *)\".", (*turnTools).approve),
+			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git status *)\" "+
+			"(a Bash rule allows a command only when it allows each of its simple commands; $(...), subshells, redirections outside the workspace "+
+			"and the like need rules that name them, such as \"Bash(!subst)\"). No rule can be remembered for an input too long to show whole.", (*turnTools).approve),
 	}
 }
 

@@ -189,6 +189,9 @@ func TestApprovalRulesParsed(t *testing.T) {
 		AllowedTools: []string{"Bash(ls *)"}, DisallowedTools: []string{"Bash(rm *)"}, ApprovalTimeout: "1m"}})
 	tt := newTurnTools(c, nodeOf(t, c, "w"), nil)
 
+	if _, err := c.SetPermissions(context.Background(), api.PermissionsParams{Ref: "w", AllowedTools: []string{"Bash('ls)"}}); err == nil {
+		t.Error("a rule with an unterminated quote was accepted")
+	}
 	if a := behavior(t, <-ask(tt, "toolu_0", "Bash", bashInput("ls -la"))); a.Behavior != "allow" {
 		t.Fatalf("Bash(ls *) does not allow ls -la: %+v", a)
 	}
