@@ -83,6 +83,10 @@
 //     Bash(bash -c *) allows bash -c, Bash(bash *) allows bash script.sh
 //     but not bash -c '...'.
 //
+// A Bash input with a field other than command, description, timeout and
+// run_in_background (dangerouslyDisableSandbox, say) is judged by none of
+// these rules: only "Bash" allows it.
+//
 // The "!" parts can never be confused with a command: a rule whose first
 // word starts with ! matches only a construct, and a construct only such
 // a rule.
@@ -94,7 +98,8 @@
 // known ways around a word rule, not of everything a program can do.
 //
 // Deny rules (disallowed tools) use the same language and deny a command
-// when any of its parts matches one (so Bash(rm *) denies "ls; rm x").
+// when any of its parts matches one (so Bash(rm *) denies "ls; rm x" and
+// "/bin/rm x"), strict words or not.
 // They are a convenience: a part the shell computes ($X) escapes them,
 // and only allow rules are a boundary.
 //

@@ -3,6 +3,7 @@ package permrule
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -207,6 +208,11 @@ func firstMatch(rs []*rule, p part, deny bool) *rule {
 			return r
 		}
 	}
+	if deny && !p.construct && p.words[0].lit && strings.Contains(p.words[0].s, "/") {
+		// A deny rule for rm also denies /bin/rm.
+		q := part{words: append([]word{{s: path.Base(p.words[0].s), lit: true}}, p.words[1:]...)}
+		return firstMatch(rs, q, deny)
+	}
 	return nil
 }
 
@@ -226,16 +232,29 @@ func subjectOf(input json.RawMessage) (string, bool) {
 	return "", false
 }
 
-// commandOf returns a Bash input's command.
+// commandOf returns a Bash input's command; false if it has none, or has
+// a field a word rule does not judge (such as dangerouslyDisableSandbox):
+// such an input is allowed only by a rule for every use of Bash.
 func commandOf(input json.RawMessage) (string, bool) {
-	var in struct {
-		Command *string `json:"command"`
-	}
-	if json.Unmarshal(input, &in) != nil || in.Command == nil {
+	var in map[string]json.RawMessage
+	if json.Unmarshal(input, &in) != nil {
 		return "", false
 	}
-	return *in.Command, true
+	var cmd string
+	if json.Unmarshal(in["command"], &cmd) != nil {
+		return "", false
+	}
+	for k := range in {
+		if !bashFields[k] {
+			return "", false
+		}
+	}
+	return cmd, true
 }
+
+// bashFields are the fields of a Bash input that change nothing a rule
+// judges.
+var bashFields = map[string]bool{"command": true, "description": true, "timeout": true, "run_in_background": true}
 
 // matchPath matches a specifier of a tool other than Bash, where * is
 // any run of characters; a subject with a ".." element matches only a

