@@ -249,7 +249,7 @@ func approvalText(req fsstore.Approval, who string, opts permrule.Options, user 
 			how += fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, and a reason (no rule).", req.ID)
 		}
 	case user && rule != "-":
-		how = fmt.Sprintf("Answer with: substrat approve %s [--remember %q]   or   substrat deny %s --reason WHY", req.ID, rule, req.ID)
+		how = fmt.Sprintf("Answer with: substrat approve %s [--remember %s]   or   substrat deny %s --reason WHY", req.ID, shellQuote(rule), req.ID)
 	case user:
 		how = fmt.Sprintf("No rule is suggested for a command of more than one part (a rule allows a command only when it allows each part).\n"+
 			"Answer with: substrat approve %s   or   substrat deny %s --reason WHY", req.ID, req.ID)
@@ -286,6 +286,13 @@ func describeCommand(input json.RawMessage, opts permrule.Options, whole bool) s
 		quoted[i] = strconv.QuoteToGraphic(p)
 	}
 	return fmt.Sprintf("It runs %d command%s, as the rules see %s: %s.\n", len(parts), plural(len(parts)), them(len(parts)), strings.Join(quoted, ", "))
+}
+
+// shellQuote quotes s for a person to paste into a shell: in single
+// quotes, where nothing expands (a rule is made from an agent's command,
+// and "$(...)" in double quotes would run in the person's shell).
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func plural(n int) string {

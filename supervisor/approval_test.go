@@ -244,6 +244,31 @@ func TestApprovalRulesParsed(t *testing.T) {
 	}
 }
 
+// TestApprovalPasteSafe: the rule suggested to USER, made from an
+// agent's command, is quoted so that pasting the answer line into a
+// shell expands nothing.
+func TestApprovalPasteSafe(t *testing.T) {
+	c, _ := newCore(t, t.TempDir(), false)
+	mustCreate(t, c, api.CreateParams{Name: "solo", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "1m"}})
+	res := ask(newTurnTools(c, nodeOf(t, c, "solo"), nil), "toolu_1", "Bash", bashInput(`rm '$(touch /tmp/pwned)' "it's"`))
+	req := waitPending(t, c, 1)[0]
+	var text string
+	for deadline := time.Now().Add(10 * time.Second); text == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		inbox, _ := c.PeekUserInbox(false)
+		for _, m := range inbox {
+			if strings.Contains(m.Text, req.ID) {
+				text = m.Text
+			}
+		}
+	}
+	want := `--remember 'Bash(rm '\''$(touch /tmp/pwned)'\'' "it'\''s")'`
+	if !strings.Contains(text, want) {
+		t.Errorf("the answer line for USER lacks %s:\n%s", want, text)
+	}
+	c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: false, By: fsstore.User})
+	<-res
+}
+
 // TestApprovalTooLong: an input larger than a message shows goes to the
 // approver even when a rule covers it, shown as head and tail with its
 // size, and no rule can be remembered for it (issue 27).
