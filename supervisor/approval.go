@@ -277,7 +277,7 @@ func describeCommand(input json.RawMessage, opts permrule.Options, whole bool) s
 	case err != nil:
 		return "It does not parse as a shell command, so no rule can allow it.\n"
 	case !whole || len(parts) > 50:
-		return fmt.Sprintf("It runs %d commands and constructs (too many to list here).\n", len(parts))
+		return fmt.Sprintf("As the rules see it, it has %d part%s (commands and constructs), not listed here.\n", len(parts), plural(len(parts)))
 	case len(parts) == 0:
 		return "It runs nothing.\n"
 	}
