@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/permrule"
 
 	"github.com/google/uuid"
 
@@ -95,7 +96,9 @@ func approvalTools() []tool {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"tool_name":{"type":"string"},"input":{"type":"object"},"tool_use_id":{"type":"string"}},"required":["tool_name"]}`)},
 			(*turnTools).requestApproval},
 		newTool("approve", "Answer an approval request of one of your children (its id is in the approval message): allow true or false, "+
-			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git *)\".", (*turnTools).approve),
+			"a reason, and optionally a rule to remember for the rest of its life, such as \"Bash(git status *)\" "+
+			"(a Bash rule allows a command only when it allows each of its simple commands; $(...), subshells, redirections outside the workspace "+
+			"and the like need rules that name them, such as \"Bash(!subst)\"). No rule can be remembered for an input too long to show whole.", (*turnTools).approve),
 	}
 }
 
@@ -129,13 +132,18 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 	c, n := t.c, t.n
 	c.mu.Lock()
 	perm := effectivePermissions(n.s())
+	opts := ruleOptions(n.s())
 	approver := c.approverLocked(n, perm.Approver)
 	c.mu.Unlock()
-	if r := matchRule(perm.DisallowedTools, a.ToolName, a.Input); r != "" {
+	if r := permrule.Deny(perm.DisallowedTools, a.ToolName, a.Input, opts); r != "" {
 		return deny("denied by the agent's rule " + r)
 	}
-	if r := matchRule(perm.AllowedTools, a.ToolName, a.Input); r != "" {
-		return allow()
+	// An input too long to show in full is never allowed by a rule: its
+	// approver reads only its head and tail.
+	if !api.InputTooLong(a.Input) {
+		if _, ok := permrule.Allow(perm.AllowedTools, a.ToolName, a.Input, opts); ok {
+			return allow()
+		}
 	}
 	if approver == "" {
 		return deny("this agent's approver is deny: what its permission mode would prompt for is denied")
@@ -191,29 +199,114 @@ func (c *Core) approverLocked(n *node, setting string) string {
 	return fsstore.User
 }
 
-// askApprover delivers the request's message to its approver.
+// askApprover delivers the request's message to its approver: the whole
+// input (or, above api.MaxApprovalInput, its head and tail and why no
+// rule can be remembered for it), the parts of a Bash command as the
+// rules see them, and how to answer.
 func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 	c.mu.Lock()
 	who := c.pathLocked(n)
 	to := c.nodes[req.Approver]
+	opts := ruleOptions(n.s())
 	c.mu.Unlock()
-	input := string(req.Input)
-	if len(input) > 2000 {
-		input = input[:2000] + "…"
-	}
-	how := fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, a reason, and optionally a rule to remember (such as \"%s\").",
-		req.ID, ruleFor(req.Tool, req.Input))
-	if to == nil {
-		how = fmt.Sprintf("Answer with: substrat approve %s [--remember %q]   or   substrat deny %s --reason WHY", req.ID, ruleFor(req.Tool, req.Input), req.ID)
-	}
-	text := fmt.Sprintf("Approval request %s: %s wants to use %s with %s. It waits until %s, then it is denied.\n%s",
-		req.ID, who, req.Tool, input, req.Deadline.Local().Format("15:04:05"), how)
+	text := approvalText(req, who, opts, to == nil)
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindApproval, Text: text}
 	if to == nil {
 		return c.sendUser(m)
 	}
 	_, err := c.deliver(m, to)
 	return err
+}
+
+// approvalText is the message that asks for an answer to req; user says
+// whether USER answers (with the CLI) or an agent (with the approve tool).
+func approvalText(req fsstore.Approval, who string, opts permrule.Options, user bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Approval request %s: %s wants to use %s. It waits until %s, then it is denied.\n",
+		req.ID, who, req.Tool, req.Deadline.Local().Format("15:04:05"))
+	input, whole := api.InputHeadTail(req.Input, api.MaxApprovalInput)
+	size := len(api.InputText(req.Input))
+	if whole {
+		fmt.Fprintf(&b, "Its input, whole, as JSON (%d bytes):\n%s\n", size, input)
+	} else {
+		fmt.Fprintf(&b, "Its input is %d bytes of JSON, more than the %d a message shows: its first and last %d bytes are\n%s\n",
+			size, api.MaxApprovalInput, api.MaxApprovalInput/2, input)
+	}
+	rule := permrule.Suggest(req.Tool, req.Input, opts)
+	if req.Tool == permrule.BashTool {
+		b.WriteString(describeCommand(req.Input, opts, whole))
+		if rule == "" {
+			rule = "-"
+		}
+	}
+	var how string
+	switch {
+	case !whole:
+		how = "You cannot read all of it here, so no rule can be remembered for it: allow it once, or deny it. "
+		if user {
+			how += fmt.Sprintf("Read it whole with: substrat approvals show %s\nAnswer with: substrat approve %s   or   substrat deny %s --reason WHY", req.ID, req.ID, req.ID)
+		} else {
+			how += fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, and a reason (no rule).", req.ID)
+		}
+	case user && rule != "-":
+		how = fmt.Sprintf("Answer with: substrat approve %s [--remember %s]   or   substrat deny %s --reason WHY", req.ID, shellQuote(rule), req.ID)
+	case user:
+		how = fmt.Sprintf("No rule is suggested for a command of more than one part (a rule allows a command only when it allows each part).\n"+
+			"Answer with: substrat approve %s   or   substrat deny %s --reason WHY", req.ID, req.ID)
+	case rule != "-":
+		how = fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, a reason, and optionally a rule to remember (such as \"%s\").", req.ID, rule)
+	default:
+		how = fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, and a reason. No rule is suggested for a command of more than one part "+
+			"(a rule allows a command only when it allows each part).", req.ID)
+	}
+	b.WriteString(how)
+	return b.String()
+}
+
+// describeCommand says how the rules see a Bash input: its parts, or
+// that it does not parse.
+func describeCommand(input json.RawMessage, opts permrule.Options, whole bool) string {
+	var in struct {
+		Command *string `json:"command"`
+	}
+	if json.Unmarshal(input, &in) != nil || in.Command == nil {
+		return "It has no command.\n"
+	}
+	parts, err := permrule.Parts(*in.Command, opts)
+	switch {
+	case err != nil:
+		return "It does not parse as a shell command, so no rule can allow it.\n"
+	case !whole || len(parts) > 50:
+		return fmt.Sprintf("As the rules see it, it has %d part%s (commands and constructs), not listed here.\n", len(parts), plural(len(parts)))
+	case len(parts) == 0:
+		return "It runs nothing.\n"
+	}
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		quoted[i] = strconv.QuoteToGraphic(p)
+	}
+	return fmt.Sprintf("It runs %d command%s, as the rules see %s: %s.\n", len(parts), plural(len(parts)), them(len(parts)), strings.Join(quoted, ", "))
+}
+
+// shellQuote quotes s for a person to paste into a shell: in single
+// quotes, where nothing expands (a rule is made from an agent's command,
+// and "$(...)" in double quotes would run in the person's shell).
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func them(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 func (t *turnTools) approve(ctx context.Context, call provider.ToolCall, a approveArgs) (string, error) {
@@ -230,6 +323,9 @@ func (c *Core) Answer(ctx context.Context, p api.AnswerParams) (fsstore.Approval
 	if p.Remember != "" {
 		if err := fsstore.CheckRule(p.Remember); err != nil {
 			return fsstore.Approval{}, api.Errorf(api.CodeInvalidParams, "%v", err)
+		}
+		if err := permrule.Check(p.Remember); err != nil {
+			return fsstore.Approval{}, api.Errorf(api.CodeInvalidParams, "%v (see the rule language in the README)", err)
 		}
 	}
 	ans := fsstore.ApprovalAnswer{ID: p.ID, Answer: fsstore.ApprovalDeny, Reason: p.Reason, By: p.By, Remember: p.Remember}
@@ -263,6 +359,9 @@ func (c *Core) answer(ans fsstore.ApprovalAnswer, by string) (fsstore.Approval, 
 			c.nameOf(req.By), req.AnsweredAt.Local().Format(time.DateTime), reasonOf(req.Reason))
 	case by != "" && by != req.Approver:
 		return req, api.Errorf(api.CodeInvalidRequest, "approval request %s is for %s to answer, not %s", ans.ID, approverPath, c.nameOf(by))
+	case ans.Remember != "" && ans.Answer == fsstore.ApprovalAllow && api.InputTooLong(req.Input):
+		return req, api.Errorf(api.CodeInvalidParams, "approval request %s: its input (%d bytes) is larger than the %d an approval message shows, "+
+			"so no rule can be remembered for it: allow it without one, or deny it", ans.ID, len(api.InputText(req.Input)), api.MaxApprovalInput)
 	}
 	ans.AnsweredAt = c.clock.Now().UTC()
 	if err := c.commit(n, fsstore.EvApprovalAnswered, ans); err != nil {
@@ -318,70 +417,44 @@ func (c *Core) PendingApprovals() []api.PendingApproval {
 	return out
 }
 
-// matchRule returns the first rule of rules that covers a use of tool
-// with input, or "". A rule is a tool name ("Edit"), or a name with a
-// pattern in parentheses matched against the command (Bash) or the file
-// path or URL the input names, where * matches any run of characters
-// ("Bash(git *)", "Write(/tmp/*)").
-func matchRule(rules []string, tool string, input json.RawMessage) string {
-	var in map[string]any
-	json.Unmarshal(input, &in)
-	subject := ""
-	for _, k := range []string{"command", "file_path", "path", "notebook_path", "url", "pattern"} {
-		if s, ok := in[k].(string); ok {
-			subject = s
-			break
-		}
+// ruleOptions say where an agent's commands run, for its rules: a
+// redirection into its own directory needs no rule.
+func ruleOptions(s *fsstore.Session) permrule.Options {
+	if s.WorkDir == "" {
+		return permrule.Options{}
 	}
-	for _, r := range rules {
-		name, spec, paren := strings.Cut(r, "(")
-		if name != tool {
-			continue
-		}
-		if !paren {
-			return r
-		}
-		if glob(strings.TrimSuffix(spec, ")"), subject) {
-			return r
-		}
-	}
-	return ""
+	return permrule.Options{Workspace: []string{s.WorkDir}}
 }
 
-// glob matches s against pattern, where * is any run of characters
-// (slashes and blanks included) and everything else is literal.
-func glob(pattern, s string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
-		return s == pattern
-	}
-	if !strings.HasPrefix(s, parts[0]) {
-		return false
-	}
-	s = s[len(parts[0]):]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(s, p)
-		if i < 0 {
-			return false
+// ShowApproval returns one request of a live agent, pending or answered,
+// with what its approver is offered.
+func (c *Core) ShowApproval(id string) (api.ApprovalDetail, error) {
+	c.mu.Lock()
+	n, req := c.findApprovalLocked(id)
+	var d api.ApprovalDetail
+	if n != nil {
+		d.PendingApproval = api.PendingApproval{Approval: req, Agent: c.pathLocked(n)}
+		opts := ruleOptions(n.s())
+		c.mu.Unlock()
+		d.Size, d.TooLong = len(api.InputText(req.Input)), api.InputTooLong(req.Input)
+		if !d.TooLong {
+			d.Rule = permrule.Suggest(req.Tool, req.Input, opts)
 		}
-		s = s[i+len(p):]
+		if req.Tool == permrule.BashTool {
+			var in struct {
+				Command string `json:"command"`
+			}
+			if json.Unmarshal(req.Input, &in) == nil {
+				d.Commands, _ = permrule.Parts(in.Command, opts)
+			}
+		}
+		return d, nil
 	}
-	return strings.HasSuffix(s, parts[len(parts)-1])
-}
-
-// ruleFor suggests a rule that would cover this use again: for a command,
-// its first word; for a file, its directory.
-func ruleFor(tool string, input json.RawMessage) string {
-	var in map[string]any
-	json.Unmarshal(input, &in)
-	if cmd, ok := in["command"].(string); ok {
-		first, _, _ := strings.Cut(strings.TrimSpace(cmd), " ")
-		return tool + "(" + first + " *)"
+	c.mu.Unlock()
+	if p := c.approvals.archivedPath(id); p != "" {
+		return d, api.Errorf(api.CodeNotFound, "approval request %s belongs to %s, which was archived", id, p)
 	}
-	if p, ok := in["file_path"].(string); ok && strings.HasPrefix(p, "/") {
-		return tool + "(" + path.Dir(p) + "/*)"
-	}
-	return tool
+	return d, api.Errorf(api.CodeNotFound, "no approval request %s among the live agents (see substrat approvals)", id)
 }
 
 func orEmpty(b json.RawMessage) json.RawMessage {

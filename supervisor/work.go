@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/permrule"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
@@ -86,6 +87,9 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 		if err := perm.Validate(); err != nil {
 			return api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 		}
+		if err := checkRules(perm); err != nil {
+			return err
+		}
 		p.Permissions = &perm
 	case parent != nil && parent.Permissions != nil:
 		p.Permissions = parent.Permissions.Clone()
@@ -140,6 +144,17 @@ func (c *Core) migrateWork(n *node) error {
 	return nil
 }
 
+// checkRules checks the rules of perm in the rule language of permrule
+// (a Bash rule's words and constructs).
+func checkRules(perm fsstore.Permissions) error {
+	for _, r := range slices.Concat(perm.AllowedTools, perm.DisallowedTools) {
+		if err := permrule.Check(r); err != nil {
+			return api.Errorf(api.CodeInvalidParams, "%v", err)
+		}
+	}
+	return nil
+}
+
 // SetPermissions changes an agent's permission setting. It takes effect
 // at the agent's next session start: a live session is suspended (its
 // state saved) and resumes with the new setting at the next turn.
@@ -173,6 +188,9 @@ func (c *Core) SetPermissions(ctx context.Context, p api.PermissionsParams) (api
 	}
 	if err := perm.Validate(); err != nil {
 		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	if err := checkRules(perm); err != nil {
+		return api.AgentInfo{}, err
 	}
 	if err := c.commit(n, fsstore.EvPermissions, perm); err != nil {
 		return api.AgentInfo{}, err

@@ -367,7 +367,7 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 				state += ", remembered " + ap.Remember
 			}
 		}
-		row("approval "+ap.ID, fmt.Sprintf("%s %s: %s", ap.Tool, clipText(string(ap.Input), 80), state))
+		row("approval "+ap.ID, fmt.Sprintf("%s %s: %s", ap.Tool, api.InputSummary(ap.Input, 80), state))
 	}
 	row("turns", fmt.Sprint(a.Counters.Turns))
 	row("tokens in/out", fmt.Sprintf("%d/%d (subtree %d/%d)", a.Counters.InputTokens, a.Counters.OutputTokens, a.Subtree.InputTokens, a.Subtree.OutputTokens))

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/substrat/substrat/supervisor/api"
 
@@ -40,25 +44,36 @@ func answer(g *Globals, p api.AnswerParams) error {
 		return err
 	}
 	if g.JSON {
+		res.Input = plainInput(res.Input)
 		return printJSON(res)
 	}
-	fmt.Printf("%s %s: %s %s\n", res.Answer, res.ID, res.Tool, clipText(string(res.Input), 100))
+	fmt.Printf("%s %s: %s %s\n", res.Answer, res.ID, res.Tool, api.InputSummary(res.Input, 100))
 	if res.Remember != "" {
 		fmt.Printf("remembered for the agent: %s\n", res.Remember)
 	}
 	return nil
 }
 
-// ApprovalsCmd lists the requests that wait for an answer.
-type ApprovalsCmd struct{}
+// ApprovalsCmd lists the requests that wait for an answer, or shows one.
+type ApprovalsCmd struct {
+	List ApprovalsListCmd `cmd:"" default:"withargs" help:"List the requests that wait (the default); inputs abbreviated."`
+	Show ApprovalsShowCmd `cmd:"" help:"Show one request with its whole input, the parts of its command and the suggested rule."`
+}
 
-// Run lists pending approval requests.
-func (ApprovalsCmd) Run(g *Globals) error {
+// ApprovalsListCmd lists pending approval requests.
+type ApprovalsListCmd struct{}
+
+// Run lists pending approval requests, each input abbreviated to its
+// first line and how much more there is.
+func (ApprovalsListCmd) Run(g *Globals) error {
 	var list []api.PendingApproval
 	if err := g.call(api.MethodApprovalList, nil, &list); err != nil {
 		return err
 	}
 	if g.JSON {
+		for i := range list {
+			list[i].Input = plainInput(list[i].Input)
+		}
 		return printJSON(list)
 	}
 	if len(list) == 0 {
@@ -72,17 +87,95 @@ func (ApprovalsCmd) Run(g *Globals) error {
 		if approver != fsstore.User {
 			approver = "parent"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\n", a.ID, a.Agent, approver, a.Deadline.Local().Format("15:04:05"), a.Tool, clipText(string(a.Input), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\n", a.ID, a.Agent, approver, a.Deadline.Local().Format("15:04:05"), a.Tool, api.InputSummary(a.Input, 60))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Println("(substrat approvals show ID prints a whole input)")
+	return nil
 }
 
-// clipText cuts s to at most n runes.
-func clipText(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "…"
+// ApprovalsShowCmd shows one approval request whole.
+type ApprovalsShowCmd struct {
+	ID string `arg:"" help:"The request's id (from substrat approvals or substrat inbox)."`
+}
+
+// Run prints the request: who asks what, its state, the whole input as
+// one line of JSON (characters that hide text escaped), and for a Bash
+// command its parts as the rules see them.
+func (c *ApprovalsShowCmd) Run(g *Globals) error {
+	var d api.ApprovalDetail
+	if err := g.call(api.MethodApprovalShow, api.ShowApprovalParams{ID: c.ID}, &d); err != nil {
+		return err
 	}
-	return s
+	if g.JSON {
+		d.Input = plainInput(d.Input)
+		return printJSON(d)
+	}
+	fmt.Print(approvalDetailText(d))
+	return nil
+}
+
+// approvalDetailText is what approvals show prints for d.
+func approvalDetailText(d api.ApprovalDetail) string {
+	var b strings.Builder
+	row := func(k, v string) { fmt.Fprintf(&b, "%-10s %s\n", k, v) }
+	row("request", d.ID)
+	row("agent", d.Agent)
+	row("tool", d.Tool)
+	if d.ToolUseID != "" {
+		row("tool use", d.ToolUseID)
+	}
+	approver := d.Approver
+	if approver != fsstore.User {
+		approver = "parent (" + approver + ")"
+	}
+	row("approver", approver)
+	row("requested", d.RequestedAt.Local().Format(time.DateTime))
+	if d.Pending() {
+		row("state", "pending until "+d.Deadline.Local().Format(time.DateTime))
+	} else {
+		row("state", fmt.Sprintf("%s by %s at %s%s", d.Answer, d.By, d.AnsweredAt.Local().Format(time.DateTime), reasonIn(quoteIf(d.Reason))))
+		if d.Remember != "" {
+			row("remember", d.Remember)
+		}
+	}
+	switch {
+	case d.TooLong:
+		row("rule", fmt.Sprintf("none can be remembered: the input is larger than the %d bytes an approval message shows", api.MaxApprovalInput))
+	case d.Rule != "":
+		row("rule", d.Rule+" (suggested)")
+	default:
+		row("rule", "none suggested")
+	}
+	if len(d.Commands) > 0 {
+		b.WriteString("commands, as the rules see them:\n")
+		for _, p := range d.Commands {
+			fmt.Fprintf(&b, "  %s\n", strconv.QuoteToGraphic(p))
+		}
+	}
+	fmt.Fprintf(&b, "input (%d bytes of JSON, whole):\n%s\n", d.Size, api.InputText(d.Input))
+	return b.String()
+}
+
+// plainInput returns an input as the same JSON without the HTML escapes
+// (\u003e for >) that the store and the wire may have put in it, and
+// with the characters that hide text escaped (api.InputText).
+func plainInput(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return raw
+	}
+	return json.RawMessage(api.InputText(raw))
+}
+
+// quoteIf quotes a non-empty text an agent may have written, escapes
+// and all.
+func quoteIf(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strconv.QuoteToGraphic(s)
 }
 
 func reasonIn(r string) string {

@@ -45,7 +45,7 @@ type CLI struct {
 	Workspace  WorkspaceCmd  `cmd:"" help:"Manage sandboxed workspaces and run commands in them."`
 	Top        TopCmd        `cmd:"" help:"Watch and steer the whole team live, full screen (one snapshot when not a terminal)."`
 	Inbox      InboxCmd      `cmd:"" help:"Read the messages agents sent to USER."`
-	Approvals  ApprovalsCmd  `cmd:"" help:"List the approval requests that wait for an answer."`
+	Approvals  ApprovalsCmd  `cmd:"" help:"List the approval requests that wait for an answer; show one whole."`
 	Approve    ApproveCmd    `cmd:"" help:"Allow an approval request (--remember a rule for the rest of the agent's life)."`
 	Deny       DenyCmd       `cmd:"" help:"Deny an approval request, with --reason the agent sees."`
 	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`

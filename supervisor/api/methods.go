@@ -18,6 +18,7 @@ const (
 	MethodAgentTerminate    = "agent.terminate"
 	MethodApprovalAnswer    = "approval.answer"
 	MethodApprovalList      = "approval.list"
+	MethodApprovalShow      = "approval.show" // ShowApprovalParams -> ApprovalDetail
 	MethodDaemonRecovery    = "daemon.recovery"
 	MethodDaemonStatus      = "daemon.status"
 	MethodDaemonStop        = "daemon.stop"
@@ -57,6 +58,7 @@ var Methods = []string{
 	MethodAgentTerminate,
 	MethodApprovalAnswer,
 	MethodApprovalList,
+	MethodApprovalShow,
 	MethodDaemonRecovery,
 	MethodDaemonStatus,
 	MethodDaemonStop,

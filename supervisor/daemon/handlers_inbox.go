@@ -17,6 +17,9 @@ func (d *Daemon) registerInbox() {
 	handle(d, api.MethodApprovalList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		return c.PendingApprovals(), nil
 	})
+	handle(d, api.MethodApprovalShow, func(ctx context.Context, p api.ShowApprovalParams, _ func(any) error) (any, error) {
+		return c.ShowApproval(p.ID)
+	})
 	handle(d, api.MethodInboxList, func(ctx context.Context, p struct {
 		All  bool `json:"all"`
 		Peek bool `json:"peek"` // leave unread messages unread

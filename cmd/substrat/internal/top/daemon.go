@@ -40,6 +40,9 @@ func (d Daemon) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err := d.call(ctx, api.MethodInboxList, map[string]bool{"peek": true}, &s.Inbox); err != nil {
 		return s, err
 	}
+	if err := d.call(ctx, api.MethodApprovalList, nil, &s.Approvals); err != nil {
+		return s, err
+	}
 	s.Taken = time.Now()
 	return s, nil
 }

@@ -12,6 +12,7 @@ type keyMap struct {
 	Up, Down, PgUp, PgDown, First, Last key.Binding
 	Fold, Unfold, Toggle                key.Binding
 	Send, Attach, Inbox, Filter         key.Binding
+	Approvals                           key.Binding
 	Gate, Permit, Suspend, Resume       key.Binding
 	Terminate, Archive                  key.Binding
 	Help, Quit                          key.Binding
@@ -31,6 +32,7 @@ var keys = keyMap{
 	Attach:    key.NewBinding(key.WithKeys("a", "enter"), key.WithHelp("a/enter", "attach: its stream, full screen")),
 	Inbox:     key.NewBinding(key.WithKeys("i"), key.WithHelp("i", "USER inbox")),
 	Filter:    key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter by name or state")),
+	Approvals: key.NewBinding(key.WithKeys("v"), key.WithHelp("v", "approval requests, whole")),
 	Gate:      key.NewBinding(key.WithKeys("g"), key.WithHelp("g", "gate / ungate")),
 	Permit:    key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "permit one turn")),
 	Suspend:   key.NewBinding(key.WithKeys("z"), key.WithHelp("z", "suspend")),
@@ -54,7 +56,7 @@ func (k keyMap) ShortHelp() []key.Binding {
 func (k keyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{
 		{k.Up, k.Down, k.PgUp, k.PgDown, k.First, k.Last, k.Fold, k.Unfold, k.Toggle},
-		{k.Send, k.Attach, k.Inbox, k.Filter, k.Help, k.Quit},
+		{k.Send, k.Attach, k.Inbox, k.Approvals, k.Filter, k.Help, k.Quit},
 		{k.Gate, k.Permit, k.Suspend, k.Resume, k.Terminate, k.Archive},
 	}
 }
@@ -74,6 +76,8 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 		m.flash, m.flashAt = m.confirm.Kind+": cancelled", m.now()
 		return nil
+	case modeApprovals:
+		return m.approvalsKey(msg)
 	case modeHelp, modeAttach, modeInbox:
 		switch {
 		case msg.Type == tea.KeyEsc, key.Matches(msg, keys.Quit), key.Matches(msg, keys.Help) && m.mode == modeHelp,
@@ -126,6 +130,8 @@ func (m *Model) treeKey(msg tea.KeyMsg) tea.Cmd {
 		m.mode = modeHelp
 	case key.Matches(msg, keys.Inbox):
 		m.mode = modeInbox
+	case key.Matches(msg, keys.Approvals):
+		m.mode, m.apTop = modeApprovals, 0
 	case key.Matches(msg, keys.Filter):
 		m.mode = modeFilter
 		m.input.Prompt, m.input.Placeholder = "/", "name, path or state"
@@ -157,6 +163,29 @@ func (m *Model) treeKey(msg tea.KeyMsg) tea.Cmd {
 	case key.Matches(msg, keys.Archive):
 		m.confirm, m.mode = Action{Kind: ActArchive, ID: m.sel}, modeConfirm
 	}
+	return nil
+}
+
+// approvalsKey scrolls the approval requests.
+func (m *Model) approvalsKey(msg tea.KeyMsg) tea.Cmd {
+	page := max(m.height-4, 1)
+	switch {
+	case msg.Type == tea.KeyEsc, key.Matches(msg, keys.Quit), key.Matches(msg, keys.Approvals):
+		m.mode = modeTree
+	case key.Matches(msg, keys.Up):
+		m.apTop--
+	case key.Matches(msg, keys.Down):
+		m.apTop++
+	case key.Matches(msg, keys.PgUp):
+		m.apTop -= page
+	case key.Matches(msg, keys.PgDown):
+		m.apTop += page
+	case key.Matches(msg, keys.First):
+		m.apTop = 0
+	case key.Matches(msg, keys.Last):
+		m.apTop = len(m.approvalLines())
+	}
+	m.apTop = max(0, min(m.apTop, len(m.approvalLines())-page))
 	return nil
 }
 

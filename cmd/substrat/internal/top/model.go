@@ -30,13 +30,14 @@ const (
 type mode int
 
 const (
-	modeTree    mode = iota // move, fold, act
-	modeFilter              // typing a filter
-	modeSend                // typing a message
-	modeConfirm             // y/n for a destructive action
-	modeHelp                // the full help
-	modeAttach              // the selected agent's stream, full screen
-	modeInbox               // the USER inbox
+	modeTree      mode = iota // move, fold, act
+	modeFilter                // typing a filter
+	modeSend                  // typing a message
+	modeConfirm               // y/n for a destructive action
+	modeHelp                  // the full help
+	modeAttach                // the selected agent's stream, full screen
+	modeInbox                 // the USER inbox
+	modeApprovals             // the approval requests that wait, inputs whole
 )
 
 // Model is the state of the view. Its zero value is not usable: use New.
@@ -54,6 +55,7 @@ type Model struct {
 	collapsed map[string]bool
 	sel       string // the selected agent's id
 	top       int    // the first row shown
+	apTop     int    // the first line shown of the approval requests
 
 	activity map[string]string   // what each agent is doing now
 	stream   map[string][]string // each agent's recent live lines

@@ -22,8 +22,8 @@ import (
 
 // Source is what top reads and asks of the daemon.
 type Source interface {
-	// Snapshot returns the daemon's status, every agent and the unread
-	// messages to USER (left unread).
+	// Snapshot returns the daemon's status, every agent, the unread
+	// messages to USER (left unread) and the approval requests that wait.
 	Snapshot(ctx context.Context) (Snapshot, error)
 	// Recovery returns the report of the daemon's last start.
 	Recovery(ctx context.Context) (api.Report, error)
@@ -41,7 +41,9 @@ type Snapshot struct {
 	Status api.StatusResult   `json:"status"`
 	Agents []api.AgentInfo    `json:"agents"`
 	Inbox  []api.InboxMessage `json:"inbox"`
-	Taken  time.Time          `json:"taken"`
+	// Approvals wait for an answer; their inputs are whole.
+	Approvals []api.PendingApproval `json:"approvals"`
+	Taken     time.Time             `json:"taken"`
 }
 
 // Detail is the selected agent, read in full.

@@ -68,6 +68,8 @@ func (m *Model) View() string {
 		lines = append(lines, m.attach(m.height-3)...)
 	case modeInbox:
 		lines = append(lines, m.inbox(m.height-3)...)
+	case modeApprovals:
+		lines = append(lines, m.approvals(m.height-3)...)
 	default:
 		lines = append(lines, m.columns(), "")
 		lines = lines[:len(lines)-1]
@@ -97,6 +99,9 @@ func (m *Model) header() []string {
 		first += fmt.Sprintf("  pid %d  up %s  %d agents (%d busy)", st.Pid, since(m.now(), st.StartedAt), len(m.snap.Agents), busy)
 		if n := unread(m.snap.Inbox); n > 0 {
 			first += "  " + m.styles.warn.Render(fmt.Sprintf("inbox %d", n))
+		}
+		if n := len(m.snap.Approvals); n > 0 {
+			first += "  " + m.styles.bad.Render(fmt.Sprintf("approvals %d (v)", n))
 		}
 		for _, p := range st.Pools {
 			first += fmt.Sprintf("  %s %d/%d", p.Name, p.Live, p.Size)
@@ -295,6 +300,61 @@ func (m *Model) inbox(h int) []string {
 	return tail(out, h)
 }
 
+// approvals shows the requests that wait, each input whole (wrapped, not
+// cut): scroll with the arrows and pages.
+func (m *Model) approvals(h int) []string {
+	lines := m.approvalLines()
+	all := len(lines)
+	top := max(0, min(m.apTop, all-(h-1)))
+	lines = lines[top:]
+	if len(lines) > h-1 {
+		lines = lines[:h-1]
+	}
+	out := []string{m.styles.heading.Render(fmt.Sprintf("%d approval requests waiting, inputs whole: lines %d-%d of %d (↑/↓ pgup/pgdn; esc)",
+		len(m.snap.Approvals), top+1, top+len(lines), all))}
+	return append(out, lines...)
+}
+
+// approvalLines are the lines of every waiting request: who asks, and
+// the input as one line of JSON wrapped to the width (api.InputText: what
+// would hide text is escaped, nothing is cut).
+func (m *Model) approvalLines() []string {
+	var out []string
+	if len(m.snap.Approvals) == 0 {
+		return []string{"no approval request waits"}
+	}
+	for _, a := range m.snap.Approvals {
+		approver := "USER"
+		if a.Approver != fsstore.User {
+			approver = "its parent"
+		}
+		text := api.InputText(a.Input)
+		out = append(out, m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", a.ID, a.Agent, a.Tool, len(text),
+			approver, a.Deadline.Local().Format("15:04:05"))))
+		out = append(out, wrap(text, max(m.width, 10))...)
+		out = append(out, "")
+	}
+	return out
+}
+
+// wrap cuts s into lines of at most w cells, keeping every character.
+func wrap(s string, w int) []string {
+	var out []string
+	var line strings.Builder
+	width := 0
+	for _, r := range s {
+		rw := lipgloss.Width(string(r))
+		if width+rw > w && width > 0 {
+			out = append(out, line.String())
+			line.Reset()
+			width = 0
+		}
+		line.WriteRune(r)
+		width += rw
+	}
+	return append(out, line.String())
+}
+
 func (m *Model) footer() string {
 	switch m.mode {
 	case modeFilter, modeSend:
@@ -326,12 +386,16 @@ func (m *Model) help() []string {
 	if m.width < 80 {
 		return append(out, items...)
 	}
+	left := 0
+	for _, it := range items[:half] {
+		left = max(left, lipgloss.Width(it)+2)
+	}
 	for i := range half {
 		right := ""
 		if i+half < len(items) {
 			right = items[i+half]
 		}
-		out = append(out, fmt.Sprintf("%-40s%s", items[i], right))
+		out = append(out, fmt.Sprintf("%-*s%s", left, items[i], right))
 	}
 	return append(out, "",
 		"States: BUSY, WAITING (for a reply), IDLE, suspended (no live session),",
