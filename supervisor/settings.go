@@ -37,8 +37,15 @@ type Settings struct {
 	// agent's permissions set no timeout.
 	ApprovalTimeout time.Duration
 	// Notify, if set, is a command the host runs for each message to USER.
-	Notify []string
+	// At most NotifyConcurrency run at once; the messages of a burst that
+	// finds them all running are coalesced into one notification.
+	Notify            []string
+	NotifyConcurrency int
 }
+
+// DefaultNotifyConcurrency is how many notify commands run at once
+// unless the configuration says otherwise.
+const DefaultNotifyConcurrency = 2
 
 // DefaultSettings are the built-in defaults.
 func DefaultSettings() Settings {
@@ -46,6 +53,7 @@ func DefaultSettings() Settings {
 		DefaultProvider: "script", PermissionMode: fsstore.ModeDefault, SandboxPermissionMode: fsstore.ModeFull,
 		Pools: map[string]int{DefaultPool: 8}, TurnTimeout: 10 * time.Minute,
 		RetryLimit: 5, RetryWindow: time.Minute, RetryBase: time.Second, ApprovalTimeout: fsstore.DefaultApprovalTimeout,
+		NotifyConcurrency: DefaultNotifyConcurrency,
 	}
 }
 
@@ -67,6 +75,8 @@ func (s Settings) Check() error {
 		return fmt.Errorf("durations must be positive")
 	case s.RetryLimit < 1:
 		return fmt.Errorf("retry limit must be at least 1")
+	case s.NotifyConcurrency < 1:
+		return fmt.Errorf("notify_concurrency must be at least 1")
 	}
 	for name, n := range s.Pools {
 		if n <= 0 {
