@@ -26,7 +26,8 @@ type Settings struct {
 	// Pools sizes the slot pools (live sessions each); "default" applies
 	// to pools not named.
 	Pools map[string]int
-	// TurnTimeout bounds a turn.
+	// TurnTimeout bounds a turn. The time a turn waits for an approval
+	// does not count: ApprovalTimeout bounds that.
 	TurnTimeout time.Duration
 	// A failed turn is retried after RetryBase, doubling; RetryLimit
 	// failures within RetryWindow gate the agent.
@@ -34,7 +35,10 @@ type Settings struct {
 	RetryWindow time.Duration
 	RetryBase   time.Duration
 	// ApprovalTimeout is how long an approval request waits when the
-	// agent's permissions set no timeout.
+	// agent's permissions set no timeout (then it is denied, "expired").
+	// It runs from the request's first asking, across restarts: a turn
+	// run again after a crash waits for the same request, until the same
+	// deadline.
 	ApprovalTimeout time.Duration
 	// Notify, if set, is a command the host runs for each message to USER.
 	// At most NotifyConcurrency run at once; the messages of a burst that

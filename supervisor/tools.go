@@ -105,6 +105,13 @@ type turnTools struct {
 	lastFrom map[string]string  // sender id -> newest message from it in the prompt
 	hops     int                // the most hops of a message in the prompt
 	done     <-chan struct{}    // closed when the turn ends (nil outside a turn)
+	clock    *turnCtx           // the turn's timeout, stopped while approvals wait (nil outside a turn)
+
+	askMu         sync.Mutex // one approval request made at a time (approvalcall.go)
+	waitMu        sync.Mutex // guards the fields below
+	waits         int        // approval requests the turn waits for
+	markedWaiting bool       // the agent was made WAITING for them
+	ended         bool       // the provider's turn returned
 
 	mu       sync.Mutex // guards the fields below
 	spawned  []*node

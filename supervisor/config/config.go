@@ -20,6 +20,10 @@
 //	  "notify_concurrency": 2
 //	}
 //
+// turn_timeout bounds a turn, not counting the time it waits for an
+// approval; approval_timeout bounds that wait (an agent's permissions may
+// set their own), and the agent shows as WAITING meanwhile.
+//
 // notify_command runs for each message to USER (the message is stored
 // first): at most notify_concurrency at once (default 2); the messages of
 // a burst that finds them all running are coalesced into one run, that of
