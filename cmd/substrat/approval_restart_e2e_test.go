@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	wire "github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider/claude/fakeapi"
 )
 
 // TestApprovalAcrossKillE2E: a root agent (script provider) asks for
@@ -97,4 +99,59 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 		b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(solo.ID).Transcript())
 		return strings.Contains(string(b), `request_approval -> {"behavior":"allow"`)
 	})
+}
+
+// TestApprovalClaudeAcrossKillE2E: the same with the real Claude Code CLI
+// in its safe mode. Its Bash call waits for USER's approval when the
+// daemon is SIGKILLed; after the restart the CLI resumes, the model asks
+// for the same command under a new tool-use id, and that is the same
+// request: `substrat approve` runs the command, and only one request was
+// ever made.
+func TestApprovalClaudeAcrossKillE2E(t *testing.T) {
+	cli := claudeCLI(t)
+	bin, err := exec.LookPath("substrat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := fakeapi.New(approvalReply)
+	t.Cleanup(api.Close)
+	d := runDaemon(t, claudeEnv(cli, api.URL)...)
+	dir := t.TempDir()
+	var w wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "w", Provider: "claude", WorkDir: dir,
+		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "10m"}}, &w)
+	events := fsstore.Layout{Home: d.home}.Agent(w.ID).Events()
+	waits := func() int {
+		b, _ := os.ReadFile(events)
+		return strings.Count(string(b), "waiting for approval request")
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; daemon output in %s", what, filepath.Join(d.home, "e2e-daemon.out"))
+			}
+		}
+	}
+
+	d.mustCall("agent.send", map[string]any{"ref": "w", "text": "RUN FOUR", "wait": false}, nil)
+	req := waitApproval(t, d, 1)[0]
+	eventually("WAITING", func() bool { return waits() >= 1 })
+	d.kill()
+	d.start()
+	eventually("the turn run again to wait", func() bool { return waits() >= 2 })
+	var list []wire.PendingApproval
+	d.mustCall("approval.list", nil, &list)
+	if len(list) != 1 || list[0].ID != req.ID {
+		t.Fatalf("after the restart the requests are %+v, want only %s", list, req.ID)
+	}
+	if out, err := exec.Command(bin, "approve", req.ID, "--home", d.home).CombinedOutput(); err != nil {
+		t.Fatalf("substrat approve: %v: %s", err, out)
+	}
+	eventually("four.txt", func() bool { _, err := os.Stat(filepath.Join(dir, "four.txt")); return err == nil })
+	var info wire.InspectResult
+	d.mustCall("agent.inspect", map[string]string{"ref": "w"}, &info)
+	if ap := info.Session.Approvals; len(ap) != 1 || ap[0].ID != req.ID || ap[0].Answer != fsstore.ApprovalAllow {
+		t.Errorf("the agent's requests: %+v", ap)
+	}
 }
