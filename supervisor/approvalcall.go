@@ -80,47 +80,15 @@ func (t *turnTools) sameCallLocked(key string) (fsstore.Approval, bool) {
 // askOnce gets call approved or denied: by the request for the same call
 // if there is one, else by a new request. why says why it was denied.
 func (t *turnTools) askOnce(ctx context.Context, call approvalCall) (allowed bool, why string, err error) {
-	c, n := t.c, t.n
-	key := callKey(call.tool, call.input)
-	// Find or make the request, one at a time within the turn, so that
-	// the same call asked twice at once makes one.
-	t.askMu.Lock()
-	c.mu.Lock()
-	req, found := t.sameCallLocked(key)
-	c.mu.Unlock()
-	var answer chan fsstore.ApprovalAnswer
-	if !found {
-		now := c.clock.Now().UTC()
-		req = fsstore.Approval{ID: uuid.Must(uuid.NewV7()).String(), Tool: call.tool, Input: call.input, ToolUseID: call.toolUseID,
-			CallKey: key, Batch: t.batch(), Approver: call.approver, RequestedAt: now, Deadline: now.Add(call.timeout)}
-		answer = c.approvals.wait(req.ID)
-		if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
-			t.askMu.Unlock()
-			c.approvals.done(req.ID, answer)
-			return false, "", err
-		}
-	} else {
-		answer = c.approvals.wait(req.ID)
+	c := t.c
+	req, answer, done, err := t.findOrAsk(callKey(call.tool, call.input), call)
+	switch {
+	case err != nil:
+		return false, "", err
+	case done:
+		return answered(fsstore.ApprovalAnswer{Answer: req.Answer, Reason: req.Reason, By: req.By})
 	}
-	t.askMu.Unlock()
 	defer c.approvals.done(req.ID, answer)
-	if found {
-		// Answered meanwhile (the waiter was not there yet)?
-		c.mu.Lock()
-		if _, cur := c.findApprovalLocked(req.ID); cur.ID != "" {
-			req = cur
-		}
-		c.mu.Unlock()
-		if !req.Pending() {
-			c.log.Info("approval request asked again: answered already", "agent", n.id(), "request", req.ID, "answer", req.Answer)
-			return answered(fsstore.ApprovalAnswer{Answer: req.Answer, Reason: req.Reason, By: req.By})
-		}
-		c.log.Info("approval request asked again: still waiting", "agent", n.id(), "request", req.ID)
-		c.tellApproverAgain(n, req)
-	} else if err := c.askApprover(n, req); err != nil {
-		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)
-	}
-
 	t.approvalWait(req.ID, true)
 	defer t.approvalWait(req.ID, false)
 	wait := req.Deadline.Sub(c.clock.Now())
@@ -144,6 +112,49 @@ func (t *turnTools) askOnce(ctx context.Context, call approvalCall) (allowed boo
 	case <-t.done:
 		return false, "", fmt.Errorf("the turn ended while approval request %s waited; it stays listed", req.ID)
 	}
+}
+
+// findOrAsk finds the request for the call with key, or makes it and
+// tells its approver, one call at a time within the turn (so that the
+// same call asked twice at once makes one request and one message). It
+// returns the request and a channel that gets its answer, or, with done,
+// the request already answered.
+func (t *turnTools) findOrAsk(key string, call approvalCall) (req fsstore.Approval, answer chan fsstore.ApprovalAnswer, done bool, err error) {
+	c, n := t.c, t.n
+	t.askMu.Lock()
+	defer t.askMu.Unlock()
+	c.mu.Lock()
+	req, found := t.sameCallLocked(key)
+	c.mu.Unlock()
+	if found {
+		answer = c.approvals.wait(req.ID)
+		// Answered meanwhile, before the waiter was there?
+		c.mu.Lock()
+		if _, cur := c.findApprovalLocked(req.ID); cur.ID != "" {
+			req = cur
+		}
+		c.mu.Unlock()
+		if !req.Pending() {
+			c.approvals.done(req.ID, answer)
+			c.log.Info("approval request asked again: answered already", "agent", n.id(), "request", req.ID, "answer", req.Answer)
+			return req, nil, true, nil
+		}
+		c.log.Info("approval request asked again: still waiting", "agent", n.id(), "request", req.ID)
+		c.tellApproverAgain(n, req)
+		return req, answer, false, nil
+	}
+	now := c.clock.Now().UTC()
+	req = fsstore.Approval{ID: uuid.Must(uuid.NewV7()).String(), Tool: call.tool, Input: call.input, ToolUseID: call.toolUseID,
+		CallKey: key, Batch: t.batch(), Approver: call.approver, RequestedAt: now, Deadline: now.Add(call.timeout)}
+	answer = c.approvals.wait(req.ID)
+	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
+		c.approvals.done(req.ID, answer)
+		return req, nil, true, err
+	}
+	if err := c.askApprover(n, req); err != nil {
+		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)
+	}
+	return req, answer, false, nil
 }
 
 // answered is what an answer means for the call.

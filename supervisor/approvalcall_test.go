@@ -268,9 +268,7 @@ func TestApprovalOncePerCallAcrossCrash(t *testing.T) {
 				if p := c.PendingApprovals(); len(p) != 1 || p[0].ID != req.ID {
 					t.Fatalf("the turn run again made another request: %+v", p)
 				}
-				if s := stateOf(t, c, "solo"); s != fsstore.AgentWaiting {
-					t.Errorf("waiting for approval, the agent is %s", s)
-				}
+				until(t, "WAITING", func() bool { return stateOf(t, c, "solo") == fsstore.AgentWaiting })
 				if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err != nil {
 					t.Fatal(err)
 				}
@@ -363,5 +361,44 @@ func TestCallKey(t *testing.T) {
 		if other == a {
 			t.Error("another call has the same key")
 		}
+	}
+}
+
+// TestApprovalMessageAfterCrash: a crash between a request and its
+// message to the approver: the turn run again asks for the same call,
+// finds the request, and delivers the message it lacks, once.
+func TestApprovalMessageAfterCrash(t *testing.T) {
+	c, _ := newCore(t, t.TempDir(), false)
+	mustCreate(t, c, api.CreateParams{Name: "solo", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "1m"}})
+	send(t, c, "solo", askMake)
+	n := nodeOf(t, c, "solo")
+	msgs, _, err := n.agent.Pending()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("pending: %v %v", msgs, err)
+	}
+	// What the crashed daemon left: the request, and no message.
+	input := json.RawMessage(`{"command":"make install","description":"install"}`)
+	now := time.Now().UTC()
+	req := fsstore.Approval{ID: "01a212d9-1627-7c10-aea7-35d4b05c64d6", Tool: "Bash", Input: input, CallKey: callKey("Bash", input),
+		Batch: msgs[0].ID, Approver: fsstore.User, RequestedAt: now, Deadline: now.Add(time.Minute)}
+	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.RunTurn(context.Background(), n.id()) }()
+	until(t, "the turn to wait for the request", func() bool { return waitersOf(c, req.ID) == 1 })
+	until(t, "WAITING", func() bool { return stateOf(t, c, "solo") == fsstore.AgentWaiting }) // after the message
+	inbox, err := c.PeekUserInbox(true)
+	if err != nil || len(inbox) != 1 || inbox[0].ID != req.ID || inbox[0].Kind != fsstore.KindApproval {
+		t.Fatalf("USER's inbox: %v %+v", err, inbox)
+	}
+	if _, err := c.Answer(context.Background(), api.AnswerParams{ID: req.ID, Allow: true, By: fsstore.User}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := requestsIn(t, c, "solo"); got != 1 {
+		t.Errorf("%d approval requests in the log, want 1", got)
 	}
 }
