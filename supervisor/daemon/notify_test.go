@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
@@ -47,6 +48,23 @@ func TestNotifyFlood(t *testing.T) {
 	for i := range messages {
 		fmt.Fprintf(&prompt, "!send_message {\"recipient\":\"USER\",\"text\":\"message %d\"}\n", i)
 	}
+	// The daemon runs in this process: its open files are ours. Watch
+	// them through the flood (400 commands at once held some 1,200 pipes).
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	base, most := fds(), 0
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			most = max(most, fds())
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
 	var res api.SendResult
 	if err := c.Call(ctx, api.MethodAgentSend, map[string]any{"ref": "r", "wait": true, "text": prompt.String()}, &res); err != nil {
 		t.Fatal(err)
@@ -63,6 +81,11 @@ func TestNotifyFlood(t *testing.T) {
 		n := st.Notify
 		return n != nil && n.Messages == messages && n.Running == 0 && n.Waiting == 0
 	})
+	close(stop)
+	<-watched
+	if most > base+40 {
+		t.Errorf("open files went from %d to %d during the flood", base, most)
+	}
 	n := st.Notify
 	if n.Limit != 2 || n.Failures != 0 || n.Runs+n.Coalesced != messages || n.Runs > 25 {
 		t.Errorf("daemon.status notify: %+v", n)
