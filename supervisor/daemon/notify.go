@@ -70,6 +70,9 @@ func (n *notifier) notify(argv []string, m *fsstore.Message) {
 func (n *notifier) run(argv []string, m *fsstore.Message, coalesced int) {
 	for {
 		out, err := n.exec(argv, m, coalesced)
+		if err != nil {
+			n.log.Warn("the notify command failed", "argv", argv, "message", m.ID, "coalesced", coalesced, "err", err, "output", out)
+		}
 		n.mu.Lock()
 		n.st.Runs++
 		n.st.Coalesced += coalesced
@@ -78,26 +81,16 @@ func (n *notifier) run(argv []string, m *fsstore.Message, coalesced int) {
 			n.st.LastError = err.Error()
 			n.st.LastFailureAt = time.Now().UTC()
 		}
-		next, nextArgv, count := n.waiting, n.waitArgv, n.waitCount
-		n.waiting, n.waitArgv, n.waitCount = nil, nil, 0
-		if next == nil || n.running > max(1, n.limit()) {
+		if n.waiting == nil || n.running > max(1, n.limit()) {
 			// Nothing waits, or the limit was lowered: this slot ends (a
 			// burst left waiting is taken by another slot).
-			if next != nil {
-				n.waiting, n.waitArgv, n.waitCount = next, nextArgv, count
-			}
 			n.running--
 			n.mu.Unlock()
-			if err != nil {
-				n.log.Warn("the notify command failed", "argv", argv, "message", m.ID, "err", err, "output", out)
-			}
 			return
 		}
+		argv, m, coalesced = n.waitArgv, n.waiting, n.waitCount-1
+		n.waiting, n.waitArgv, n.waitCount = nil, nil, 0
 		n.mu.Unlock()
-		if err != nil {
-			n.log.Warn("the notify command failed", "argv", argv, "message", m.ID, "err", err, "output", out)
-		}
-		argv, m, coalesced = nextArgv, next, count-1
 	}
 }
 
