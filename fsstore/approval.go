@@ -42,13 +42,20 @@ const keepAnswered = 20
 // Approval is a request by an agent's provider for permission to use one
 // of its own tools, and its answer once given.
 type Approval struct {
-	ID          string          `json:"id"`
-	Tool        string          `json:"tool"`
-	Input       json.RawMessage `json:"input,omitempty"`
-	ToolUseID   string          `json:"tool_use_id,omitempty"`
-	Approver    string          `json:"approver"` // an agent id, or USER
-	RequestedAt time.Time       `json:"requested_at"`
-	Deadline    time.Time       `json:"deadline"`
+	ID        string          `json:"id"`
+	Tool      string          `json:"tool"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	// CallKey and Batch name the call across restarts: CallKey is a
+	// digest of the tool and its input (canonical JSON), Batch the id of
+	// the first message of the turn that asked. That message stays in
+	// the inbox until the turn ends, so a turn run again after a crash
+	// (or a failure) has it too, and asks for the same call again.
+	CallKey     string    `json:"call_key,omitempty"`
+	Batch       string    `json:"batch,omitempty"`
+	Approver    string    `json:"approver"` // an agent id, or USER
+	RequestedAt time.Time `json:"requested_at"`
+	Deadline    time.Time `json:"deadline"`
 	// The answer; Answer is empty while the request is pending.
 	Answer     string    `json:"answer,omitempty"`
 	Reason     string    `json:"reason,omitempty"`

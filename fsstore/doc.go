@@ -62,11 +62,14 @@
 //     USER for a root; "user"; or "deny") and approval_timeout (a Go
 //     duration, "10m" when empty);
 //   - approvals: the agent's approval requests that wait ({id, tool,
-//     input, tool_use_id, approver, requested_at, deadline}) and the last
-//     20 answered (with answer allow, deny or expired, reason, by,
+//     input, tool_use_id, call_key, batch, approver, requested_at,
+//     deadline}) and the last 20 answered (with answer allow, deny or expired, reason, by,
 //     remember, answered_at). An answer's remembered rule joins
 //     allowed_tools (deny: disallowed_tools) in the same event
-//     (approval.go).
+//     (approval.go). call_key (a digest of the tool and its input) and
+//     batch (the first message of the turn that asked) name the call: a
+//     turn run again after a crash that asks for the same call gets this
+//     request, pending or answered, instead of a new one.
 //
 // It is only ever replaced whole: a temporary file ".session.json<digits>"
 // is written in the same directory and fsynced, exchanged with

@@ -13,8 +13,6 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/permrule"
 
-	"github.com/google/uuid"
-
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 )
@@ -41,35 +39,37 @@ const ApprovalTool = provider.ApprovalTool
 // requests of agents archived since the start.
 type approvals struct {
 	mu      sync.Mutex
-	waiters map[string]chan fsstore.ApprovalAnswer
-	gone    map[string]string // request id -> path of its archived agent
+	waiters map[string][]chan fsstore.ApprovalAnswer // a call asked twice waits twice
+	gone    map[string]string                        // request id -> path of its archived agent
 }
 
 func (a *approvals) wait(id string) chan fsstore.ApprovalAnswer {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.waiters == nil {
-		a.waiters = map[string]chan fsstore.ApprovalAnswer{}
+		a.waiters = map[string][]chan fsstore.ApprovalAnswer{}
 	}
 	ch := make(chan fsstore.ApprovalAnswer, 1)
-	a.waiters[id] = ch
+	a.waiters[id] = append(a.waiters[id], ch)
 	return ch
 }
 
-func (a *approvals) done(id string) {
+func (a *approvals) done(id string, ch chan fsstore.ApprovalAnswer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.waiters, id)
+	if a.waiters[id] = slices.DeleteFunc(a.waiters[id], func(c chan fsstore.ApprovalAnswer) bool { return c == ch }); len(a.waiters[id]) == 0 {
+		delete(a.waiters, id)
+	}
 }
 
-// tell hands an answer to the request's waiter, if a turn still waits.
+// tell hands an answer to the request's waiters, if turns still wait.
 func (a *approvals) tell(ans fsstore.ApprovalAnswer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ch := a.waiters[ans.ID]; ch != nil {
+	for _, ch := range a.waiters[ans.ID] {
 		ch <- ans
-		delete(a.waiters, ans.ID)
 	}
+	delete(a.waiters, ans.ID)
 }
 
 func (a *approvals) archived(n *node, path string) {
@@ -148,40 +148,15 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 	if approver == "" {
 		return deny("this agent's approver is deny: what its permission mode would prompt for is denied")
 	}
-	now := c.clock.Now().UTC()
-	req := fsstore.Approval{ID: uuid.Must(uuid.NewV7()).String(), Tool: a.ToolName, Input: a.Input, ToolUseID: a.ToolUseID,
-		Approver: approver, RequestedAt: now, Deadline: now.Add(c.approvalTimeout(perm))}
-	answer := c.approvals.wait(req.ID)
-	defer c.approvals.done(req.ID)
-	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
+	ok, why, err := t.askOnce(ctx, approvalCall{tool: a.ToolName, input: a.Input, toolUseID: a.ToolUseID,
+		approver: approver, timeout: c.approvalTimeout(perm)})
+	switch {
+	case err != nil:
 		return "", err
+	case ok:
+		return allow()
 	}
-	if err := c.askApprover(n, req); err != nil {
-		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)
-	}
-	timer := time.NewTimer(c.approvalTimeout(perm))
-	defer timer.Stop()
-	select {
-	case ans := <-answer:
-		if ans.Answer == fsstore.ApprovalAllow {
-			return allow()
-		}
-		return deny(firstNonEmpty(ans.Reason, "denied by "+ans.By))
-	case <-timer.C:
-		why := fmt.Sprintf("no answer within %s: denied", c.approvalTimeout(perm))
-		got, err := c.answer(fsstore.ApprovalAnswer{ID: req.ID, Answer: fsstore.ApprovalExpired, Reason: why, By: fsstore.System}, "")
-		switch {
-		case err != nil && got.Answer == fsstore.ApprovalAllow: // answered just before
-			return allow()
-		case err != nil && got.Answer == "":
-			return "", err
-		}
-		return deny(why)
-	case <-ctx.Done():
-		return "", ctx.Err()
-	case <-t.done:
-		return "", fmt.Errorf("the turn ended while approval request %s waited; it stays listed", req.ID)
-	}
+	return deny(why)
 }
 
 // approverLocked returns who answers n's requests: its parent's id, USER,
@@ -210,7 +185,7 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 	opts := ruleOptions(n.s())
 	c.mu.Unlock()
 	text := approvalText(req, who, opts, to == nil)
-	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindApproval, Text: text}
+	m := &fsstore.Message{ID: req.ID, From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindApproval, Text: text}
 	if to == nil {
 		return c.sendUser(m)
 	}

@@ -2,9 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -88,16 +85,11 @@ func again(ctx context.Context) bool {
 	return e != nil && e.again
 }
 
-// callKey is the key of call within its turn, n the repeats of the same
-// call before it.
-func callKey(call provider.ToolCall, n int) string {
-	var v any
-	args := []byte(call.Args)
-	if json.Unmarshal(args, &v) == nil {
-		args, _ = json.Marshal(v) // one form for the same arguments
-	}
-	h := sha256.Sum256(append([]byte(call.Name+"\x00"), args...))
-	return fmt.Sprintf("%s:%s:%d", call.Name, hex.EncodeToString(h[:8]), n)
+// effectKey is the key of call within its turn, n the repeats of the
+// same call before it: the tool, a digest of its arguments as canonical
+// JSON (callKey), and n.
+func effectKey(call provider.ToolCall, n int) string {
+	return fmt.Sprintf("%s:%s:%d", call.Name, callKey(call.Name, call.Args)[:16], n)
 }
 
 // effects returns n's journal index, turn -> key -> the latest record,
@@ -165,11 +157,11 @@ func (t *turnTools) runJournaled(ctx context.Context, tl tool, call provider.Too
 	if t.repeats == nil {
 		t.repeats = map[string]int{}
 	}
-	base := callKey(call, 0)
+	base := effectKey(call, 0)
 	k := t.repeats[base]
 	t.repeats[base]++
 	t.mu.Unlock()
-	key := callKey(call, k)
+	key := effectKey(call, k)
 
 	idx := t.c.effects(t.n)
 	t.c.mu.Lock()

@@ -26,7 +26,8 @@ type Settings struct {
 	// Pools sizes the slot pools (live sessions each); "default" applies
 	// to pools not named.
 	Pools map[string]int
-	// TurnTimeout bounds a turn.
+	// TurnTimeout bounds a turn. The time a turn waits for an approval
+	// does not count: ApprovalTimeout bounds that.
 	TurnTimeout time.Duration
 	// A failed turn is retried after RetryBase, doubling; RetryLimit
 	// failures within RetryWindow gate the agent.
@@ -34,11 +35,21 @@ type Settings struct {
 	RetryWindow time.Duration
 	RetryBase   time.Duration
 	// ApprovalTimeout is how long an approval request waits when the
-	// agent's permissions set no timeout.
+	// agent's permissions set no timeout (then it is denied, "expired").
+	// It runs from the request's first asking, across restarts: a turn
+	// run again after a crash waits for the same request, until the same
+	// deadline.
 	ApprovalTimeout time.Duration
 	// Notify, if set, is a command the host runs for each message to USER.
-	Notify []string
+	// At most NotifyConcurrency run at once; the messages of a burst that
+	// finds them all running are coalesced into one notification.
+	Notify            []string
+	NotifyConcurrency int
 }
+
+// DefaultNotifyConcurrency is how many notify commands run at once
+// unless the configuration says otherwise.
+const DefaultNotifyConcurrency = 2
 
 // DefaultSettings are the built-in defaults.
 func DefaultSettings() Settings {
@@ -46,6 +57,7 @@ func DefaultSettings() Settings {
 		DefaultProvider: "script", PermissionMode: fsstore.ModeDefault, SandboxPermissionMode: fsstore.ModeFull,
 		Pools: map[string]int{DefaultPool: 8}, TurnTimeout: 10 * time.Minute,
 		RetryLimit: 5, RetryWindow: time.Minute, RetryBase: time.Second, ApprovalTimeout: fsstore.DefaultApprovalTimeout,
+		NotifyConcurrency: DefaultNotifyConcurrency,
 	}
 }
 
@@ -67,6 +79,8 @@ func (s Settings) Check() error {
 		return fmt.Errorf("durations must be positive")
 	case s.RetryLimit < 1:
 		return fmt.Errorf("retry limit must be at least 1")
+	case s.NotifyConcurrency < 1:
+		return fmt.Errorf("notify_concurrency must be at least 1")
 	}
 	for name, n := range s.Pools {
 		if n <= 0 {

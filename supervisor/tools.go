@@ -106,6 +106,13 @@ type turnTools struct {
 	hops     int                // the most hops of a message in the prompt
 	done     <-chan struct{}    // closed when the turn ends (nil outside a turn)
 	turnKey  string             // the first message of the prompt: names the turn in the effect journal
+	clock    *turnCtx           // the turn's timeout, stopped while approvals wait (nil outside a turn)
+
+	askMu         sync.Mutex // one approval request made at a time (approvalcall.go)
+	waitMu        sync.Mutex // guards the fields below
+	waits         int        // approval requests the turn waits for
+	markedWaiting bool       // the agent was made WAITING for them
+	ended         bool       // the provider's turn returned
 
 	mu       sync.Mutex // guards the fields below
 	spawned  []*node

@@ -23,7 +23,9 @@ func (c *Core) RunTurn(ctx context.Context, id string) error {
 		c.mu.Unlock()
 		return nil
 	}
-	tctx, cancel := context.WithTimeout(ctx, c.settings().TurnTimeout)
+	// The turn timeout; the time spent waiting for approvals does not
+	// count (turnctx.go).
+	tctx, cancel := newTurnCtx(ctx, c.settings().TurnTimeout)
 	n.cancel = cancel
 	c.mu.Unlock()
 	defer cancel()
@@ -98,6 +100,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	}
 	tools := newTurnTools(c, n, msgs)
 	tools.done = ctx.Done()
+	tools.clock = turnCtxOf(ctx)
 	defer tools.releaseSpawned()
 
 	// A live session first: the pool may need to evict another one, or,
@@ -187,6 +190,7 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
 	}})
+	tools.finish() // no approval wait changes the agent's state after this
 	c.mu.Lock()
 	refused := denied
 	c.mu.Unlock()

@@ -227,6 +227,13 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 	}
 	fmt.Printf("running: pid %d, version %s, up %s\nhome: %s\nagents: %d (%d busy, %d live sessions, %d slots)\n",
 		st.Pid, st.Version, time.Since(st.StartedAt).Round(time.Second), st.Home, st.Agents, st.Busy, st.LiveSessions, st.MaxSlots)
+	if n := st.Notify; n != nil && n.Messages > 0 {
+		fmt.Printf("notify: %d messages to USER, %d notifications run (%d more messages coalesced into them), %d failed, %d running, %d waiting (at most %d at once)\n",
+			n.Messages, n.Runs, n.Coalesced, n.Failures, n.Running, n.Waiting, n.Limit)
+		if n.LastError != "" {
+			fmt.Printf("notify: last failure at %s: %s\n", n.LastFailureAt.Local().Format(time.DateTime), n.LastError)
+		}
+	}
 	return nil
 }
 

@@ -26,6 +26,24 @@ type StatusResult struct {
 	Watchers     int       `json:"watchers"`
 	// Pools gives each pool's live sessions, busy agents and size.
 	Pools []PoolStatus `json:"pools"`
+	// Notify counts the notify_command runs since the daemon started.
+	Notify *NotifyStatus `json:"notify,omitempty"`
+}
+
+// NotifyStatus is what notify_command did since the daemon started. Each
+// message to USER gets a run of its own or is coalesced into the run of
+// a newer one: once nothing runs or waits, Messages = Runs + Coalesced.
+type NotifyStatus struct {
+	Limit     int `json:"limit"`     // commands at once (notify_concurrency)
+	Messages  int `json:"messages"`  // messages to USER handed to the notifier
+	Runs      int `json:"runs"`      // commands that finished
+	Coalesced int `json:"coalesced"` // messages folded into a finished run
+	Failures  int `json:"failures"`  // runs that failed (exit status, timeout, no such program)
+	Running   int `json:"running"`   // commands running now
+	Waiting   int `json:"waiting"`   // messages waiting for a slot, to run as one
+	// LastError is why the last failed run failed, and when.
+	LastError     string    `json:"last_error,omitempty"`
+	LastFailureAt time.Time `json:"last_failure_at,omitzero"`
 }
 
 // PoolStatus is one pool of daemon.status.

@@ -16,8 +16,19 @@
 //	  "turn_timeout": "10m",
 //	  "retry": {"limit": 5, "window": "1m", "base": "1s"},
 //	  "approval_timeout": "10m",
-//	  "notify_command": ["notify-send", "substrat"]
+//	  "notify_command": ["notify-send", "substrat"],
+//	  "notify_concurrency": 2
 //	}
+//
+// turn_timeout bounds a turn, not counting the time it waits for an
+// approval; approval_timeout bounds that wait (an agent's permissions may
+// set their own), and the agent shows as WAITING meanwhile.
+//
+// notify_command runs for each message to USER (the message is stored
+// first): at most notify_concurrency at once (default 2); the messages of
+// a burst that finds them all running are coalesced into one run, that of
+// the newest message, with SUBSTRAT_COALESCED=N in its environment and a
+// first line "(and N more messages)" on its stdin.
 //
 // A field it does not know, a value of the wrong type, a bad duration or
 // mode, or another version is refused, with the line and column and the
@@ -57,6 +68,7 @@ type File struct {
 	Retry                 *Retry         `json:"retry,omitempty"`
 	ApprovalTimeout       string         `json:"approval_timeout,omitempty"`
 	NotifyCommand         []string       `json:"notify_command,omitempty"`
+	NotifyConcurrency     int            `json:"notify_concurrency,omitempty"`
 }
 
 // Retry is the retry policy of failed turns.
@@ -107,6 +119,7 @@ var Env = map[string]string{
 	"max_slots":               "SUBSTRAT_MAX_SLOTS",
 	"turn_timeout":            "SUBSTRAT_TURN_TIMEOUT",
 	"approval_timeout":        "SUBSTRAT_APPROVAL_TIMEOUT",
+	"notify_concurrency":      "SUBSTRAT_NOTIFY_CONCURRENCY",
 }
 
 // Parse reads a config file, strictly.
@@ -145,6 +158,9 @@ func (f *File) check(data []byte) error {
 		if r.Limit < 0 {
 			return fmt.Errorf("%s: retry.limit must be positive", fieldPosition(data, "limit"))
 		}
+	}
+	if f.NotifyConcurrency < 0 {
+		return fmt.Errorf("%s: notify_concurrency must be positive", fieldPosition(data, "notify_concurrency"))
 	}
 	if f.MaxSlots < 0 {
 		return fmt.Errorf("%s: max_slots must be positive", fieldPosition(data, "max_slots"))
@@ -273,6 +289,18 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 		set.Notify, notifySrc = slices.Clone(f.NotifyCommand), FromFile
 	}
 	eff.Values = append(eff.Values, Value{Key: "notify_command", Value: set.Notify, Source: notifySrc})
+	fileNotify := ""
+	if f.NotifyConcurrency > 0 {
+		fileNotify = strconv.Itoa(f.NotifyConcurrency)
+	}
+	pick("notify_concurrency", fileNotify, func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a positive number", v)
+		}
+		set.NotifyConcurrency = n
+		return nil
+	}, func() any { return set.NotifyConcurrency })
 	if err := set.Check(); err != nil {
 		errs = append(errs, err)
 	}

@@ -13,6 +13,8 @@ func (d *Daemon) registerDaemon() {
 	handle(d, api.MethodDaemonStatus, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		st := c.Status()
 		st.Pid, st.Home, st.Version, st.StartedAt, st.MaxSlots = os.Getpid(), d.store.Layout().Home, d.opts.Version, d.started.UTC(), d.opts.MaxSlots
+		ns := d.host.notify.status()
+		st.Notify = &ns
 		return st, nil
 	})
 	handle(d, api.MethodDaemonStop, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {

@@ -3,9 +3,6 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -25,10 +22,18 @@ type host struct {
 	procs   *procTable
 	sockets toolSockets
 	git     *gitws.Runner
+	notify  *notifier
 }
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
-	return &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout())}
+	h := &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout())}
+	h.notify = newNotifier(store.Layout().Home, log, func() int {
+		if h.core == nil {
+			return supervisor.DefaultSettings().NotifyConcurrency
+		}
+		return h.core.Settings().NotifyConcurrency
+	})
+	return h
 }
 
 // Work implements supervisor.Host.
@@ -74,22 +79,7 @@ func (h *host) CloseToolSocket(id string) {
 // Reap implements supervisor.Host.
 func (h *host) Reap() []string { return reap(h.store.Layout().Procs(), h.log) }
 
-// notifyTimeout bounds a notification command.
-const notifyTimeout = 30 * time.Second
-
-// Notify implements supervisor.Host: argv runs with the message's text on
-// stdin and SUBSTRAT_FROM, SUBSTRAT_KIND and SUBSTRAT_MESSAGE_ID set; its
-// failure is logged, and nothing waits for it.
-func (h *host) Notify(argv []string, m *fsstore.Message) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "SUBSTRAT_FROM="+m.FromName, "SUBSTRAT_KIND="+m.Kind, "SUBSTRAT_MESSAGE_ID="+m.ID,
-			"SUBSTRAT_HOME="+h.store.Layout().Home)
-		cmd.Stdin = strings.NewReader(m.Text)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			h.log.Warn("the notify command failed", "argv", argv, "err", err, "output", string(out))
-		}
-	}()
-}
+// Notify implements supervisor.Host: argv runs for m, at most
+// Settings.NotifyConcurrency at a time, a burst coalesced (notify.go).
+// Nothing waits for it.
+func (h *host) Notify(argv []string, m *fsstore.Message) { h.notify.notify(argv, m) }

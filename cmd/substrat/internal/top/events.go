@@ -68,6 +68,9 @@ func describe(e Event) (line, now string) {
 			now = "thinking…"
 		case fsstore.AgentWaiting:
 			now = "waiting for a reply"
+			if strings.HasPrefix(d.Reason, "waiting for approval") {
+				now = d.Reason
+			}
 		}
 		return "state " + what, now
 	case fsstore.EvCreated:

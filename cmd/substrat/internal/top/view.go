@@ -398,9 +398,10 @@ func (m *Model) help() []string {
 		out = append(out, fmt.Sprintf("%-*s%s", left, items[i], right))
 	}
 	return append(out, "",
-		"States: BUSY, WAITING (for a reply), IDLE, suspended (no live session),",
-		"gated (turns wait for a permit), failed (the last turn failed; it is retried",
-		"with backoff), ended. A folded agent (▸) shows its subtree's totals.",
+		"States: BUSY, WAITING (for a reply or an approval), IDLE, suspended (no",
+		"live session), gated (turns wait for a permit), failed (the last turn",
+		"failed; it is retried with backoff), ended. A folded agent (▸) shows its",
+		"subtree's totals.",
 		"The tree refreshes at most twice a second; the stream is live.")
 }
 
