@@ -77,8 +77,10 @@
 // The stream-json lines are read as: system/init (the session id, and the
 // MCP servers: a substrat server that failed fails the turn), assistant
 // (text and tool_use blocks, streamed as chunks), user (tool results) and
-// result (the final text, usage with cache tokens counted as input, and
-// total_cost_usd), and system/permission_denied (a tool the CLI refused,
+// result (the final text; the tokens of modelUsage, cache tokens counted
+// as input, and total_cost_usd, both the session's running totals, which
+// the engine turns into the turn's own: see package provider/internal/cli),
+// and system/permission_denied (a tool the CLI refused,
 // streamed as a provider.ChunkDenied; the turn goes on). Other types and
 // subtypes are skipped, and a field of a shape this adapter does not
 // expect is left out: only a line that is not JSON at all is a
@@ -266,10 +268,11 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	if transcriptExists(chome, id) {
-		args = append(args, "--resume", id)
-	} else {
+	fresh := !transcriptExists(chome, id)
+	if fresh {
 		args = append(args, "--session-id", id)
+	} else {
+		args = append(args, "--resume", id)
 	}
 	args = append(args, a.opts.ExtraArgs...)
 	set := map[string]string{
@@ -288,7 +291,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"CLAUDE_CODE_MAX_RETRIES":                  "2",
 	}, []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"}, a.opts.Env)
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...)}, nil
+		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...), Fresh: fresh}, nil
 }
 
 // sandboxEnv is what of the daemon's environment the CLI keeps in a
@@ -308,12 +311,13 @@ type streamLine struct {
 		Name   string `json:"name"`
 		Status string `json:"status"`
 	} `json:"mcp_servers"`
-	Message      json.RawMessage `json:"message"`
-	Result       *string         `json:"result"`
-	IsError      bool            `json:"is_error"`
-	Errors       []string        `json:"errors"`
-	Usage        *usage          `json:"usage"`
-	TotalCostUSD float64         `json:"total_cost_usd"`
+	Message      json.RawMessage       `json:"message"`
+	Result       *string               `json:"result"`
+	IsError      bool                  `json:"is_error"`
+	Errors       []string              `json:"errors"`
+	Usage        *usage                `json:"usage"`
+	TotalCostUSD *float64              `json:"total_cost_usd"`
+	ModelUsage   map[string]modelUsage `json:"modelUsage"`
 	// system/permission_denied
 	ToolName       string `json:"tool_name"`
 	DecisionReason string `json:"decision_reason"`
@@ -330,6 +334,15 @@ type contentBlock struct {
 	Input   json.RawMessage `json:"input"`
 	Content json.RawMessage `json:"content"`
 	IsError bool            `json:"is_error"`
+}
+
+// modelUsage is one model's part of a result's modelUsage: the session's
+// running totals.
+type modelUsage struct {
+	InputTokens              int64 `json:"inputTokens"`
+	OutputTokens             int64 `json:"outputTokens"`
+	CacheReadInputTokens     int64 `json:"cacheReadInputTokens"`
+	CacheCreationInputTokens int64 `json:"cacheCreationInputTokens"`
 }
 
 type usage struct {
@@ -392,14 +405,41 @@ func parse(b []byte) (cli.Line, error) {
 			out.Final = &cli.Final{Err: cli.FailureText("claude reported "+l.Subtype, text)}
 			return out, nil
 		}
-		f := &cli.Final{Text: text, Usage: provider.Usage{CostUSD: max(l.TotalCostUSD, 0)}}
-		if u := l.Usage; u != nil {
-			f.Usage.InputTokens = max(u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens, 0)
-			f.Usage.OutputTokens = max(u.OutputTokens, 0)
-		}
-		out.Final = f
+		out.Final = resultUsage(l, text)
 	}
 	return out, nil
+}
+
+// resultUsage is the final of a successful result line. The pinned CLI
+// (2.1.328, checked against a fake API) reports total_cost_usd and
+// modelUsage as the session's running totals, kept across --resume (in the
+// transcript), and usage as this run's own tokens. The engine turns the
+// running totals into the turn's (see package cli). Cache tokens count as
+// input.
+func resultUsage(l streamLine, text string) *cli.Final {
+	f := &cli.Final{Text: text}
+	if l.TotalCostUSD != nil {
+		f.Usage.CostUSD, f.CumulativeCost = max(*l.TotalCostUSD, 0), true
+	} else {
+		f.Usage.CostUnknown = true
+	}
+	switch {
+	case len(l.ModelUsage) > 0:
+		// Every model's tokens (the CLI may call a small model besides
+		// the main one), as running totals.
+		for _, m := range l.ModelUsage {
+			f.Usage.InputTokens += max(m.InputTokens+m.CacheCreationInputTokens+m.CacheReadInputTokens, 0)
+			f.Usage.OutputTokens += max(m.OutputTokens, 0)
+		}
+		f.CumulativeTokens = true
+	case l.Usage != nil:
+		u := l.Usage
+		f.Usage.InputTokens = max(u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens, 0)
+		f.Usage.OutputTokens = max(u.OutputTokens, 0)
+	default:
+		f.Usage.TokensUnknown = true
+	}
+	return f
 }
 
 // parseSystem reads a system line: init (the session id; a substrat MCP

@@ -229,7 +229,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	set := map[string]string{"CODEX_HOME": chome, "SUBSTRAT_AGENT_ID": cfg.AgentID}
 	env := cli.Environ(set, nil, nil, a.opts.Env)
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...)}, nil
+		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...), Fresh: id == ""}, nil
 }
 
 // nativeBinary returns the native codex binary of an npm install whose
@@ -308,13 +308,16 @@ func parse(b []byte) (cli.Line, error) {
 			out.Chunks = append(out.Chunks, itemChunks(l.Item)...)
 		}
 	case "turn.completed":
+		// The usage is the thread's running total (checked with the
+		// pinned CLI: it keeps counting across exec resume and a kill
+		// -9), which the engine turns into the turn's own.
 		u := provider.Usage{CostUnknown: true}
 		if l.Usage != nil {
 			u.InputTokens, u.OutputTokens = l.Usage.InputTokens, l.Usage.OutputTokens
 		} else {
 			u.TokensUnknown = true
 		}
-		out.Final = &cli.Final{Usage: u}
+		out.Final = &cli.Final{Usage: u, CumulativeTokens: true}
 	case "turn.failed":
 		msg := "the turn failed"
 		if l.Error != nil && l.Error.Message != "" {

@@ -1,0 +1,98 @@
+package claude
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/internal/clitest"
+	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/supervisor/rpc/rpctest"
+)
+
+// The tests in this file run the pinned Claude Code CLI (make tools)
+// against a loopback fake of the Anthropic API.
+
+// realModel is a model whose list price the pinned CLI knows.
+const realModel = "claude-sonnet-4-5"
+
+// sonnetCost is what usage u costs at claude-sonnet-4-5's list prices (per
+// million tokens: 3 USD input, 15 output, 3.75 cache writes, 0.30 cache
+// reads), as the CLI prices it.
+func sonnetCost(u fakeapi.Usage) float64 {
+	return (3*float64(u.InputTokens) + 15*float64(u.OutputTokens) + 3.75*float64(u.CacheCreationInputTokens) + 0.30*float64(u.CacheReadInputTokens)) / 1e6
+}
+
+// realProvider is the claude provider on the pinned CLI against api, its
+// MCP server the substrat binary, and a config for a new agent.
+func realProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider.Config) {
+	t.Helper()
+	bin, err := clitest.Substrat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := rpctest.Start(t)
+	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "claude"), Home: d.Home, Substrat: bin,
+		Env:   []string{"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-fake", "CLAUDE_CODE_MAX_RETRIES=0"},
+		Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
+	cfg := d.Config(t)
+	cfg.Model = realModel
+	// The stand-in daemon has no request_approval tool.
+	cfg.Permissions.Approver = fsstore.ApproverDeny
+	return p, cfg
+}
+
+// TestRealUsageTotals: the pinned CLI reports total_cost_usd (and
+// modelUsage) as the session's running totals, across --resume; the
+// turns' usage must add up to what the fake API served, and its cost at
+// the model's prices, after three turns (one of them a tool call, two
+// requests) and after each restart a daemon puts the session through.
+func TestRealUsageTotals(t *testing.T) {
+	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+		u := &fakeapi.Usage{InputTokens: 1000, OutputTokens: 50, CacheCreationInputTokens: 200, CacheReadInputTokens: 300}
+		for _, b := range r.Last().Blocks() {
+			if b.Type == "tool_result" {
+				return fakeapi.Out{Text: "the tool said " + fakeapi.ResultText(b), Usage: u}
+			}
+		}
+		if strings.Contains(r.Last().Text(), "USE-THE-TOOL") {
+			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_u_1", Name: "mcp__substrat__send_message", Input: `{"recipient":"USER","text":"hi"}`},
+				Usage: &fakeapi.Usage{InputTokens: 1300, OutputTokens: 40, CacheReadInputTokens: 700}}
+		}
+		return fakeapi.Out{Text: "ok", Usage: u}
+	})
+	t.Cleanup(api.Close)
+	p, cfg := realProvider(t, api)
+	tools := &clitest.Recorder{Answer: "sent"}
+	clitest.Restarts(t, p, cfg, func(s provider.Session, n int) provider.TurnResult {
+		prompt := "turn"
+		if n == 2 {
+			prompt = "USE-THE-TOOL"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools})
+		if err != nil {
+			t.Fatalf("turn %d: %v", n, err)
+		}
+		return res
+	}, func(turns int, sum provider.Usage) {
+		served := api.Served()
+		in := served.InputTokens + served.CacheCreationInputTokens + served.CacheReadInputTokens
+		if sum.InputTokens != in || sum.OutputTokens != served.OutputTokens || sum.TokensUnknown {
+			t.Fatalf("after %d turns (%d requests) the turns' tokens add up to %d in, %d out; the API served %d in, %d out",
+				turns, len(api.Requests()), sum.InputTokens, sum.OutputTokens, in, served.OutputTokens)
+		}
+		if want := sonnetCost(served); math.Abs(sum.CostUSD-want) > 1e-9 || sum.CostUnknown {
+			t.Fatalf("after %d turns the turns' cost adds up to %.6f USD; what the API served costs %.6f USD", turns, sum.CostUSD, want)
+		}
+	})
+	if len(tools.Calls()) != 1 {
+		t.Errorf("tool calls: %+v", tools.Calls())
+	}
+}

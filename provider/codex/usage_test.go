@@ -1,0 +1,80 @@
+package codex
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/codex/fakeapi"
+	"github.com/substrat/substrat/provider/internal/clitest"
+	"github.com/substrat/substrat/provider/internal/retry"
+	"github.com/substrat/substrat/supervisor/rpc/rpctest"
+)
+
+// newProvider is the codex provider on the pinned CLI against api, its
+// MCP server the substrat binary, and a config for a new agent.
+func newProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider.Config) {
+	t.Helper()
+	bin, err := clitest.Substrat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := rpctest.Start(t)
+	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin, BaseURL: api.URL,
+		Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
+		ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
+		Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}))
+	cfg := d.Config(t)
+	cfg.Model = "fake-model"
+	return p, cfg
+}
+
+// TestCodexUsageTotals: the pinned CLI reports turn.completed.usage as the
+// thread's running total, across exec resume; the turns' usage must add
+// up to what the fake API served, after three turns (one of them a tool
+// call, two requests) and after each restart a daemon puts the session
+// through.
+func TestCodexUsageTotals(t *testing.T) {
+	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+		if len(r.Outputs()) == 0 && r.Text() != "" && containsLast(r, "USE-THE-TOOL") {
+			return fakeapi.Out{Call: &fakeapi.Call{ID: "call_u_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`},
+				Usage: [2]int{1300, 40}}
+		}
+		return fakeapi.Out{Text: "ok", Usage: [2]int{1000, 50}}
+	})
+	t.Cleanup(api.Close)
+	p, cfg := newProvider(t, api)
+	tools := &clitest.Recorder{Answer: "sent"}
+	clitest.Restarts(t, p, cfg, func(s provider.Session, n int) provider.TurnResult {
+		prompt := "turn"
+		if n == 2 {
+			prompt = "USE-THE-TOOL"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools})
+		if err != nil {
+			t.Fatalf("turn %d: %v", n, err)
+		}
+		return res
+	}, func(turns int, sum provider.Usage) {
+		served := api.Served()
+		if sum.InputTokens != int64(served[0]) || sum.OutputTokens != int64(served[1]) || sum.TokensUnknown {
+			t.Fatalf("after %d turns (%d requests) the turns' usage adds up to %d in, %d out; the API served %d in, %d out",
+				turns, len(api.Requests()), sum.InputTokens, sum.OutputTokens, served[0], served[1])
+		}
+	})
+	if len(tools.Calls()) != 1 {
+		t.Errorf("tool calls: %+v", tools.Calls())
+	}
+}
+
+// containsLast reports whether the last input item of r mentions s.
+func containsLast(r fakeapi.Request, s string) bool {
+	if len(r.Input) == 0 {
+		return false
+	}
+	return strings.Contains(string(r.Input[len(r.Input)-1]), s)
+}
