@@ -3,6 +3,7 @@ package codex
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,4 +78,62 @@ func containsLast(r fakeapi.Request, s string) bool {
 		return false
 	}
 	return strings.Contains(string(r.Input[len(r.Input)-1]), s)
+}
+
+// TestCodexUsageAfterKill: a turn killed mid-way (as the daemon's death
+// kills it), after the API served its first request: the next turn after
+// a restore from nothing counts what the killed turn spent too, as the
+// CLI's running total does.
+func TestCodexUsageAfterKill(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+		switch {
+		case containsLast(r, "KILL-ME") && len(r.Outputs()) == 0:
+			return fakeapi.Out{Call: &fakeapi.Call{ID: "call_k_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`},
+				Usage: [2]int{1300, 40}}
+		case len(r.Outputs()) > 0 && strings.Contains(r.Raw, "KILL-ME") && !strings.Contains(r.Raw, "after the kill"):
+			once.Do(func() { close(held) })
+			<-release
+			return fakeapi.Out{Status: 500}
+		}
+		return fakeapi.Out{Text: "ok", Usage: [2]int{1000, 50}}
+	})
+	t.Cleanup(api.Close)
+	defer close(release)
+	p, cfg := newProvider(t, api)
+	tools := &clitest.Recorder{Answer: "sent"}
+	ctx := context.Background()
+	s, err := p.Create(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum provider.Usage
+	res, err := s.Send(ctx, provider.Turn{Prompt: "first", Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum.InputTokens += res.Usage.InputTokens
+	tctx, cancel := context.WithCancel(ctx)
+	go func() { <-held; cancel() }()
+	if _, err := s.Send(tctx, provider.Turn{Prompt: "KILL-ME", Tools: tools}); err == nil {
+		t.Fatal("the killed turn succeeded")
+	}
+	s.Stop()
+	if s, err = p.Restore(ctx, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	tctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	res, err = s.Send(tctx, provider.Turn{Prompt: "after the kill", Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum.InputTokens += res.Usage.InputTokens
+	served := api.Served()
+	t.Logf("after the kill: %+v; served %v", res.Usage, served)
+	if sum.InputTokens != int64(served[0]) {
+		t.Fatalf("the turns' input tokens add up to %d; the API served %d", sum.InputTokens, served[0])
+	}
 }
