@@ -6,7 +6,7 @@
 //	claude -p --output-format stream-json --verbose
 //	       --mcp-config <home>/agents/<id>/mcp.json --strict-mcp-config
 //	       --permission-mode <mode> --allowedTools mcp__substrat__*[,<rules>]
-//	       [--disallowedTools <rules>] [--append-system-prompt <instructions>]
+//	       --disallowedTools Agent,Task,…[,<rules>] [--append-system-prompt <instructions>]
 //	       [--permission-prompt-tool mcp__substrat__request_approval]
 //	       [--model <model>] (--session-id <uuid> | --resume <uuid>)
 //
@@ -16,7 +16,8 @@
 // directory (the CLI keeps its sessions under $HOME/.claude, per working
 // directory, so resume needs the same HOME and directory every time),
 // ENABLE_TOOL_SEARCH=false (otherwise MCP tools hide behind a ToolSearch
-// tool), and unless set CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1,
+// tool), CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1, CLAUDE_CODE_DISABLE_CRON=1
+// and CLAUDE_CODE_DISABLE_WORKFLOWS=1 (see below), and unless set CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1,
 // DISABLE_AUTOUPDATER=1 and CLAUDE_CODE_MAX_RETRIES=2 (the CLI retries API
 // requests itself; more than a few retries would outlast the turn, which
 // this provider retries as a whole too). The API key (ANTHROPIC_API_KEY) and
@@ -28,12 +29,20 @@
 // which becomes the idempotency key. Only the substrat tools are allowed
 // (Options.AllowedTools adds others).
 //
+// The CLI's own agent machinery is off: --disallowedTools takes its
+// sub-agents, their messages, background tasks, cron, wake-ups and
+// workflows out of the model's tools list (see ownAgentTools), and
+// CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1 the Bash tool's
+// run_in_background. Those jobs are Substrat's: spawn_agent and the rest,
+// inside the tree, its budgets and its sandbox.
+//
 // # Permissions
 //
 // Config.Permissions maps onto the CLI's own flags: the mode as
 // --permission-mode (default, acceptEdits, plan, dontAsk,
 // bypassPermissions), and the rules as --allowedTools (after the substrat
-// tools, which are always allowed) and --disallowedTools. The daemon gives
+// tools, which are always allowed) and --disallowedTools (after the CLI's
+// own agent tools, which are always disallowed). The daemon gives
 // an agent in a sandbox bypassPermissions unless told otherwise: the CLI
 // then does real work (Write, Edit, Bash) with nothing but bwrap around
 // it, and since the CLI refuses that mode to root unless IS_SANDBOX=1, the
@@ -253,9 +262,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"--mcp-config", mcp, "--strict-mcp-config",
 		"--permission-mode", mode,
 		"--allowedTools", strings.Join(allowed, ",")}
-	if len(perm.DisallowedTools) > 0 {
-		args = append(args, "--disallowedTools", strings.Join(perm.DisallowedTools, ","))
-	}
+	args = append(args, "--disallowedTools", strings.Join(slices.Concat(ownAgentTools, perm.DisallowedTools), ","))
 	if provider.AsksApproval(perm) {
 		// What the mode would prompt for goes to the agent's approver;
 		// the tool call waits for the answer (the CLI's MCP tool timeout
@@ -279,6 +286,11 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"HOME":               chome,
 		"ENABLE_TOOL_SEARCH": "false",
 		"SUBSTRAT_AGENT_ID":  cfg.AgentID,
+		// No run_in_background on Bash, no cron, no workflows: see
+		// ownAgentTools.
+		"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1",
+		"CLAUDE_CODE_DISABLE_CRON":             "1",
+		"CLAUDE_CODE_DISABLE_WORKFLOWS":        "1",
 	}
 	if cfg.Sandbox != nil && mode == provider.ModeFull {
 		// The CLI refuses bypassPermissions to root unless told it runs
@@ -293,6 +305,19 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
 		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...), Fresh: fresh}, nil
 }
+
+// ownAgentTools are the CLI's own ways to start agents and background
+// work, outside Substrat's tree, budgets and sandbox: sub-agents (Agent,
+// formerly Task), messages between them (SendMessage, ListAgents),
+// background tasks (TaskStop, Monitor), scheduled and recurring work
+// (CronCreate, CronDelete, CronList, ScheduleWakeup) and workflows
+// (Workflow). --disallowedTools takes them out of the model's tools list
+// in every permission mode, bypassPermissions included (checked with the
+// pinned CLI, 2.1.328); the Bash tool's run_in_background parameter goes
+// with CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1. Substrat's own tools
+// (spawn_agent, send_message...) do these jobs, inside the tree.
+var ownAgentTools = []string{"Agent", "Task", "SendMessage", "ListAgents", "TaskStop", "Monitor",
+	"CronCreate", "CronDelete", "CronList", "ScheduleWakeup", "Workflow"}
 
 // sandboxEnv is what of the daemon's environment the CLI keeps in a
 // sandbox: its own settings, and the credentials of the Anthropic API,

@@ -3,6 +3,7 @@ package claude
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +29,10 @@ func sonnetCost(u fakeapi.Usage) float64 {
 	return (3*float64(u.InputTokens) + 15*float64(u.OutputTokens) + 3.75*float64(u.CacheCreationInputTokens) + 0.30*float64(u.CacheReadInputTokens)) / 1e6
 }
 
-// realProvider is the claude provider on the pinned CLI against api, its
-// MCP server the substrat binary, and a config for a new agent.
-func realProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider.Config) {
+// realProvider is the claude provider on the pinned CLI against api (with
+// env besides), its MCP server the substrat binary, and a config for a new
+// agent.
+func realProvider(t *testing.T, api *fakeapi.Server, env ...string) (provider.Provider, provider.Config) {
 	t.Helper()
 	bin, err := clitest.Substrat()
 	if err != nil {
@@ -38,7 +40,7 @@ func realProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provide
 	}
 	d := rpctest.Start(t)
 	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "claude"), Home: d.Home, Substrat: bin,
-		Env:   []string{"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-fake", "CLAUDE_CODE_MAX_RETRIES=0"},
+		Env:   append([]string{"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-fake", "CLAUDE_CODE_MAX_RETRIES=0"}, env...),
 		Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
 	cfg := d.Config(t)
 	cfg.Model = realModel
@@ -94,5 +96,53 @@ func TestRealUsageTotals(t *testing.T) {
 	})
 	if len(tools.Calls()) != 1 {
 		t.Errorf("tool calls: %+v", tools.Calls())
+	}
+}
+
+// TestRealOwnAgentToolsOff: the tools list the pinned CLI sends the model
+// carries none of the CLI's own ways to start agents and background work
+// (and the Bash tool no run_in_background), in the default permission
+// mode and in bypassPermissions; Substrat's tools are there.
+func TestRealOwnAgentToolsOff(t *testing.T) {
+	forbidden := []string{"Task", "Agent", "SendMessage", "ListAgents", "TaskStop", "CronCreate", "CronDelete", "CronList",
+		"ScheduleWakeup", "Workflow", "Monitor"}
+	for _, mode := range []string{provider.ModeDefault, provider.ModeFull} {
+		t.Run(mode, func(t *testing.T) {
+			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
+			t.Cleanup(api.Close)
+			// The CLI refuses bypassPermissions to root outside a sandbox;
+			// the adapter says IS_SANDBOX=1 only inside one.
+			p, cfg := realProvider(t, api, "IS_SANDBOX=1")
+			cfg.Permissions.Mode = mode
+			s, err := p.Create(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			if _, err := s.Send(ctx, provider.Turn{Prompt: "hello"}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := api.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("no request reached the fake")
+			}
+			for _, r := range reqs {
+				names := r.ToolNames()
+				for _, f := range forbidden {
+					if slices.Contains(names, f) {
+						t.Errorf("the model is offered %s: %v", f, names)
+					}
+				}
+				if !slices.Contains(names, "mcp__substrat__send_message") {
+					t.Errorf("Substrat's tools are missing: %v", names)
+				}
+				if strings.Contains(string(r.Raw), "run_in_background") {
+					t.Errorf("a tool still takes run_in_background")
+				}
+			}
+			t.Logf("tools: %v", reqs[0].ToolNames())
+		})
 	}
 }
