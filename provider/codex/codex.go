@@ -23,6 +23,12 @@
 // key. The CLI has no system-prompt flag for exec, so the instructions
 // lead each prompt inside <instructions> tags.
 //
+// The CLI's own agent machinery is off in that config.toml: its
+// sub-agents (spawn_agent, send_input, wait_agent, resume_agent,
+// close_agent: features multi_agent and multi_agent_v2) and
+// request_user_input (tools.experimental_request_user_input), so that
+// every agent is in Substrat's tree, under its budgets and sandbox.
+//
 // # Permissions
 //
 // The CLI has a sandbox of its own (Landlock and seccomp) and approval
@@ -136,8 +142,23 @@ func (a *adapter) codexHome(cfg provider.Config) (string, error) {
 	return cli.AgentHome(dir, cfg.AgentID), nil
 }
 
+// ownAgentToolsOff is the part of config.toml that turns off the CLI's own
+// agent machinery: sub-agents (spawn_agent, send_input, wait_agent,
+// resume_agent, close_agent: the multi_agent features, v1 and v2) and
+// request_user_input. Checked with the pinned CLI (0.169.0): the model's
+// tools list then carries none of them, in every sandbox mode.
+const ownAgentToolsOff = `
+# The CLI's own agents are off: Substrat's spawn_agent does that job.
+[features]
+multi_agent = false
+multi_agent_v2 = false
+
+[tools.experimental_request_user_input]
+enabled = false
+`
+
 // prepare writes the agent's config.toml: the substrat MCP server, its
-// tools approved.
+// tools approved, and the CLI's own agent tools off.
 func (a *adapter) prepare(cfg provider.Config) error {
 	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
 	if err != nil {
@@ -168,6 +189,7 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		b.WriteString(toml(s))
 	}
 	b.WriteString("]\ndefault_tools_approval_mode = \"approve\"\n")
+	b.WriteString(ownAgentToolsOff)
 	if err := cli.WriteFile(filepath.Join(chome, "config.toml"), []byte(b.String())); err != nil {
 		return fmt.Errorf("%s: writing config.toml: %w", a.opts.Name, err)
 	}

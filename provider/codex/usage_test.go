@@ -2,6 +2,8 @@ package codex
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,5 +137,69 @@ func TestCodexUsageAfterKill(t *testing.T) {
 	t.Logf("after the kill: %+v; served %v", res.Usage, served)
 	if sum.InputTokens != int64(served[0]) {
 		t.Fatalf("the turns' input tokens add up to %d; the API served %d", sum.InputTokens, served[0])
+	}
+}
+
+// requestTools lists the tools of a Responses request: "name" for a
+// function, "namespace/name" for one in a namespace (MCP servers).
+func requestTools(raw string) []string {
+	var r struct {
+		Tools []struct {
+			Type, Name string
+			Tools      []struct{ Name string }
+		}
+	}
+	json.Unmarshal([]byte(raw), &r)
+	var out []string
+	for _, t := range r.Tools {
+		if t.Type == "namespace" {
+			for _, x := range t.Tools {
+				out = append(out, t.Name+"/"+x.Name)
+			}
+			continue
+		}
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+// TestCodexOwnAgentToolsOff: the tools list the pinned CLI sends the model
+// carries none of the CLI's own agent tools, in each sandbox mode;
+// Substrat's tools are there.
+func TestCodexOwnAgentToolsOff(t *testing.T) {
+	forbidden := []string{"spawn_agent", "send_input", "wait_agent", "resume_agent", "close_agent", "request_user_input"}
+	for _, mode := range []string{provider.ModeDefault, provider.ModeAcceptEdits, provider.ModeFull} {
+		t.Run(mode, func(t *testing.T) {
+			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
+			t.Cleanup(api.Close)
+			p, cfg := newProvider(t, api)
+			cfg.Permissions.Mode = mode
+			s, err := p.Create(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			if _, err := s.Send(ctx, provider.Turn{Prompt: "hello"}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := api.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("no request reached the fake")
+			}
+			for _, r := range reqs {
+				names := requestTools(r.Raw)
+				for _, n := range names {
+					if slices.Contains(forbidden, n[strings.LastIndex(n, "/")+1:]) {
+						t.Errorf("the model is offered %s: %v", n, names)
+					}
+				}
+				if !slices.Contains(names, "mcp__substrat/send_message") {
+					t.Errorf("Substrat's tools are missing: %v", names)
+				}
+			}
+			t.Logf("tools: %v", requestTools(reqs[0].Raw))
+		})
 	}
 }
