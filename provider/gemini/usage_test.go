@@ -2,7 +2,13 @@ package gemini
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,4 +72,103 @@ func TestGeminiUsageTotals(t *testing.T) {
 	if len(tools.Calls()) != 1 {
 		t.Errorf("tool calls: %+v", tools.Calls())
 	}
+}
+
+// requestTools lists the function declarations of a request.
+func requestTools(raw string) []string {
+	var r struct {
+		Tools []struct {
+			FunctionDeclarations []struct{ Name string } `json:"functionDeclarations"`
+		} `json:"tools"`
+	}
+	json.Unmarshal([]byte(raw), &r)
+	var out []string
+	for _, t := range r.Tools {
+		for _, f := range t.FunctionDeclarations {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// TestGeminiOwnAgentToolsOff: the tools list the pinned CLI sends the
+// model carries none of the CLI's own agent and background tools, in the
+// default approval mode and in yolo; Substrat's tools are there. In yolo,
+// where the shell tool is offered, a call of it with is_background set is
+// refused, and the command never runs.
+func TestGeminiOwnAgentToolsOff(t *testing.T) {
+	forbidden := []string{"invoke_agent", "list_background_processes", "read_background_output"}
+	const marker = "sleep 3173"
+	for _, mode := range []string{provider.ModeDefault, provider.ModeFull} {
+		t.Run(mode, func(t *testing.T) {
+			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+				switch {
+				case len(r.Responses) > 0:
+					return fakeapi.Out{Text: "the tool said " + r.Responses[len(r.Responses)-1]}
+				case mode == provider.ModeFull:
+					return fakeapi.Out{Call: &fakeapi.Call{Name: "run_shell_command", Args: `{"command":"` + marker + `","description":"wait","is_background":true}`}}
+				}
+				return fakeapi.Out{Text: "ok"}
+			})
+			t.Cleanup(api.Close)
+			p, cfg := newProvider(t, api)
+			cfg.Permissions.Mode = mode
+			s, err := p.Create(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			res, err := s.Send(ctx, provider.Turn{Prompt: "hello"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := api.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("no request reached the fake")
+			}
+			for _, r := range reqs {
+				names := requestTools(r.Raw)
+				for _, f := range forbidden {
+					if slices.Contains(names, f) {
+						t.Errorf("the model is offered %s: %v", f, names)
+					}
+				}
+				if !slices.Contains(names, "mcp_substrat_send_message") {
+					t.Errorf("Substrat's tools are missing: %v", names)
+				}
+			}
+			t.Logf("tools: %v", requestTools(reqs[0].Raw))
+			if mode != provider.ModeFull {
+				return
+			}
+			if !strings.Contains(res.Text, "denied by policy") {
+				t.Errorf("the background command was not refused: %q", res.Text)
+			}
+			if pids := processes(marker); len(pids) > 0 {
+				for _, pid := range pids {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+				t.Errorf("the background command runs: pids %v", pids)
+			}
+		})
+	}
+}
+
+// processes returns the pids whose command line contains s.
+func processes(s string) []int {
+	var out []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
