@@ -30,8 +30,9 @@
 // (Options.AllowedTools adds others).
 //
 // The CLI's own agent machinery is off: --disallowedTools takes its
-// sub-agents, their messages, background tasks, cron, wake-ups and
-// workflows out of the model's tools list (see ownAgentTools), and
+// sub-agents, their messages, background tasks, cron, wake-ups,
+// workflows and skills (which can fork sub-agents) out of the model's
+// tools list (see ownAgentTools), and
 // CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1 the Bash tool's
 // run_in_background. Those jobs are Substrat's: spawn_agent and the rest,
 // inside the tree, its budgets and its sandbox.
@@ -310,14 +311,18 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 // work, outside Substrat's tree, budgets and sandbox: sub-agents (Agent,
 // formerly Task), messages between them (SendMessage, ListAgents),
 // background tasks (TaskStop, Monitor), scheduled and recurring work
-// (CronCreate, CronDelete, CronList, ScheduleWakeup) and workflows
-// (Workflow). --disallowedTools takes them out of the model's tools list
+// (CronCreate, CronDelete, CronList, ScheduleWakeup), workflows
+// (Workflow) and skills (Skill: a skill whose SKILL.md says context: fork,
+// which an agent can write into its working directory's .claude/skills,
+// runs as a sub-agent of the CLI's, Agent disallowed or not; the bundled
+// batch and loop skills are agent and recurring machinery themselves).
+// --disallowedTools takes them out of the model's tools list
 // in every permission mode, bypassPermissions included (checked with the
 // pinned CLI, 2.1.328); the Bash tool's run_in_background parameter goes
 // with CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1. Substrat's own tools
 // (spawn_agent, send_message...) do these jobs, inside the tree.
 var ownAgentTools = []string{"Agent", "Task", "SendMessage", "ListAgents", "TaskStop", "Monitor",
-	"CronCreate", "CronDelete", "CronList", "ScheduleWakeup", "Workflow"}
+	"CronCreate", "CronDelete", "CronList", "ScheduleWakeup", "Workflow", "Skill"}
 
 // sandboxEnv is what of the daemon's environment the CLI keeps in a
 // sandbox: its own settings, and the credentials of the Anthropic API,

@@ -3,6 +3,8 @@ package claude
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -102,10 +104,13 @@ func TestRealUsageTotals(t *testing.T) {
 // TestRealOwnAgentToolsOff: the tools list the pinned CLI sends the model
 // carries none of the CLI's own ways to start agents and background work
 // (and the Bash tool no run_in_background), in the default permission
-// mode and in bypassPermissions; Substrat's tools are there.
+// mode and in bypassPermissions; Substrat's tools are there. Skill is
+// among them: with the pinned CLI, a skill whose SKILL.md says context:
+// fork ran as a sub-agent ("forked execution") though Agent was
+// disallowed.
 func TestRealOwnAgentToolsOff(t *testing.T) {
 	forbidden := []string{"Task", "Agent", "SendMessage", "ListAgents", "TaskStop", "CronCreate", "CronDelete", "CronList",
-		"ScheduleWakeup", "Workflow", "Monitor"}
+		"ScheduleWakeup", "Workflow", "Monitor", "Skill"}
 	for _, mode := range []string{provider.ModeDefault, provider.ModeFull} {
 		t.Run(mode, func(t *testing.T) {
 			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
@@ -145,4 +150,52 @@ func TestRealOwnAgentToolsOff(t *testing.T) {
 			t.Logf("tools: %v", reqs[0].ToolNames())
 		})
 	}
+}
+
+// TestRealForkingSkillRefused: a skill in the agent's working directory
+// whose SKILL.md says context: fork would run as a sub-agent of the CLI's
+// (the pinned CLI did so with Agent disallowed). Called anyway, Skill is
+// refused, and no sub-agent's request reaches the API.
+func TestRealForkingSkillRefused(t *testing.T) {
+	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+		for _, b := range r.Last().Blocks() {
+			if b.Type == "tool_result" {
+				return fakeapi.Out{Text: "after: " + fakeapi.ResultText(b)}
+			}
+		}
+		if strings.Contains(r.Last().Text(), "FORK-ME") {
+			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_skill_1", Name: "Skill", Input: `{"skill":"forky"}`}}
+		}
+		return fakeapi.Out{Text: "a sub-agent ran"}
+	})
+	t.Cleanup(api.Close)
+	p, cfg := realProvider(t, api)
+	dir := filepath.Join(cfg.WorkDir, ".claude", "skills", "forky")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	skill := "---\nname: forky\ndescription: Does the thing in a fork.\ncontext: fork\n---\nSKILL-BODY: do the thing.\n"
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(skill), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res, err := s.Send(ctx, provider.Turn{Prompt: "FORK-ME"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range api.Requests() {
+		if strings.Contains(r.Conversation(), "SKILL-BODY") {
+			t.Errorf("request %d carries the skill: a forked sub-agent ran (turn text %q)", i+1, res.Text)
+		}
+	}
+	if strings.Contains(res.Text, "forked execution") || !strings.Contains(res.Text, "after: ") {
+		t.Errorf("turn text %q", res.Text)
+	}
+	t.Logf("the model saw: %q", res.Text)
 }
