@@ -25,9 +25,10 @@
 //
 // The CLI's own agent machinery is off in that config.toml: its
 // sub-agents (spawn_agent, send_input, wait_agent, resume_agent,
-// close_agent: features multi_agent and multi_agent_v2) and
-// request_user_input (tools.experimental_request_user_input), so that
-// every agent is in Substrat's tree, under its budgets and sandbox.
+// close_agent: features multi_agent and multi_agent_v2),
+// request_user_input (tools.experimental_request_user_input) and thread
+// goals (feature goals: the CLI pursues a goal with turns of its own), so
+// that every agent is in Substrat's tree, under its budgets and sandbox.
 //
 // # Permissions
 //
@@ -144,14 +145,18 @@ func (a *adapter) codexHome(cfg provider.Config) (string, error) {
 
 // ownAgentToolsOff is the part of config.toml that turns off the CLI's own
 // agent machinery: sub-agents (spawn_agent, send_input, wait_agent,
-// resume_agent, close_agent: the multi_agent features, v1 and v2) and
-// request_user_input. Checked with the pinned CLI (0.169.0): the model's
+// resume_agent, close_agent: the multi_agent features, v1 and v2),
+// request_user_input, and thread goals (create_goal, get_goal,
+// update_goal: a goal makes the CLI start turns of its own, "goal
+// continuation", when the thread is idle). Checked with the pinned CLI (0.169.0): the model's
 // tools list then carries none of them, in every sandbox mode.
 const ownAgentToolsOff = `
-# The CLI's own agents are off: Substrat's spawn_agent does that job.
+# The CLI's own agents and automatic work are off: Substrat's spawn_agent
+# and its turns do those jobs.
 [features]
 multi_agent = false
 multi_agent_v2 = false
+goals = false
 
 [tools.experimental_request_user_input]
 enabled = false

@@ -164,10 +164,12 @@ func requestTools(raw string) []string {
 }
 
 // TestCodexOwnAgentToolsOff: the tools list the pinned CLI sends the model
-// carries none of the CLI's own agent tools, in each sandbox mode;
+// carries none of the CLI's own agent tools (nor its goal tools), in each
+// sandbox mode;
 // Substrat's tools are there.
 func TestCodexOwnAgentToolsOff(t *testing.T) {
-	forbidden := []string{"spawn_agent", "send_input", "wait_agent", "resume_agent", "close_agent", "request_user_input"}
+	forbidden := []string{"spawn_agent", "send_input", "wait_agent", "resume_agent", "close_agent", "request_user_input",
+		"create_goal", "get_goal", "update_goal"}
 	for _, mode := range []string{provider.ModeDefault, provider.ModeAcceptEdits, provider.ModeFull} {
 		t.Run(mode, func(t *testing.T) {
 			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
