@@ -35,7 +35,10 @@
 // the session cost, across resume and a kill -9 of the daemon. The totals
 // start from zero with a new session id, and with a command that starts
 // the CLI's session afresh (Command.Fresh); a total lower than the last
-// one means the CLI's own count started over, and is taken whole. What a
+// one means the CLI's own count started over, and is taken whole. A
+// session whose file or blob has no totals (written before Substrat kept
+// them) reports its next turn's running parts as unknown, rather than the
+// whole session's usage again, and counts from there. What a
 // CLI spent on a turn it did not finish (killed, or failed) is counted in
 // the next turn that finishes, when the CLI kept count of it. If the
 // daemon dies between a turn's end and its recording, that turn's usage
@@ -189,21 +192,14 @@ type Totals struct {
 	CostUSD      float64 `json:"cost_usd"`
 }
 
-// blobOf is the blob of session id with totals t.
-func blobOf(id string, t Totals) blob {
+// blobOf is the blob of session id with totals t (nil: not known).
+func blobOf(id string, t *Totals) blob {
 	b := blob{Version: 1, SessionID: id}
-	if t != (Totals{}) {
-		b.Totals = &t
+	if t != nil {
+		c := *t
+		b.Totals = &c
 	}
 	return b
-}
-
-// totals returns b's totals, or zero.
-func (b blob) totals() Totals {
-	if b.Totals == nil {
-		return Totals{}
-	}
-	return *b.Totals
 }
 
 // Create starts a new session. Errors: those of the SessionID callback, of
@@ -235,12 +231,12 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		if b.SessionID == "" {
 			return s.started(p.spec.NewID())
 		}
-		s.id, s.totals = b.SessionID, b.totals()
+		s.id, s.totals = b.SessionID, b.Totals
 		// The session id file is written after every turn, the blob only
 		// at a suspend: for the same session, the file is never older.
 		if data, err := os.ReadFile(s.idFile()); err == nil {
-			if f, err := decodeBlob(data); err == nil && f.SessionID == b.SessionID {
-				s.totals = f.totals()
+			if f, err := decodeBlob(data); err == nil && f.SessionID == b.SessionID && f.Totals != nil {
+				s.totals = f.Totals
 			}
 		}
 		if err := s.saveID(); err != nil {
@@ -262,7 +258,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 	if b.SessionID == "" {
 		return s.started(p.spec.NewID())
 	}
-	s.id, s.totals = b.SessionID, b.totals()
+	s.id, s.totals = b.SessionID, b.Totals
 	return s, nil
 }
 
@@ -317,7 +313,7 @@ type session struct {
 
 	mu      sync.Mutex // guards the fields below
 	id      string
-	totals  Totals // the CLI's running totals for id, as last seen
+	totals  *Totals // the CLI's running totals for id as last seen; nil: not known
 	busy    bool
 	stopped bool
 }
@@ -347,7 +343,7 @@ func (s *session) learn(id string) error {
 	}
 	s.mu.Lock()
 	if id != s.id {
-		s.totals = Totals{} // a new session counts from zero
+		s.totals = &Totals{} // a new session counts from zero
 	}
 	s.id = id
 	s.mu.Unlock()
@@ -362,7 +358,7 @@ func (s *session) saveID() error {
 }
 
 // save writes the session id file.
-func (s *session) save(id string, totals Totals) error {
+func (s *session) save(id string, totals *Totals) error {
 	dir := filepath.Dir(s.idFile())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("%s: saving session id: %w", s.p.spec.Name, err)
@@ -436,7 +432,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	}
 	if c.Fresh {
 		s.mu.Lock()
-		s.totals = Totals{}
+		s.totals = &Totals{}
 		s.mu.Unlock()
 	}
 	pr, err := proc.Start(ctx, c.Command, s.p.spec.MaxLine)
@@ -549,36 +545,50 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 // turnUsage returns the turn's own usage: for the running totals a CLI
 // reports, the difference from the last ones seen, which it then saves.
 // Only once saved are they remembered: if saving fails, the turn fails,
-// and the next turn's difference counts this one's usage too.
+// and the next turn's difference counts this one's usage too. When the
+// last totals are not known (a session that began before Substrat kept
+// them), the running parts of this turn's usage are unknown, and its
+// totals become the base of the next.
 func (s *session) turnUsage(f *Final) (provider.Usage, error) {
 	u := f.Usage
 	if !f.CumulativeTokens && !f.CumulativeCost {
 		return u, nil
 	}
 	s.mu.Lock()
-	id, last := s.id, s.totals
+	id, known := s.id, s.totals
 	s.mu.Unlock()
+	var last Totals
+	if known != nil {
+		last = *known
+	}
 	next := last
 	if f.CumulativeTokens && !u.TokensUnknown {
 		next.InputTokens, next.OutputTokens = u.InputTokens, u.OutputTokens
-		if u.InputTokens < last.InputTokens || u.OutputTokens < last.OutputTokens {
-			last.InputTokens, last.OutputTokens = 0, 0 // the CLI's count started over
+		switch {
+		case known == nil:
+			u.InputTokens, u.OutputTokens, u.TokensUnknown = 0, 0, true
+		case u.InputTokens < last.InputTokens || u.OutputTokens < last.OutputTokens:
+			// The CLI's count started over: taken whole.
+		default:
+			u.InputTokens -= last.InputTokens
+			u.OutputTokens -= last.OutputTokens
 		}
-		u.InputTokens -= last.InputTokens
-		u.OutputTokens -= last.OutputTokens
 	}
 	if f.CumulativeCost && !u.CostUnknown {
 		next.CostUSD = u.CostUSD
-		if u.CostUSD < last.CostUSD {
-			last.CostUSD = 0
+		switch {
+		case known == nil:
+			u.CostUSD, u.CostUnknown = 0, true
+		case u.CostUSD < last.CostUSD:
+		default:
+			u.CostUSD -= last.CostUSD
 		}
-		u.CostUSD -= last.CostUSD
 	}
-	if err := s.save(id, next); err != nil {
+	if err := s.save(id, &next); err != nil {
 		return provider.Usage{}, fmt.Errorf("saving the usage totals: %w", err)
 	}
 	s.mu.Lock()
-	s.totals = next
+	s.totals = &next
 	s.mu.Unlock()
 	return u, nil
 }

@@ -97,6 +97,16 @@ func TestRunningTotals(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), `"totals":{"input_tokens":500,"output_tokens":50,"cost_usd":2}`) {
 		t.Errorf("session id file %s %v", data, err)
 	}
+	// A session from before Substrat kept totals: its next turn's usage
+	// is unknown, not the session's whole; the turn after counts from it.
+	s.Stop()
+	if s, err = p.Restore(ctx, cfg, []byte(`{"version":1,"session_id":"sess-old"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if u := turnUsage(t, s, "TOTALS 9000 900 9"); !u.TokensUnknown || !u.CostUnknown || u.InputTokens != 0 || u.CostUSD != 0 {
+		t.Errorf("first turn of a session without totals: %+v, want unknown", u)
+	}
+	check(turnUsage(t, s, "TOTALS 9100 910 9.5"), provider.Usage{InputTokens: 100, OutputTokens: 10, CostUSD: 0.5})
 	// A blob with negative totals is refused.
 	if _, err := p.Restore(ctx, cfg, []byte(`{"version":1,"session_id":"sess-1","totals":{"input_tokens":-1,"output_tokens":0,"cost_usd":0}}`)); err == nil {
 		t.Error("negative totals accepted")
