@@ -25,7 +25,9 @@
 //
 // The CLI's own agent machinery is off: settings.json's tools.exclude
 // leaves invoke_agent (its sub-agents), list_background_processes and
-// read_background_output out of what the model sees, and a policy of the
+// read_background_output out of what the model sees,
+// experimental.enableAgents = false keeps its agent registry empty, and a
+// policy of the
 // user tier, $HOME/.gemini/policies/substrat.toml, denies a shell command
 // with is_background set, in every approval mode, yolo included (the
 // pinned CLI, 0.61.0, keeps that parameter in the shell tool's schema and
@@ -169,6 +171,8 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		"privacy":   map[string]any{"usageStatisticsEnabled": false},
 		"telemetry": map[string]any{"enabled": false},
 		"tools":     map[string]any{"exclude": ownAgentTools},
+		// No sub-agents at all, invoke_agent excluded or not.
+		"experimental": map[string]any{"enableAgents": false},
 	}
 	if err := cli.PrivateDir(filepath.Join(dot, "policies")); err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
