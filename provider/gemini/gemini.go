@@ -23,17 +23,16 @@
 // id, so `substrat mcp` keys a call by a hash of the agent, the tool, the
 // arguments and the call's position (see cmd/substrat/mcp.go).
 //
-// The CLI's own agent machinery is off: settings.json's tools.exclude
+// The CLI's own agent machinery is off. settings.json's tools.exclude
 // leaves invoke_agent (its sub-agents), list_background_processes and
-// read_background_output out of what the model sees,
-// experimental.enableAgents = false keeps its agent registry empty, and a
-// policy of the
-// user tier, $HOME/.gemini/policies/substrat.toml, denies a shell command
-// with is_background set, in every approval mode, yolo included (the
-// pinned CLI, 0.61.0, keeps that parameter in the shell tool's schema and
-// has no setting that drops it: the model sees it, and a call with it is
-// refused). A command that backgrounds itself with the shell's own & is
-// not caught by this.
+// read_background_output out of what the model sees, and
+// experimental.enableAgents = false keeps its agent registry empty. A
+// policy of the user tier, $HOME/.gemini/policies/substrat.toml, denies a
+// shell command with is_background set, in every approval mode, yolo
+// included: the pinned CLI (0.61.0) keeps that parameter in the shell
+// tool's schema and has no setting that drops it, so the model sees it,
+// and a call with it is refused. A command that backgrounds itself with
+// the shell's own & is not caught by this.
 //
 // # Permissions
 //
