@@ -54,8 +54,10 @@
 // The --json lines: thread.started (the thread id), item.started and
 // item.completed of agent_message (text), command_execution, file_change
 // and mcp_tool_call (tool_call and tool_result chunks), turn.completed
-// (usage: input and output tokens; the CLI reports no cost, so cost is
-// unknown) and turn.failed (the turn fails; retried when it reads like an
+// (usage: input and output tokens, the thread's running totals across
+// exec resume, which the engine turns into the turn's own, see package
+// provider/internal/cli; the CLI reports no cost, so cost is unknown) and
+// turn.failed (the turn fails; retried when it reads like an
 // overloaded or 429/5xx API). A top-level error line (the CLI's reconnect
 // notices) is shown as text. A line that is not JSON fails the turn.
 package codex

@@ -53,8 +53,9 @@
 //
 // The stream-json lines: init (the session id), message (assistant text,
 // streamed; the user's echo is skipped), tool_use and tool_result
-// (tool_call and tool_result chunks), result (status and token counts;
-// the CLI reports no cost, so cost is unknown) and error. A result whose
+// (tool_call and tool_result chunks), result (status and token counts,
+// the turn's own: checked with the pinned CLI, across --resume; the CLI
+// reports no cost, so cost is unknown) and error. A result whose
 // status is not success fails the turn (retried when it reads like an
 // overloaded or 429/5xx API); the pinned CLI retries a 429 itself, with
 // backoff, until the turn's timeout ends it. A line that is not JSON fails
