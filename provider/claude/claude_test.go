@@ -424,19 +424,6 @@ func TestParseRealLines(t *testing.T) {
 	}
 }
 
-// alive reports whether pid runs (a zombie, dead but not yet reaped by
-// whoever inherited it, does not count).
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	_, rest, _ := strings.Cut(string(data), ") ")
-	return !strings.HasPrefix(rest, "Z")
-}
 
 func TestTrackAndSandboxHooks(t *testing.T) {
 	e := newEnv(t)
