@@ -197,17 +197,19 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 	who := c.pathLocked(n)
 	to := c.nodes[req.Approver]
 	c.mu.Unlock()
-	input := string(req.Input)
+	// What the agent wrote (the tool's name and input) is shown so that it
+	// cannot pose as more of this text: on one line, delimited.
+	input := agentJSON(req.Input)
 	if len(input) > 2000 {
 		input = input[:2000] + "…"
 	}
-	how := fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, a reason, and optionally a rule to remember (such as \"%s\").",
+	how := fmt.Sprintf("Answer with the approve tool: request_id %q, allow true or false, a reason, and optionally a rule to remember (such as %q).",
 		req.ID, ruleFor(req.Tool, req.Input))
 	if to == nil {
 		how = fmt.Sprintf("Answer with: substrat approve %s [--remember %q]   or   substrat deny %s --reason WHY", req.ID, ruleFor(req.Tool, req.Input), req.ID)
 	}
 	text := fmt.Sprintf("Approval request %s: %s wants to use %s with %s. It waits until %s, then it is denied.\n%s",
-		req.ID, who, req.Tool, input, req.Deadline.Local().Format("15:04:05"), how)
+		req.ID, who, agentName(req.Tool), input, req.Deadline.Local().Format("15:04:05"), how)
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindApproval, Text: text}
 	if to == nil {
 		return c.sendUser(m)
