@@ -212,7 +212,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		if f == "" {
 			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
 		}
-		data, err := os.ReadFile(f)
+		data, err := fsstore.ReadRegular(f, fsstore.MaxFileSize)
 		if errors.Is(err, os.ErrNotExist) {
 			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
 		}

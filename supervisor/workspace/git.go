@@ -74,7 +74,7 @@ func (s *Store) finishGit(dir string, g *Git) error {
 // worktree, the repository's record of it, and its branch if no commit
 // was made on it.
 func (s *Store) undoGit(dir string) error {
-	data, err := os.ReadFile(filepath.Join(dir, gitMarker))
+	data, err := fsstore.ReadRegular(filepath.Join(dir, gitMarker), fsstore.MaxJSONSize)
 	if err != nil {
 		return nil // made no worktree
 	}

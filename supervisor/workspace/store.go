@@ -530,7 +530,7 @@ func (s *Store) Sweep() ([]string, error) {
 		for _, e := range entries {
 			p := filepath.Join(s.scopeDir(sc.Name()), e.Name())
 			if !strings.HasPrefix(e.Name(), fsstore.TempPrefix) {
-				if data, err := os.ReadFile(filepath.Join(p, gitMarker)); err == nil { // made, not finished
+				if data, err := fsstore.ReadRegular(filepath.Join(p, gitMarker), fsstore.MaxJSONSize); err == nil { // made, not finished
 					var g Git
 					if err := json.Unmarshal(data, &g); err == nil {
 						errs = append(errs, s.finishGit(p, &g))

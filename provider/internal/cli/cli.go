@@ -46,6 +46,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/proc"
 	"github.com/substrat/substrat/provider/internal/retry"
@@ -184,7 +185,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		}
 		return s, nil
 	}
-	data, err := os.ReadFile(s.idFile())
+	data, err := fsstore.ReadRegular(s.idFile(), fsstore.MaxJSONSize)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return s.started(p.spec.NewID())
