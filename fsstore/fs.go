@@ -122,6 +122,8 @@ func OpenAppendRegular(path string, perm fs.FileMode) (*os.File, error) {
 			return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a symlink", ErrNotRegular)}
 		case err == unix.ENXIO: // a FIFO without a reader
 			return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a FIFO", ErrNotRegular)}
+		case err == unix.EISDIR:
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a directory", ErrNotRegular)}
 		case err != nil:
 			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 		}

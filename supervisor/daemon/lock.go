@@ -105,6 +105,8 @@ func openLock(path string, flag int) (*os.File, error) {
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a symlink", fsstore.ErrNotRegular)}
+	case errors.Is(err, unix.EISDIR):
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a directory", fsstore.ErrNotRegular)}
 	case err != nil:
 		return nil, err
 	}
