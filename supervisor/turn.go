@@ -91,14 +91,18 @@ func agentText(s string) string { return strconv.Quote(s) }
 
 // agentJSON renders a tool input an agent wrote inside a text of the
 // daemon's: as compact JSON, on one line and delimited by its own syntax,
-// or, if it is not JSON, as agentText does.
+// or, if it is not JSON, as agentText does. The characters JSON allows
+// raw in a string that some readers take for a line break (NEL, U+2028,
+// U+2029) are written as escapes, which mean the same JSON.
 func agentJSON(raw []byte) string {
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err == nil && b.Len() > 0 {
-		return b.String()
+		return jsonBreaks.Replace(b.String())
 	}
 	return agentText(string(raw))
 }
+
+var jsonBreaks = strings.NewReplacer("\u0085", `\u0085`, "\u2028", `\u2028`, "\u2029", `\u2029`)
 
 // agentName renders a name an agent chose (a tool's name) inside a text of
 // the daemon's: as is if it is a plain identifier, else quoted.
