@@ -213,8 +213,10 @@ func (OS) RenameNoReplace(oldname, newname string) error {
 	return os.Remove(oldname)
 }
 
+// SyncDir fsyncs a directory. It is opened with O_DIRECTORY: a FIFO put
+// where the directory was fails at once (ENOTDIR) instead of blocking.
 func (OS) SyncDir(name string) error {
-	d, err := os.Open(name)
+	d, err := os.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}

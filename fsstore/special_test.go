@@ -192,3 +192,17 @@ func TestReadRegular(t *testing.T) {
 		t.Fatalf("the log holds %q", data)
 	}
 }
+
+// SyncDir of a FIFO put where a directory was fails at once (it used to
+// block in open).
+func TestSyncDirFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "new")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	within(t, "SyncDir", func() { err = OS{}.SyncDir(p) })
+	if !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("SyncDir of a FIFO: %v", err)
+	}
+}

@@ -65,6 +65,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -402,7 +403,7 @@ func (s *session) save(msgs []message, requests int) error {
 	if err := renameio.WriteFile(f, data, 0o600, renameio.WithTempDir(dir)); err != nil {
 		return fmt.Errorf("saving the conversation: %w", err)
 	}
-	d, err := os.Open(dir)
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0) // never blocks on a FIFO
 	if err != nil {
 		return fmt.Errorf("saving the conversation: %w", err)
 	}

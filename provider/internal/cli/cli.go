@@ -42,6 +42,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -300,7 +301,7 @@ func (s *session) saveID() error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0) // never blocks on a FIFO
 	if err != nil {
 		return err
 	}
