@@ -153,6 +153,10 @@
 //	daemon.log                               its last 64 KiB (daemon start's error line)
 //	daemon.lock                              its first 64 bytes (the owner's pid)
 //
+// Files appended to (events.jsonl, transcript.txt, daemon.log) are opened
+// the same way, and a directory is fsynced through an O_DIRECTORY open, so
+// a FIFO put in place of either fails at once.
+//
 // Anything else is refused with an error that names the file and says
 // what it is: "open HOME/config.json: fsstore: not a regular file: a
 // FIFO", or "... a symlink", "... a directory", "read ...: fsstore: file

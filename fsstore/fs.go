@@ -111,10 +111,16 @@ func ReadRegular(path string, max int64) ([]byte, error) {
 // symlink and without blocking (a FIFO with no reader would block open),
 // and it must be a regular file (ErrNotRegular).
 func OpenAppendRegular(path string, perm fs.FileMode) (*os.File, error) {
+	return openAppend(path, unix.O_CREAT, perm)
+}
+
+// openAppend is OpenAppendRegular, creating the file only with flags
+// O_CREAT.
+func openAppend(path string, flags int, perm fs.FileMode) (*os.File, error) {
 	var fd int
 	for {
 		var err error
-		fd, err = unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, uint32(perm.Perm()))
+		fd, err = unix.Open(path, unix.O_WRONLY|unix.O_APPEND|flags|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, uint32(perm.Perm()))
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -176,8 +182,16 @@ func (OS) Create(name string, perm fs.FileMode) (File, error) {
 	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 }
 
+// OpenAppend opens an existing regular file for appending, as
+// OpenAppendRegular does: a FIFO (which would block the open), a device or
+// a symlink put in place of events.jsonl or transcript.txt is refused
+// (ErrNotRegular).
 func (OS) OpenAppend(name string) (File, error) {
-	return os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := openAppend(name, 0, 0)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return f, nil
 }
 
 func (OS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {

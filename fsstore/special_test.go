@@ -206,3 +206,26 @@ func TestSyncDirFIFO(t *testing.T) {
 		t.Fatalf("SyncDir of a FIFO: %v", err)
 	}
 }
+
+// OS.OpenAppend (events.jsonl, transcript.txt) of a FIFO or a symlink
+// fails at once (a FIFO without a reader used to block the open).
+func TestOpenAppendSpecial(t *testing.T) {
+	dir := t.TempDir()
+	fifo, link := filepath.Join(dir, "transcript.txt"), filepath.Join(dir, "events.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/null", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, link} {
+		var err error
+		within(t, "OpenAppend", func() { _, err = OS{}.OpenAppend(p) })
+		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), p) {
+			t.Errorf("OpenAppend(%s): %v", p, err)
+		}
+	}
+	if _, err := (OS{}).OpenAppend(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("OpenAppend of a missing file: %v", err)
+	}
+}
