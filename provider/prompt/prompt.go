@@ -24,7 +24,9 @@
 // The body is escaped so that none of its lines begins with '[' (see
 // Escape): a header-like line in a body is shown with a backslash before
 // it, and the reader removes that backslash again. Render and Parse are
-// exact inverses: Parse(Render(tag, msgs)) gives back msgs byte for byte.
+// exact inverses: Parse(Render(tag, msgs)) gives back msgs byte for byte
+// (a message whose Sender is neither SYSTEM nor USER is an agent's, and
+// comes back with Agent set).
 package prompt
 
 import (
