@@ -133,6 +133,8 @@
 // kept out of the live tree, the directory is left untouched, and the error
 // (a *CorruptError) names the file, the line and its byte offset.
 //
+// # Files that are not what they should be
+//
 // Every file of the store is opened without following a symlink and
 // without blocking, and must be a regular file: a FIFO, a device, a socket
 // or a symlink (to /dev/zero, say) where session.json, events.jsonl or a
@@ -140,6 +142,37 @@
 // read up to a size limit (64 MiB). An agent directory in agents/ that is
 // a symlink (to a directory on another disk) is not an agent directory:
 // it is reported and left alone, at start and while the daemon runs.
+//
+// The same holds for every other file of the home that the daemon or the
+// CLI reads and that a person or an agent could replace. Each is read
+// with ReadRegular (or opened with OpenRegular, OpenAppendRegular): never
+// through a symlink (no file of the home is expected to be one; keep
+// config.json itself in HOME, not a link to it), never blocking on a
+// FIFO, only if it is a regular file, and up to a size cap:
+//
+//	file                                     cap        read by
+//	agents/<id>/session.json, messages,      64 MiB     the store (FS.ReadFile),
+//	  workspaces/…/workspace.json                       MaxFileSize
+//	events.jsonl                             1 MiB a line (MaxEventSize)
+//	config.json, recovery.json,              16 MiB     MaxJSONSize
+//	  providers.json, a workspace's git
+//	  marker, providers/<name>/ session ids
+//	providers/openai/ saved conversations    64 MiB     MaxFileSize
+//	daemon.log                               its last 64 KiB (daemon start's error line)
+//	daemon.lock                              its first 64 bytes (the owner's pid)
+//
+// Files appended to (events.jsonl, transcript.txt, daemon.log) are opened
+// the same way, and a directory is fsynced through an O_DIRECTORY open, so
+// a FIFO put in place of either fails at once.
+//
+// Anything else is refused with an error that names the file and says
+// what it is: "open HOME/config.json: fsstore: not a regular file: a
+// FIFO", or "... a symlink", "... a directory", "read ...: fsstore: file
+// too large (more than 16777216 bytes)". A refused config.json is left out
+// (the daemon starts with the other settings, and 'daemon start' and
+// 'config show' say why); a refused daemon.lock or daemon.log stops the
+// start with that error. Neither 'daemon start' nor 'daemon stop' waits on
+// such a file.
 //
 // A session.json that is missing, is not valid JSON, or fails validation
 // keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a

@@ -198,7 +198,7 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 func approvalText(req fsstore.Approval, who string, opts permrule.Options, user bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Approval request %s: %s wants to use %s. It waits until %s, then it is denied.\n",
-		req.ID, who, req.Tool, req.Deadline.Local().Format("15:04:05"))
+		req.ID, who, agentName(req.Tool), req.Deadline.Local().Format("15:04:05"))
 	input, whole := api.InputHeadTail(req.Input, api.MaxApprovalInput)
 	size := len(api.InputText(req.Input))
 	if whole {

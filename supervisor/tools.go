@@ -583,7 +583,7 @@ func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall, a ch
 	if len(picked) == 0 {
 		return "no new messages", nil
 	}
-	return RenderPrompt(picked), nil
+	return RenderPrompt(t.c.promptTag(), picked), nil
 }
 
 func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a completeArgs) (string, error) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/prompt"
 )
 
 // RunTurn runs one turn of agent id if it has undelivered messages and is
@@ -53,22 +57,54 @@ func (c *Core) CallTool(ctx context.Context, agentID string, call provider.ToolC
 	return t.CallTool(ctx, call)
 }
 
-// RenderPrompt is the wake prompt for a batch of messages: each one under a
-// header line "[message <id> from <sender>]".
-func RenderPrompt(msgs []*fsstore.Message) string {
-	var b strings.Builder
+// RenderPrompt is the wake prompt for a batch of messages, framed with tag
+// (package prompt): a preamble, then each message between a header line
+// "[<tag> message <id> from <sender>]" and an end line, its body escaped
+// so that no line of it can pose as framing. A new tag for every prompt
+// comes from Core.promptTag.
+func RenderPrompt(tag string, msgs []*fsstore.Message) string {
+	out := make([]prompt.Message, len(msgs))
 	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString("\n")
-		}
-		from := m.FromName
-		if from == "" {
-			from = m.From
-		}
-		fmt.Fprintf(&b, "[message %s from %s]\n%s\n", m.ID, from, strings.TrimRight(m.Text, "\n"))
+		out[i] = promptMessage(m)
 	}
-	return b.String()
+	return prompt.Render(tag, out)
 }
+
+// promptMessage is m as a prompt shows it: from SYSTEM, from USER, or
+// from an agent by its name (an agent named SYSTEM still reads as one).
+func promptMessage(m *fsstore.Message) prompt.Message {
+	switch m.From {
+	case fsstore.System, fsstore.User:
+		return prompt.Message{ID: m.ID, Sender: m.From, Text: m.Text}
+	}
+	name := m.FromName
+	if name == "" {
+		name = m.From
+	}
+	return prompt.Message{ID: m.ID, Sender: name, Agent: true, Text: m.Text}
+}
+
+// agentText renders s, which an agent wrote (a reminder's reason, an
+// error its provider gave), inside a text of the daemon's: as a Go quoted
+// string on one line, so that no part of it can pose as more of the
+// daemon's text or as a line of its own.
+func agentText(s string) string { return strconv.Quote(s) }
+
+// agentName renders a name an agent chose (a tool's name) inside a text of
+// the daemon's: as is if it is a plain identifier, else quoted.
+func agentName(s string) string {
+	if plainName.MatchString(s) {
+		return s
+	}
+	return agentText(s)
+}
+
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+
+// promptTag is a new tag for a prompt (package prompt): unpredictable to
+// the agents, drawn from the store's id generator so that the simulation,
+// which seeds that generator, replays the same prompts.
+func (c *Core) promptTag() string { return prompt.Tag(c.store.NewID()) }
 
 // turnHeld runs a turn of n, which the caller holds. A store error after
 // the turn took its messages (a commit that failed: a full or read-only
@@ -125,8 +161,13 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		c.mu.Unlock()
 	}()
 	c.effects(n) // a turn run again is told what it did before
-	prompt := RenderPrompt(msgs) + c.replayNote(n, tools.turnKey)
-	res, err := c.runTurn(ctx, n, live, prompt, tools)
+	shown := msgs
+	if note := c.replayNote(n, tools.turnKey); note != "" {
+		shown = append(slices.Clone(msgs), &fsstore.Message{ID: "replay-" + tools.turnKey, From: fsstore.System,
+			FromName: fsstore.System, Kind: fsstore.KindSystem, Text: note})
+	}
+	text := RenderPrompt(c.promptTag(), shown)
+	res, err := c.runTurn(ctx, n, live, text, tools)
 	if err != nil {
 		return msgs, err
 	}
@@ -143,7 +184,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		return msgs, err
 	}
 	c.snapshot(n)
-	c.transcript(n, prompt, res.Text)
+	c.transcript(n, text, res.Text)
 	c.mu.Lock()
 	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
@@ -326,11 +367,11 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 	path := c.pathLocked(n)
 	parent := c.nodes[n.s().ParentID]
 	c.mu.Unlock()
-	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox; "+
-		"it is retried with a growing delay, and gated after %d failures within %s.", path, cause, pending, restartLimit, restartWindow)
+	text := fmt.Sprintf("The turn of %s failed: %s. Its %d message(s) are kept in its inbox; "+
+		"it is retried with a growing delay, and gated after %d failures within %s.", path, agentText(fmt.Sprint(cause)), pending, restartLimit, restartWindow)
 	if limit {
-		text = fmt.Sprintf("%s failed %d times within %s (the last: %v) and is now gated; its %d message(s) are kept. "+
-			"Fix the cause, then ungate it (from the CLI: substrat agent ungate %s).", path, streak, restartWindow, cause, pending, path)
+		text = fmt.Sprintf("%s failed %d times within %s (the last: %s) and is now gated; its %d message(s) are kept. "+
+			"Fix the cause, then ungate it (from the CLI: substrat agent ungate %s).", path, streak, restartWindow, agentText(fmt.Sprint(cause)), pending, path)
 	}
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {

@@ -382,7 +382,12 @@ func conformanceReply(req fakeapi.Request) fakeapi.Out {
 	}
 	text := last.Text()
 	if i := strings.Index(text, "CALL "); i >= 0 {
-		name, args, _ := strings.Cut(strings.TrimSpace(text[i+len("CALL "):]), " ")
+		line := text[i+len("CALL "):]
+		if j := strings.LastIndex(text, "\nCALL "); j >= 0 {
+			// A framed prompt (the daemon's): the command is the last CALL line.
+			line, _, _ = strings.Cut(text[j+len("\nCALL "):], "\n")
+		}
+		name, args, _ := strings.Cut(strings.TrimSpace(line), " ")
 		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: fmt.Sprintf("toolu_conf_%d", len(req.Messages)), Name: "mcp__substrat__" + name, Input: strings.TrimSpace(args)}}
 	}
 	return fakeapi.Out{Text: "echo: " + text}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/config"
 	"github.com/substrat/substrat/supervisor/daemon"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -117,11 +119,17 @@ func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, erro
 	if err := os.MkdirAll(g.Home, 0o700); err != nil {
 		return 0, err
 	}
+	// The daemon refuses a config.json it cannot use and starts without
+	// it (its log says so); say so here too, where the user looks.
+	if _, err := config.Load(layout.Config()); err != nil {
+		fmt.Fprintf(os.Stderr, "warning: %s is refused, and the daemon starts with the other settings: %v\n"+
+			"hint: fix or remove it; 'substrat config show' shows what is in force\n", layout.Config(), err)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
-	logf, err := os.OpenFile(layout.Log(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	logf, err := fsstore.OpenAppendRegular(layout.Log(), 0o600)
 	if err != nil {
 		return 0, err
 	}
@@ -155,9 +163,23 @@ func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, erro
 	}
 }
 
-// lastLogLine returns the most telling line of the end of the log.
+// logTail is how much of the end of the log lastLogLine reads.
+const logTail = 64 << 10
+
+// lastLogLine returns the most telling line of the end of the log. It
+// reads only the log's last logTail bytes, and only from a regular file.
 func lastLogLine(path string) string {
-	data, err := os.ReadFile(path)
+	f, err := fsstore.OpenRegular(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-logTail, 0)
+	data, err := io.ReadAll(io.NewSectionReader(f, off, logTail))
 	if err != nil {
 		return ""
 	}

@@ -114,6 +114,10 @@ func runFakeClaude() int {
 		return 0
 	}
 	p := strings.TrimSpace(string(prompt))
+	// A framed prompt (the daemon's): the command is the last CALL line.
+	if i := strings.LastIndex(p, "\nCALL "); i >= 0 && strings.HasPrefix(p, "[") {
+		p, _, _ = strings.Cut(p[i+1:], "\n")
+	}
 	switch word, rest, _ := strings.Cut(p, " "); word {
 	case "CALL":
 		name, argsJSON, _ := strings.Cut(rest, " ")

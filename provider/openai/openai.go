@@ -66,6 +66,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -213,7 +214,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		if f == "" {
 			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
 		}
-		data, err := os.ReadFile(f)
+		data, err := fsstore.ReadRegular(f, fsstore.MaxFileSize)
 		if errors.Is(err, os.ErrNotExist) {
 			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
 		}
@@ -410,7 +411,7 @@ func (s *session) save(msgs []message, requests int) error {
 	if err := renameio.WriteFile(f, data, 0o600, renameio.WithTempDir(dir)); err != nil {
 		return fmt.Errorf("saving the conversation: %w", err)
 	}
-	d, err := os.Open(dir)
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0) // never blocks on a FIFO
 	if err != nil {
 		return fmt.Errorf("saving the conversation: %w", err)
 	}

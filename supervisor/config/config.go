@@ -49,6 +49,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -188,9 +189,12 @@ func duration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// Load reads the file at path: (nil, nil) if there is none.
+// Load reads the file at path: (nil, nil) if there is none. It must be a
+// regular file (not a FIFO, a device, a directory or a symlink) of at most
+// fsstore.MaxJSONSize bytes; anything else is refused with an error that
+// names it, and never blocks (fsstore.ReadRegular).
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsstore.ReadRegular(path, fsstore.MaxJSONSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -1,10 +1,16 @@
 package config
 
 import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -84,5 +90,55 @@ func TestResolveRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v %v: %v, want %q", c.file, c.env, c.flags, err, c.want)
 		}
+	}
+}
+
+// Load refuses, at once and naming the file, a config.json that is not a
+// regular file within the cap: a FIFO (which used to block the daemon's
+// start and, replaced while it ran, its stop), a symlink to /dev/zero
+// (which it used to read without end), a directory, or a file over
+// fsstore.MaxJSONSize (valid JSON padded with blanks).
+func TestLoadRefusesSpecialFiles(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		make func(p string) error
+		want string
+		is   error
+	}{
+		{"a FIFO", func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file: a FIFO", fsstore.ErrNotRegular},
+		{"a symlink to /dev/zero", func(p string) error { return os.Symlink("/dev/zero", p) }, "not a regular file: a symlink", fsstore.ErrNotRegular},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file: a directory", fsstore.ErrNotRegular},
+		{"oversized", func(p string) error {
+			return os.WriteFile(p, append([]byte(`{"version": 1}`), bytes.Repeat([]byte(" "), fsstore.MaxJSONSize)...), 0o600)
+		}, "file too large", fsstore.ErrFileTooLarge},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "config.json")
+			if err := c.make(p); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := Load(p)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
+					t.Fatalf("Load: %v, want an error naming %s and saying %q", err, p, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Load blocked")
+			}
+		})
+	}
+	// A regular file at the cap is read.
+	p := filepath.Join(t.TempDir(), "config.json")
+	big := append([]byte(`{"version": 1}`), bytes.Repeat([]byte(" "), fsstore.MaxJSONSize-len(`{"version": 1}`))...)
+	if err := os.WriteFile(p, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := Load(p); err != nil || f == nil {
+		t.Fatalf("Load of a file at the cap: %v", err)
 	}
 }

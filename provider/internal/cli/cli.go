@@ -67,10 +67,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/proc"
 	"github.com/substrat/substrat/provider/internal/retry"
@@ -244,7 +246,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		}
 		return s, nil
 	}
-	data, err := os.ReadFile(s.idFile())
+	data, err := fsstore.ReadRegular(s.idFile(), fsstore.MaxJSONSize)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return s.started(p.spec.NewID())
@@ -371,7 +373,7 @@ func (s *session) save(id string, totals *Totals) error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0) // never blocks on a FIFO
 	if err != nil {
 		return err
 	}
