@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -83,6 +84,8 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 		}
 		return c.connErr(ctx, err)
 	}
+	var parts strings.Builder
+	nparts := 0
 	for {
 		raw, err := readLine(c.br)
 		if err != nil {
@@ -104,6 +107,20 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 					return err
 				}
 			}
+		case resp.Part != "":
+			if parts.Len()+len(resp.Part) > MaxResult {
+				return fmt.Errorf("daemon sent a result of more than %d bytes", MaxResult)
+			}
+			parts.WriteString(resp.Part)
+			nparts++
+		case resp.Parts > 0:
+			if resp.Parts != nparts {
+				return fmt.Errorf("daemon sent %d parts of a result and said %d", nparts, resp.Parts)
+			}
+			if result != nil {
+				return json.Unmarshal([]byte(parts.String()), result)
+			}
+			return nil
 		default:
 			if result != nil && resp.Result != nil {
 				return json.Unmarshal(resp.Result, result)

@@ -350,9 +350,20 @@ func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handl
 		resp.Error = api.AsError(err)
 	} else {
 		b, merr := json.Marshal(result)
-		if merr != nil {
+		switch {
+		case merr != nil:
 			resp.Error = api.Errorf(api.CodeInternal, "cannot encode result: %v", merr)
-		} else {
+		case len(b) > PartSize:
+			// Too long for one line: in parts (see package doc).
+			for len(b) > 0 {
+				n := min(len(b), PartSize)
+				if err := cw.write(&Response{ID: req.ID, Part: string(b[:n])}); err != nil {
+					return
+				}
+				b = b[n:]
+				resp.Parts++
+			}
+		default:
 			resp.Result = b
 		}
 	}
