@@ -422,7 +422,6 @@ func TestParseRealLines(t *testing.T) {
 	}
 }
 
-
 func TestTrackAndSandboxHooks(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.d.Config(t)

@@ -15,7 +15,7 @@ import (
 func TestLargeResultsComeInParts(t *testing.T) {
 	type agent struct {
 		ID, Name, Path string
-		Counters     map[string]float64
+		Counters       map[string]float64
 	}
 	var list []agent
 	for i := range 10000 {
