@@ -23,6 +23,11 @@ type Host interface {
 	// in its sandbox (as provider.Config.Sandbox), or nil for an agent
 	// without a workspace.
 	Sandbox(sess *fsstore.Session) provider.SandboxFunc
+	// ToolSocket returns the path of agent id's own tool socket, listening,
+	// or "" where there are none (NopHost). An agent's MCP server reaches
+	// its tools there: its processes run in a PID namespace of their own,
+	// sandboxed or not, and the daemon's socket refuses such peers.
+	ToolSocket(id string) (string, error)
 	// CloseToolSocket closes agent id's tool socket, if it has one; with
 	// id "", every one, and no new one opens.
 	CloseToolSocket(id string)
@@ -76,6 +81,9 @@ func (NopHost) Track(string) func(int) func() { return nil }
 
 // Sandbox implements Host.
 func (NopHost) Sandbox(*fsstore.Session) provider.SandboxFunc { return nil }
+
+// ToolSocket implements Host: none.
+func (NopHost) ToolSocket(string) (string, error) { return "", nil }
 
 // CloseToolSocket implements Host.
 func (NopHost) CloseToolSocket(string) {}

@@ -167,8 +167,10 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
 		},
 	}
-	if cfg.Sandbox != nil {
-		cfg.ToolSocket = c.store.Layout().ToolSocket(sess.ID)
+	// The agent's own tool socket, sandboxed or not: a provider process
+	// runs in a PID namespace of its own either way.
+	if cfg.ToolSocket, err = c.host.ToolSocket(sess.ID); err != nil {
+		return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
 	}
 	var s provider.Session
 	if sess.SessionState == fsstore.SessionCreated {

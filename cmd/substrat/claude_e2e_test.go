@@ -295,8 +295,12 @@ func TestClaudeE2E(t *testing.T) {
 		t.Fatalf("(b) the child is not in the tree: %+v", d.agents())
 	}
 	events, err := os.ReadFile(fsstore.Layout{Home: home}.Agent(boss.ID).Events())
-	if err != nil || !strings.Contains(string(events), e2eSpawnID) {
-		t.Errorf("(b) the spawn's idempotency key is not the tool-use id %s (%v)", e2eSpawnID, err)
+	// The spawn is keyed by the call (its turn, tool and arguments), not
+	// the tool-use id, which a turn run again does not keep: an effect
+	// event records it before the child exists (sim/effects_test.go).
+	if err != nil || !strings.Contains(string(events), `"type":"effect"`) || !strings.Contains(string(events), `"spawn_key":"`) ||
+		!strings.Contains(string(events), `/spawn_agent:`) {
+		t.Errorf("(b) the spawn is not journaled as an effect keyed by its call (%v)", err)
 	}
 	// The child runs its first turn (its instructions) on its own claude
 	// session; wait for it, so that the kill below hits an idle tree.
