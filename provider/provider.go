@@ -135,7 +135,44 @@ func InstructionsOf(cfg Config, turn Turn) string {
 type TurnResult struct {
 	Text  string `json:"text"` // the final assistant text
 	Usage Usage  `json:"usage"`
+	// Compactions are the compactions of the model's context the turn
+	// made (a provider that manages the context itself), in order.
+	Compactions []Compaction `json:"compactions,omitempty"`
+	// ContextTokens is how many tokens of its context window
+	// (ContextWindow) the model's conversation takes after the turn; 0
+	// when the provider does not know.
+	ContextTokens int `json:"context_tokens,omitempty"`
+	ContextWindow int `json:"context_window,omitempty"`
 }
+
+// Compaction is one compaction of a model's context: the older part of
+// its conversation replaced by a summary.
+type Compaction struct {
+	// Reason is CompactThreshold or CompactOverflow.
+	Reason string `json:"reason"`
+	// Replaced says what was replaced, for people ("turns 1-12").
+	Replaced string `json:"replaced"`
+	// FirstTurn and LastTurn are the provider's numbers of the turns the
+	// summary replaced (its own count of the session's turns, from 1);
+	// Dropped of them, the oldest, were dropped without a summary.
+	FirstTurn int    `json:"first_turn,omitempty"`
+	LastTurn  int    `json:"last_turn,omitempty"`
+	Dropped   int    `json:"dropped,omitempty"`
+	Summary   string `json:"summary,omitempty"`
+	// TokensBefore and TokensAfter are the context's tokens, estimated.
+	TokensBefore int `json:"tokens_before"`
+	TokensAfter  int `json:"tokens_after"`
+}
+
+// Compaction reasons.
+const (
+	// CompactThreshold: a request would have passed the share of the
+	// window that triggers a compaction.
+	CompactThreshold = "threshold"
+	// CompactOverflow: the server answered that the request was over the
+	// context window; the request was retried after the compaction.
+	CompactOverflow = "context_length_exceeded"
+)
 
 // Config describes the agent a session is for.
 type Config struct {
