@@ -391,4 +391,3 @@ func (e *apiError) String() string {
 }
 
 func strPtr(s string) *string { return &s }
-

@@ -275,4 +275,3 @@ func (t *turnRun) callTool(ctx context.Context, c *toolCall) provider.ToolResult
 	t.emit("tool_result", line)
 	return res
 }
-

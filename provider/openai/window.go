@@ -310,4 +310,3 @@ func toolTokens(defs []toolDef) int {
 	}
 	return (len(b) + 3) / 4
 }
-
