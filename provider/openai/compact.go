@@ -123,6 +123,9 @@ func (t *turnRun) compact(ctx context.Context, reason string) error {
 	}
 	// The new base: the compacted conversation before this turn.
 	if f := t.s.p.stateFiles(t.s.cfg); f.base != "" {
+		if err := fault("summarized"); err != nil {
+			return err
+		}
 		c := t.c
 		if err := t.writeBase(f, &c); err != nil {
 			return fmt.Errorf("saving the compacted conversation: %w", err)

@@ -44,8 +44,9 @@ import (
 // maxJournalLine bounds one journal line (one turn's messages).
 const maxJournalLine = 64 << 20
 
-// faultHook, if set, is called between the steps of writing a base
-// ("temp-written", "renamed"); an error from it stops the write there, as
+// faultHook, if set, is called between the steps of a compaction
+// ("summarized", then those of writing a base: "temp-written",
+// "renamed"); an error from it stops the write there, as
 // a crash would. Overridden by tests.
 var faultHook func(step string) error
 

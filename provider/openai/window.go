@@ -5,7 +5,8 @@ package openai
 // A model's context window, in tokens, is the first of:
 //
 //  1. what the server said in an error over the window ("maximum context
-//     length is N tokens" of OpenAI and vLLM, llama.cpp's n_ctx);
+//     length is N tokens" of OpenAI and vLLM, llama.cpp's n_ctx) or, when
+//     it named none, nine tenths of the estimate of the request it refused;
 //  2. Options.ContextWindows[model];
 //  3. $OPENAI_CONTEXT_WINDOW;
 //  4. what the server reports, asked once per model and provider: the
@@ -236,16 +237,18 @@ func asContextError(status int, body []byte, msg string) *contextError {
 }
 
 // overflowed learns from an error over the window: the window the server
-// named, and that the estimate was low.
+// named; or, if it named none and the request was estimated within the
+// window, that the window is smaller than thought: at most nine tenths of
+// the estimate (the estimate is scaled to the server's counts, so the
+// request had at least about that many tokens).
 func (t *turnRun) overflowed(ce *contextError) {
-	if ce.window > 0 && ce.window != t.window {
-		t.s.p.learnWindow(t.s.model, ce.window)
-		t.window = ce.window
+	n := ce.window
+	if est := t.estimate(); n <= 0 && est > 0 && est <= t.window {
+		n = est * 9 / 10
 	}
-	// The server counted more than the window where the estimate said
-	// less: raise the ratio so that the estimate says at least as much.
-	if est := t.estimate(); est > 0 && est <= t.window {
-		t.ratio = min(maxRatio, t.ratio*float64(t.window)/float64(est)*1.1)
+	if n > 0 && n != t.window {
+		t.s.p.learnWindow(t.s.model, n)
+		t.window = n
 	}
 }
 
