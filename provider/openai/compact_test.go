@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/substrat/substrat/provider"
@@ -399,5 +401,35 @@ func TestJournalDamage(t *testing.T) {
 	os.WriteFile(files.journal, []byte("garbage\n"+lines[1]), 0o600)
 	if _, err := p.Restore(context.Background(), cfg, nil); err == nil || !strings.Contains(err.Error(), filepath.Base(files.base)) {
 		t.Errorf("Restore with a damaged journal: %v", err)
+	}
+}
+
+type failingTransport struct {
+	fail *atomic.Bool
+}
+
+func (f failingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f.fail.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestWindowProbeUnreachable: a server that cannot be reached gives the
+// default for now, and is asked again later.
+func TestWindowProbeUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"data":[{"id":"fake-model","max_model_len":3000}]}`)
+	}))
+	defer srv.Close()
+	var fail atomic.Bool
+	fail.Store(true)
+	p := New(Options{BaseURL: srv.URL + "/v1", HTTPClient: &http.Client{Transport: failingTransport{&fail}}})
+	if got := p.window(context.Background(), "fake-model"); got != DefaultContextWindow {
+		t.Errorf("unreachable: window %d", got)
+	}
+	fail.Store(false)
+	if got := p.window(context.Background(), "fake-model"); got != 3000 {
+		t.Errorf("reachable again: window %d", got)
 	}
 }

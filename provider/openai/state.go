@@ -80,7 +80,7 @@ func (p *Provider) stateFiles(cfg provider.Config) stateFiles {
 
 // remove deletes both files.
 func (f stateFiles) remove() error {
-	for _, name := range []string{f.journal, f.base} {
+	for _, name := range []string{f.journal, f.journal + ".broken", f.base} {
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

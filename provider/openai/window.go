@@ -64,15 +64,17 @@ func (p *Provider) window(ctx context.Context, model string) int {
 	if learned {
 		return n
 	}
-	n = p.probeWindow(ctx, model)
+	n, answered := p.probeWindow(ctx, model)
 	if n <= 0 {
 		n = DefaultContextWindow
 	}
-	p.mu.Lock()
-	if _, ok := p.windows[model]; !ok {
-		p.windows[model] = n
+	if answered { // else asked again at the next turn
+		p.mu.Lock()
+		if _, ok := p.windows[model]; !ok {
+			p.windows[model] = n
+		}
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 	return n
 }
 
@@ -87,8 +89,9 @@ func (p *Provider) learnWindow(model string, n int) {
 	p.mu.Unlock()
 }
 
-// probeWindow asks the server for model's window; 0 if it does not say.
-func (p *Provider) probeWindow(ctx context.Context, model string) int {
+// probeWindow asks the server for model's window: 0 if it does not say;
+// answered is false if the server could not be reached.
+func (p *Provider) probeWindow(ctx context.Context, model string) (n int, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	base := p.baseURL()
@@ -96,14 +99,15 @@ func (p *Provider) probeWindow(ctx context.Context, model string) int {
 	var list struct {
 		Data []map[string]any `json:"data"`
 	}
-	if p.getJSON(ctx, http.MethodGet, base+"/models", nil, &list) {
+	ok, reached := p.getJSON(ctx, http.MethodGet, base+"/models", nil, &list)
+	if ok {
 		for _, m := range list.Data {
 			if m["id"] != model {
 				continue
 			}
 			for _, k := range []string{"max_model_len", "context_length", "context_window", "max_context_length"} {
 				if n := intOf(m[k]); n > 0 {
-					return n
+					return n, true
 				}
 			}
 		}
@@ -114,24 +118,27 @@ func (p *Provider) probeWindow(ctx context.Context, model string) int {
 			NCtx any `json:"n_ctx"`
 		} `json:"default_generation_settings"`
 	}
-	if p.getJSON(ctx, http.MethodGet, root+"/props", nil, &props) {
+	if ok, r := p.getJSON(ctx, http.MethodGet, root+"/props", nil, &props); ok {
 		if n := intOf(props.Defaults.NCtx); n > 0 {
-			return n
+			return n, true
 		}
 		if n := intOf(props.NCtx); n > 0 {
-			return n
+			return n, true
 		}
+	} else {
+		reached = reached || r
 	}
 	var show struct {
 		Parameters string         `json:"parameters"`
 		ModelInfo  map[string]any `json:"model_info"`
 	}
 	body, _ := json.Marshal(map[string]string{"model": model})
-	if p.getJSON(ctx, http.MethodPost, root+"/api/show", body, &show) {
+	ok, r := p.getJSON(ctx, http.MethodPost, root+"/api/show", body, &show)
+	if ok {
 		for _, line := range strings.Split(show.Parameters, "\n") {
 			if f := strings.Fields(line); len(f) == 2 && f[0] == "num_ctx" {
 				if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
-					return n
+					return n, true
 				}
 			}
 		}
@@ -141,20 +148,21 @@ func (p *Provider) probeWindow(ctx context.Context, model string) int {
 				n = m
 			}
 		}
-		return n
+		return n, true
 	}
-	return 0
+	return 0, reached || r
 }
 
-// getJSON makes a request and decodes a 200 answer's JSON into v.
-func (p *Provider) getJSON(ctx context.Context, method, url string, body []byte, v any) bool {
+// getJSON makes a request and decodes a 200 answer's JSON into v; ok
+// says it did, reached that the server answered at all.
+func (p *Provider) getJSON(ctx context.Context, method, url string, body []byte, v any) (ok, reached bool) {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	if err != nil {
-		return false
+		return false, false
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -164,13 +172,13 @@ func (p *Provider) getJSON(ctx context.Context, method, url string, body []byte,
 	}
 	resp, err := p.opts.HTTPClient.Do(req)
 	if err != nil {
-		return false
+		return false, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false
+		return false, true
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v) == nil
+	return json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v) == nil, true
 }
 
 func intOf(v any) int {
