@@ -148,7 +148,8 @@ type TurnResult struct {
 // Compaction is one compaction of a model's context: the older part of
 // its conversation replaced by a summary.
 type Compaction struct {
-	// Reason is CompactThreshold or CompactOverflow.
+	// Reason is CompactThreshold or CompactOverflow, or a CLI's own word
+	// for what made it compact ("manual": claude's /compact).
 	Reason string `json:"reason"`
 	// Replaced says what was replaced, for people ("turns 1-12").
 	Replaced string `json:"replaced"`
@@ -159,7 +160,8 @@ type Compaction struct {
 	LastTurn  int    `json:"last_turn,omitempty"`
 	Dropped   int    `json:"dropped,omitempty"`
 	Summary   string `json:"summary,omitempty"`
-	// TokensBefore and TokensAfter are the context's tokens, estimated.
+	// TokensBefore and TokensAfter are the context's tokens, estimated;
+	// TokensAfter is 0 where the provider does not know it (a CLI).
 	TokensBefore int `json:"tokens_before"`
 	TokensAfter  int `json:"tokens_after"`
 }

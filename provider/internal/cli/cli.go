@@ -76,6 +76,9 @@ type Line struct {
 	SessionID string
 	// Chunks are streamed output.
 	Chunks []provider.Chunk
+	// Compactions are the CLI's compactions of its context the line
+	// tells of (claude's compact_boundary), reported in the turn's result.
+	Compactions []provider.Compaction
 	// Final, if set, ends the turn.
 	Final *Final
 }
@@ -369,12 +372,13 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		defer s.cfg.Track(pr.Pid())()
 	}
 	var (
-		final   *Final
-		texts   []string // the streamed text, for a final line without any
-		readErr error
-		lines   int
-		last    []byte
-		size    int
+		final       *Final
+		compactions []provider.Compaction
+		texts       []string // the streamed text, for a final line without any
+		readErr     error
+		lines       int
+		last        []byte
+		size        int
 	)
 	for final == nil && readErr == nil {
 		b, err := pr.Line()
@@ -424,6 +428,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 				texts = append(texts, ch.Text)
 			}
 		}
+		compactions = append(compactions, l.Compactions...)
 		final = l.Final
 	}
 	grace := time.Duration(0)
@@ -460,7 +465,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if final.Text == "" { // a CLI whose last line carries no text: what it said
 		final.Text = strings.Join(texts, s.p.spec.TextSeparator)
 	}
-	return provider.TurnResult{Text: final.Text, Usage: final.Usage}, nil
+	return provider.TurnResult{Text: final.Text, Usage: final.Usage, Compactions: compactions}, nil
 }
 
 func (s *session) Suspend(ctx context.Context) ([]byte, error) {
