@@ -22,6 +22,20 @@
 // kept first in the conversation and replaced when the agent's
 // instructions change.
 //
+// # The context window
+//
+// The provider keeps the conversation within the model's context window
+// (window.go says how the window is learned: the server's error, then
+// Options.ContextWindows, $OPENAI_CONTEXT_WINDOW, what the server reports,
+// else DefaultContextWindow). Before a request would pass Options.CompactAt
+// of it (else $OPENAI_COMPACT_AT, else 0.8), and when the server answers
+// that a request is over it (then the request is retried once, and the
+// turn does not fail for it), the older turns are replaced by a summary
+// that the model writes (compact.go). Each compaction is reported in the
+// turn's result (provider.TurnResult.Compactions), with the context use
+// after the turn (ContextTokens of ContextWindow). Usage counts the
+// summary requests.
+//
 // # Failures
 //
 // HTTP 408, 409, 425, 429 and 5xx, an error event that says "overloaded"
@@ -39,12 +53,16 @@
 //
 // The session id is "openai-" followed by a random UUID, reported through
 // Config.SessionID in Create. Suspend returns
-// {"version":1,"session_id":…,"messages":[…]}; Restore accepts that. The
-// daemon saves the blob only at suspend, so the provider also saves the
-// same blob after every successful turn, atomically, in
-// <home>/providers/openai/sessions/<agent-id>.json (see Options.StateDir),
-// and Restore(nil), as after a crash, resumes from it; with no such file it
-// starts a fresh conversation. Create removes it.
+// {"version":1,"session_id":…,"messages":[…]} (with the summary and the
+// turn counts, when there are); Restore accepts that. The daemon saves the
+// blob only at suspend, so the provider also keeps the conversation in
+// <home>/providers/openai/sessions/ (see Options.StateDir): a base,
+// <agent-id>.json, written at a session's first turn and at each
+// compaction, and a journal, <agent-id>.journal, one line appended per
+// turn (state.go describes them). What it writes per turn is the turn,
+// never the whole conversation, and the files stay within a few times the
+// window's size. Restore(nil), as after a crash, resumes from them; with
+// no base it starts a fresh conversation. Create removes them.
 //
 // Tool calls the model makes without an id (some local servers) get
 // "call_" + a hash of the session id, the request's position in the session
@@ -61,6 +79,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -116,7 +135,7 @@ type Options struct {
 	MaxRounds int
 	// Home is the Substrat home; default derived from Config.WorkDir
 	// (<home>/agents/<agent-id>). StateDir, default <Home>/providers/<Name>,
-	// holds each agent's conversation, saved after every turn, so that
+	// holds each agent's conversation, saved with every turn, so that
 	// Restore(nil) resumes it after a crash. When neither can be had, the
 	// conversation lives only in the state blob.
 	Home     string
@@ -127,7 +146,7 @@ type Options struct {
 	// server reports, else DefaultContextWindow.
 	ContextWindows map[string]int
 	// CompactAt is the share of the window a request may fill before the
-	// conversation is compacted; default 0.8.
+	// conversation is compacted; default $OPENAI_COMPACT_AT, else 0.8.
 	CompactAt float64
 }
 
@@ -151,6 +170,9 @@ func New(opts Options) *Provider {
 		opts.MaxRounds = defaultMaxRounds
 	}
 	if opts.CompactAt <= 0 || opts.CompactAt > 1 {
+		opts.CompactAt, _ = strconv.ParseFloat(os.Getenv("OPENAI_COMPACT_AT"), 64)
+	}
+	if opts.CompactAt < 0.2 || opts.CompactAt > 1 {
 		opts.CompactAt = defaultCompactAt
 	}
 	return &Provider{opts: opts, windows: map[string]int{}}
