@@ -62,6 +62,9 @@ func TestKillDuringCompaction(t *testing.T) {
 			if err != nil {
 				t.Fatalf("progress %q", data)
 			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "sessions", ".*")); step == "temp-written" && len(left) != 1 {
+				t.Errorf("the base's temp file: %v", left)
+			}
 			p := windowProvider(f, dir)
 			b, err := p.stateFiles(cfg).load()
 			if err != nil {
@@ -74,6 +77,9 @@ func TestKillDuringCompaction(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Stop()
+			if left, _ := filepath.Glob(filepath.Join(dir, "sessions", ".*")); len(left) != 0 {
+				t.Errorf("temp files left after Restore: %v", left)
+			}
 			for i := done + 1; i <= done+10; i++ {
 				if _, err := r.Send(context.Background(), provider.Turn{Prompt: prompt(i)}); err != nil {
 					t.Fatalf("turn %d after the kill: %v", i, err)
@@ -126,4 +132,70 @@ func TestKillHelper(t *testing.T) {
 		}
 	}
 	t.Fatal("no second compaction in 100 turns")
+}
+
+// TestStaleBlobNewGeneration: a session restored from an old blob (the
+// daemon's, older than the files) writes its base in a generation of its
+// own, so that the journal of the newer files never passes for its, even
+// when it is killed before the journal is emptied.
+func TestStaleBlobNewGeneration(t *testing.T) {
+	f := newWindowFake(t, 3000)
+	dir := t.TempDir()
+	p := windowProvider(f, dir)
+	cfg := config(t)
+	s, err := p.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := s.Send(context.Background(), provider.Turn{Prompt: prompt(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, err := s.Suspend(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Restore(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One compaction (a base of the next generation), then two turns in
+	// its journal.
+	for i, more := 3, -1; more != 0; i++ {
+		res, err := r.Send(context.Background(), provider.Turn{Prompt: prompt(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if more > 0 {
+			more--
+		} else if len(res.Compactions) > 0 {
+			more = 2
+		}
+	}
+	r.Stop()
+	if g := p.stateFiles(cfg).journalGen(); g != 2 {
+		t.Fatalf("journal of generation %d", g)
+	}
+	// The old blob again, and a crash after its base is renamed.
+	faultHook = func(step string) error {
+		if step == "renamed" {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	defer func() { faultHook = nil }()
+	o, err := p.Restore(context.Background(), cfg, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Stop()
+	if _, err := o.Send(context.Background(), provider.Turn{Prompt: prompt(3)}); err == nil {
+		t.Fatal("the turn did not fail at the fault")
+	}
+	b, err := p.stateFiles(cfg).load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHistory(t, b, 3)
 }

@@ -120,10 +120,12 @@ func (t *turnRun) save() error {
 // writeBase writes c as a new base, of the next generation, and records
 // in t.c whether it was written.
 func (t *turnRun) writeBase(f stateFiles, c *conv) error {
-	c.gen = t.c.gen + 1
-	n, err := f.writeBase(c.blob(t.s.id))
+	b := c.blob(t.s.id)
+	b.Gen = t.c.gen + 1
+	n, err := f.writeBase(b)
 	t.written += n
-	t.c.gen, t.c.saved = c.gen, err == nil
+	c.gen = b.Gen
+	t.c.gen, t.c.saved = b.Gen, err == nil
 	return err
 }
 

@@ -34,6 +34,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/google/renameio/v2"
@@ -96,6 +97,7 @@ func (f stateFiles) load() (*blob, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.sweep()
 	b, err := decodeBlob(data)
 	if err != nil {
 		return nil, err
@@ -184,9 +186,55 @@ func (f stateFiles) cutTail(jf *os.File, off int64) error {
 	return jf.Sync()
 }
 
+// sweep removes the temp files a crash left behind (renameio's: the
+// name with a dot before and digits after).
+func (f stateFiles) sweep() {
+	for _, name := range []string{f.base, f.journal + ".broken"} {
+		prefix := "." + filepath.Base(name)
+		matches, _ := filepath.Glob(filepath.Join(filepath.Dir(name), prefix+"*"))
+		for _, m := range matches {
+			rest := strings.TrimPrefix(filepath.Base(m), prefix)
+			if rest != "" && strings.Trim(rest, "0123456789") == "" {
+				os.Remove(m)
+			}
+		}
+	}
+}
+
+// journalGen returns the generation of the journal's lines (all of one:
+// the journal is emptied whenever a base is written), or -1.
+func (f stateFiles) journalGen() int64 {
+	jf, err := os.Open(f.journal)
+	if err != nil {
+		return -1
+	}
+	defer jf.Close()
+	buf := make([]byte, 40)
+	n, _ := io.ReadFull(jf, buf)
+	rest, ok := bytes.CutPrefix(buf[:n], []byte(`{"gen":`))
+	if !ok {
+		return -1
+	}
+	end := bytes.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end <= 0 {
+		return -1
+	}
+	g, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return g
+}
+
 // writeBase replaces the base with b, atomically, then empties the
-// journal. It returns the bytes written.
+// journal. b.Gen is raised over the journal's generation if need be (a
+// blob restored from the daemon may be older than the files), so that the
+// journal's lines never pass for the new base's. It returns the bytes
+// written.
 func (f stateFiles) writeBase(b *blob) (int64, error) {
+	if g := f.journalGen(); g >= b.Gen {
+		b.Gen = g + 1
+	}
 	data, err := json.Marshal(b)
 	if err != nil {
 		return 0, err
