@@ -140,7 +140,7 @@ func (t *turnRun) compact(ctx context.Context, reason string) error {
 // failed request drops the turns, saying so.
 func (t *turnRun) summarize(ctx context.Context, old [][]message, first int) (string, int, error) {
 	maxOut := min(max(t.window/8, 256), 4096)
-	room := t.window - maxOut - t.scale(600)
+	room := t.window - maxOut - t.scale(600+(len(t.summarySystem())+3)/4)
 	rendered := make([]string, len(old))
 	tokens := 0
 	for i, tm := range old {
@@ -194,10 +194,7 @@ func (t *turnRun) askSummary(ctx context.Context, prev string, turns []string, m
 		b.WriteString(r)
 	}
 	b.WriteString("</conversation>\n")
-	sys := "You write the summary that replaces the older part of an agent's conversation."
-	if t.instructions != "" {
-		sys += " The agent's instructions were:\n\n" + t.instructions
-	}
+	sys := t.summarySystem()
 	req := chatRequest{Model: t.s.model, Stream: true, StreamOptions: &streamOptions{IncludeUsage: true}, MaxTokens: maxOut,
 		Messages: []message{{Role: "system", Content: strPtr(sys)}, {Role: "user", Content: strPtr(b.String())}}}
 	sub := &turnRun{s: t.s, quiet: true, window: t.window, ratio: t.ratio}
@@ -211,6 +208,16 @@ func (t *turnRun) askSummary(ctx context.Context, prev string, turns []string, m
 		return "", fmt.Errorf("the summary is empty")
 	}
 	return strings.TrimSpace(r.text), nil
+}
+
+// summarySystem is the system message of a summary request: the agent's
+// instructions (cut to renderCap of the window), for what matters to it.
+func (t *turnRun) summarySystem() string {
+	sys := "You write the summary that replaces the older part of an agent's conversation."
+	if t.instructions != "" {
+		sys += " The agent's instructions were:\n\n" + cut(t.instructions, int(renderCap*float64(t.window)*4))
+	}
+	return sys
 }
 
 // renderTurn writes a turn for a summary request, each message cut to

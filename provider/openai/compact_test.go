@@ -36,6 +36,8 @@ type windowFake struct {
 	// errBody is the body of a 400 over the window; %d is the window.
 	errBody string
 	reply   int
+	// failSummaries answers summary requests 400.
+	failSummaries bool
 
 	mu        sync.Mutex
 	chats     int
@@ -92,6 +94,12 @@ func (f *windowFake) serve(w http.ResponseWriter, r *http.Request) {
 		sys = *req.Messages[0].Content
 	}
 	var text string
+	if strings.HasPrefix(sys, "You write the summary") && f.failSummaries {
+		f.summaries++
+		f.mu.Unlock()
+		http.Error(w, `{"error":{"message":"no summaries today","type":"invalid_request_error"}}`, http.StatusBadRequest)
+		return
+	}
 	if strings.HasPrefix(sys, "You write the summary") {
 		f.summaries++
 		var seen []string
@@ -431,5 +439,69 @@ func TestWindowProbeUnreachable(t *testing.T) {
 	fail.Store(false)
 	if got := p.window(context.Background(), "fake-model"); got != 3000 {
 		t.Errorf("reachable again: window %d", got)
+	}
+}
+
+// TestSummaryFails: when the summary request fails, the older turns are
+// dropped, and the summary says so; the turns go on.
+func TestSummaryFails(t *testing.T) {
+	f := newWindowFake(t, 3000)
+	f.failSummaries = true
+	p := windowProvider(f, t.TempDir())
+	p.opts.ContextWindows = map[string]int{"fake-model": 3000}
+	cfg := config(t)
+	s, err := p.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	var all []provider.Compaction
+	for i := 1; i <= 30; i++ {
+		res, err := s.Send(context.Background(), provider.Turn{Prompt: prompt(i)})
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		all = append(all, res.Compactions...)
+	}
+	if len(all) < 2 {
+		t.Fatalf("%d compactions", len(all))
+	}
+	c := all[1]
+	if c.Dropped != c.LastTurn-c.FirstTurn+1 || !strings.Contains(c.Summary, fmt.Sprintf("Turns %d-%d were dropped without a summary: the summary request failed", c.FirstTurn, c.LastTurn)) ||
+		!strings.Contains(c.Summary, fmt.Sprintf("Turns 1-%d were dropped", all[0].LastTurn)) {
+		t.Errorf("second compaction %+v", c)
+	}
+	b, err := p.stateFiles(cfg).load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHistory(t, b, 30)
+}
+
+// TestHugePrompt: a prompt alone over the window is cut to fit, saying
+// so, and the turn answers.
+func TestHugePrompt(t *testing.T) {
+	f := newWindowFake(t, 3000)
+	p := windowProvider(f, t.TempDir())
+	p.opts.ContextWindows = map[string]int{"fake-model": 3000}
+	s := create(t, p)
+	for i := 1; i <= 3; i++ {
+		if _, err := s.Send(context.Background(), provider.Turn{Prompt: prompt(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Send(context.Background(), provider.Turn{Prompt: "turn 4: " + strings.Repeat("h", 40000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Compactions) != 1 || !strings.Contains(res.Compactions[0].Replaced, "turns 1-3; 1 long messages of the turn under way cut") {
+		t.Errorf("compactions %+v", res.Compactions)
+	}
+	last := f.last.Messages[len(f.last.Messages)-1]
+	if !strings.Contains(*last.Content, "bytes cut here: the message did not fit in the model's context window]") {
+		t.Errorf("the prompt sent: %.100q...", *last.Content)
+	}
+	if _, err := s.Send(context.Background(), provider.Turn{Prompt: prompt(5)}); err != nil {
+		t.Fatal(err)
 	}
 }
