@@ -120,6 +120,12 @@ type Turn struct {
 	// request carries these (a CLI's system prompt or instructions block,
 	// openai's system message). Nil: those of Config.
 	Instructions *string
+	// ContextWindow, if not 0, is the model's context window in tokens as
+	// configured (config.json's context_windows), and CompactAt, if not
+	// 0, the share of it that triggers a compaction: for a provider that
+	// manages its model's context (openai).
+	ContextWindow int
+	CompactAt     float64
 }
 
 // InstructionsOf returns the instructions a turn runs with: the turn's,

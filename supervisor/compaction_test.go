@@ -22,7 +22,11 @@ func (p compacting) Create(ctx context.Context, cfg provider.Config) (provider.S
 
 type compactingSession struct{ provider.Session }
 
+// lastTurn is the last turn a compactingSession was sent.
+var lastTurn provider.Turn
+
 func (s *compactingSession) Send(ctx context.Context, turn provider.Turn) (provider.TurnResult, error) {
+	lastTurn = turn
 	return provider.TurnResult{Text: "done", Usage: provider.Usage{InputTokens: 900, OutputTokens: 100},
 		Compactions: []provider.Compaction{{Reason: provider.CompactThreshold, Replaced: "turns 1-12", FirstTurn: 1, LastTurn: 12,
 			Summary: "They asked for a report.", TokensBefore: 2450, TokensAfter: 1200}},
@@ -36,11 +40,20 @@ func (s *compactingSession) Stop() error { return nil }
 // subtree's.
 func TestCompactionRecorded(t *testing.T) {
 	c := newCoreWith(t, t.TempDir(), false, Config{Providers: provider.NewRegistry(compacting{script.New()})})
+	set := *c.settings()
+	set.ContextWindows = map[string]map[string]int{"script": {"*": 3000, "other-model": 9000}}
+	set.CompactAt = 0.7
+	if err := c.SetSettings(set); err != nil {
+		t.Fatal(err)
+	}
 	mustCreate(t, c, api.CreateParams{Name: "a"})
 	send(t, c, "a", "go on")
 	n := nodeOf(t, c, "a")
 	if err := c.RunTurn(context.Background(), n.id()); err != nil {
 		t.Fatal(err)
+	}
+	if lastTurn.ContextWindow != 3000 || lastTurn.CompactAt != 0.7 {
+		t.Errorf("the turn was told a window of %d, compact at %v; want config.json's", lastTurn.ContextWindow, lastTurn.CompactAt)
 	}
 	var got []fsstore.Compaction
 	err := fsstore.ReadEventsOfType(c.store.FS(), n.agent.Files().Events(), fsstore.EvCompaction, func(e fsstore.Event) error {

@@ -182,7 +182,9 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
 	instructions := n.s().Instructions
-	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions, Output: func(ch provider.Chunk) {
+	set := c.settings()
+	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions,
+		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: func(ch provider.Chunk) {
 		c.mu.Lock()
 		if ch.Kind == provider.ChunkDenied {
 			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})

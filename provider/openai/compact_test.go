@@ -287,7 +287,7 @@ func TestOverflowCompactsAndRetries(t *testing.T) {
 			if f.overflows == 0 || overflow == 0 {
 				t.Errorf("%d answers over the window, %d compactions for them", f.overflows, overflow)
 			}
-			if w := p.window(context.Background(), "fake-model"); w > 3000 {
+			if w := p.window(context.Background(), "fake-model", 0); w > 3000 {
 				t.Errorf("window still %d", w)
 			}
 			b, err := p.stateFiles(cfg).load()
@@ -338,18 +338,20 @@ func TestWindowFromServer(t *testing.T) {
 		opts   map[string]int
 		env    string
 		want   int
+		turn   int // provider.Turn.ContextWindow
 	}{
-		{"vllm", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","max_model_len":32768}]}`}, nil, "", 32768},
-		{"openrouter", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","context_length":16000}]}`}, nil, "", 16000},
+		{"vllm", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","max_model_len":32768}]}`}, nil, "", 32768, 0},
+		{"openrouter", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","context_length":16000}]}`}, nil, "", 16000, 0},
 		{"llama.cpp", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","meta":{"n_ctx_train":131072}}]}`,
-			"GET /props": `{"default_generation_settings":{"n_ctx":8192},"total_slots":1}`}, nil, "", 8192},
+			"GET /props": `{"default_generation_settings":{"n_ctx":8192},"total_slots":1}`}, nil, "", 8192, 0},
 		{"ollama num_ctx", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model"}]}`,
-			"POST /api/show": `{"parameters":"stop \"<|eot|>\"\nnum_ctx                        12288","model_info":{"llama.context_length":131072}}`}, nil, "", 12288},
-		{"ollama default", map[string]string{"POST /api/show": `{"parameters":"","model_info":{"llama.context_length":131072}}`}, nil, "", 4096},
-		{"ollama small model", map[string]string{"POST /api/show": `{"model_info":{"gemma.context_length":2048}}`}, nil, "", 2048},
-		{"config", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","max_model_len":32768}]}`}, map[string]int{"fake-model": 6000}, "", 6000},
-		{"env", nil, nil, "7000", 7000},
-		{"default", nil, nil, "", DefaultContextWindow},
+			"POST /api/show": `{"parameters":"stop \"<|eot|>\"\nnum_ctx                        12288","model_info":{"llama.context_length":131072}}`}, nil, "", 12288, 0},
+		{"ollama default", map[string]string{"POST /api/show": `{"parameters":"","model_info":{"llama.context_length":131072}}`}, nil, "", 4096, 0},
+		{"ollama small model", map[string]string{"POST /api/show": `{"model_info":{"gemma.context_length":2048}}`}, nil, "", 2048, 0},
+		{"config", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","max_model_len":32768}]}`}, map[string]int{"fake-model": 6000}, "", 6000, 0},
+		{"env", nil, nil, "7000", 7000, 0},
+		{"config.json", map[string]string{"GET /v1/models": `{"data":[{"id":"fake-model","max_model_len":32768}]}`}, map[string]int{"fake-model": 6000}, "7000", 5000, 5000},
+		{"default", nil, nil, "", DefaultContextWindow, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +364,7 @@ func TestWindowFromServer(t *testing.T) {
 			defer srv.Close()
 			t.Setenv("OPENAI_CONTEXT_WINDOW", c.env)
 			p := New(Options{BaseURL: srv.URL + "/v1", ContextWindows: c.opts})
-			if got := p.window(context.Background(), "fake-model"); got != c.want {
+			if got := p.window(context.Background(), "fake-model", c.turn); got != c.want {
 				t.Errorf("window %d, want %d", got, c.want)
 			}
 		})
@@ -433,11 +435,11 @@ func TestWindowProbeUnreachable(t *testing.T) {
 	var fail atomic.Bool
 	fail.Store(true)
 	p := New(Options{BaseURL: srv.URL + "/v1", HTTPClient: &http.Client{Transport: failingTransport{&fail}}})
-	if got := p.window(context.Background(), "fake-model"); got != DefaultContextWindow {
+	if got := p.window(context.Background(), "fake-model", 0); got != DefaultContextWindow {
 		t.Errorf("unreachable: window %d", got)
 	}
 	fail.Store(false)
-	if got := p.window(context.Background(), "fake-model"); got != 3000 {
+	if got := p.window(context.Background(), "fake-model", 0); got != 3000 {
 		t.Errorf("reachable again: window %d", got)
 	}
 }

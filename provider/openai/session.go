@@ -182,7 +182,7 @@ func (t *turnRun) run(ctx context.Context) (provider.TurnResult, error) {
 	if err := ctx.Err(); err != nil {
 		return provider.TurnResult{}, err
 	}
-	t.window = t.s.p.window(ctx, t.s.model)
+	t.window = t.s.p.window(ctx, t.s.model, t.turn.ContextWindow)
 	t.toolTokens = toolTokens(t.tools())
 	t.cur = append(t.cur, message{Role: "user", Content: strPtr(t.turn.Prompt)})
 	var texts []string

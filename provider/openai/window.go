@@ -7,7 +7,8 @@ package openai
 //  1. what the server said in an error over the window ("maximum context
 //     length is N tokens" of OpenAI and vLLM, llama.cpp's n_ctx) or, when
 //     it named none, nine tenths of the estimate of the request it refused;
-//  2. Options.ContextWindows[model];
+//  2. the turn's (provider.Turn.ContextWindow: the daemon's config.json,
+//     context_windows), else Options.ContextWindows[model];
 //  3. $OPENAI_CONTEXT_WINDOW;
 //  4. what the server reports, asked once per model and provider: the
 //     model's entry in GET /v1/models (vLLM's max_model_len, or a
@@ -47,13 +48,17 @@ const ollamaDefaultWindow = 4096
 // probeTimeout bounds the questions to the server about a window.
 const probeTimeout = 5 * time.Second
 
-// window returns model's context window (see the list above).
-func (p *Provider) window(ctx context.Context, model string) int {
+// window returns model's context window (see the list above);
+// configured, if not 0, is the turn's (provider.Turn.ContextWindow).
+func (p *Provider) window(ctx context.Context, model string, configured int) int {
 	p.mu.Lock()
 	n, learned := p.windows[model]
 	p.mu.Unlock()
 	if learned && n < 0 { // from an error message
 		return -n
+	}
+	if configured > 0 {
+		return configured
 	}
 	if n := p.opts.ContextWindows[model]; n > 0 {
 		return n
@@ -272,9 +277,15 @@ func (t *turnRun) calibrate(est int, prompt int64) {
 	t.ratio = min(maxRatio, max(1, float64(prompt)/raw))
 }
 
-// threshold is how many tokens a request may have before a compaction.
+// threshold is how many tokens a request may have before a compaction:
+// the turn's share of the window (provider.Turn.CompactAt), else
+// Options.CompactAt.
 func (t *turnRun) threshold() int {
-	return int(t.s.p.opts.CompactAt * float64(t.window))
+	share := t.s.p.opts.CompactAt
+	if c := t.turn.CompactAt; c >= 0.2 && c <= 1 {
+		share = c
+	}
+	return int(share * float64(t.window))
 }
 
 // estimate returns the tokens of the next request, estimated.
