@@ -185,13 +185,13 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	set := c.settings()
 	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions,
 		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: func(ch provider.Chunk) {
-		c.mu.Lock()
-		if ch.Kind == provider.ChunkDenied {
-			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
-		}
-		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
-		c.mu.Unlock()
-	}})
+			c.mu.Lock()
+			if ch.Kind == provider.ChunkDenied {
+				denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
+			}
+			c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
+			c.mu.Unlock()
+		}})
 	tools.finish() // no approval wait changes the agent's state after this
 	c.mu.Lock()
 	refused := denied
