@@ -182,16 +182,17 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
 	instructions := n.s().Instructions
+	output := func(ch provider.Chunk) {
+		c.mu.Lock()
+		if ch.Kind == provider.ChunkDenied {
+			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
+		}
+		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
+		c.mu.Unlock()
+	}
 	set := c.settings()
 	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions,
-		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: func(ch provider.Chunk) {
-			c.mu.Lock()
-			if ch.Kind == provider.ChunkDenied {
-				denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
-			}
-			c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
-			c.mu.Unlock()
-		}})
+		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: output})
 	tools.finish() // no approval wait changes the agent's state after this
 	c.mu.Lock()
 	refused := denied
