@@ -204,10 +204,16 @@ func (t *turnRun) askSummary(ctx context.Context, prev string, turns []string, m
 	if err != nil {
 		return "", err
 	}
-	if strings.TrimSpace(r.text) == "" {
+	text := strings.TrimSpace(r.text)
+	if rest, ok := strings.CutPrefix(text, "<think>"); ok { // a reasoning model's thoughts
+		if _, after, found := strings.Cut(rest, "</think>"); found {
+			text = strings.TrimSpace(after)
+		}
+	}
+	if text == "" {
 		return "", fmt.Errorf("the summary is empty")
 	}
-	return strings.TrimSpace(r.text), nil
+	return text, nil
 }
 
 // summarySystem is the system message of a summary request: the agent's
