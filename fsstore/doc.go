@@ -37,7 +37,9 @@
 // TERMINATED), state_reason, provider_session_id, state_blob (the
 // provider's opaque state, base64), spawn_key (the tool-use id of the spawn
 // that made the agent), metadata, counters {turns, input_tokens,
-// output_tokens, cost_usd}, created_at, updated_at, and last_seq: the seq of
+// output_tokens, cost_usd, and context_tokens and context_window, the
+// tokens of its model's context window its conversation took after its
+// last turn, when the provider says}, created_at, updated_at, and last_seq: the seq of
 // the last event the snapshot reflects. Unknown fields are refused.
 //
 // Where the agent works and what it may do there:
@@ -101,7 +103,7 @@
 //
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
-// (counters, added), "metadata", "edited" (a hand edit that was adopted),
+// (counters, added; the context use replaced), "metadata", "edited" (a hand edit that was adopted),
 // "permissions", "work_dir", "approval_requested", "approval_answered",
 // "parked" (a provider's usage or rate limit: until when, why, and the
 // provider and credentials it applies to; a zero until unparks; the
@@ -112,7 +114,9 @@
 // work tool the daemon ran: tool, args, result cut to a few KiB),
 // "effect" (an agent tool call that acts beyond its turn, recorded before
 // it acts and again with its result, so that a turn run again acts once:
-// see effect.go), and any the daemon adds) are history and leave the
+// see effect.go), "compaction" (a provider replaced the older part of its
+// model's conversation with a summary: see compaction.go; the transcript
+// keeps the whole conversation), and any the daemon adds) are history and leave the
 // snapshot as it is. Replaying every event from "created" on
 // yields the snapshot, so session.json can be rebuilt from the log.
 //

@@ -45,6 +45,21 @@ type Settings struct {
 	// finds them all running are coalesced into one notification.
 	Notify            []string
 	NotifyConcurrency int
+	// ContextWindows are models' context windows in tokens, by provider
+	// and model ("*": the provider's other models), for the providers
+	// that manage their model's context (openai); CompactAt is the share
+	// of the window that triggers a compaction (0: the provider's
+	// default). Each turn is told them (provider.Turn).
+	ContextWindows map[string]map[string]int
+	CompactAt      float64
+}
+
+// contextWindow is the configured window of an agent's model, or 0.
+func (s *Settings) contextWindow(prov, model string) int {
+	if n := s.ContextWindows[prov][model]; n > 0 && model != "" {
+		return n
+	}
+	return s.ContextWindows[prov]["*"]
 }
 
 // DefaultNotifyConcurrency is how many notify commands run at once

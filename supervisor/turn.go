@@ -184,7 +184,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		return msgs, err
 	}
 	c.snapshot(n)
-	c.transcript(n, text, res.Text)
+	c.transcript(n, text, res.Text, res.Compactions)
 	c.mu.Lock()
 	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
@@ -223,14 +223,17 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
 	instructions := n.s().Instructions
-	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions, Output: func(ch provider.Chunk) {
+	output := func(ch provider.Chunk) {
 		c.mu.Lock()
 		if ch.Kind == provider.ChunkDenied {
 			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
 		}
 		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
-	}})
+	}
+	set := c.settings()
+	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions,
+		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: output})
 	tools.finish() // no approval wait changes the agent's state after this
 	c.mu.Lock()
 	refused := denied
@@ -243,8 +246,18 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	if err != nil {
 		return nil, c.turnFailed(ctx, n, tools.prompt(), err)
 	}
+	// Its compactions, then its counters (their usage includes that of the
+	// summary requests).
+	for _, cp := range res.Compactions {
+		if err := c.commit(n, fsstore.EvCompaction, fsstore.Compaction{Provider: n.s().Provider, Reason: cp.Reason,
+			Replaced: cp.Replaced, FirstTurn: cp.FirstTurn, LastTurn: cp.LastTurn, Dropped: cp.Dropped, Summary: cp.Summary,
+			TokensBefore: cp.TokensBefore, TokensAfter: cp.TokensAfter, Window: res.ContextWindow}); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.commit(n, fsstore.EvTurn, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
-		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
+		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD,
+		ContextTokens: int64(res.ContextTokens), ContextWindow: int64(res.ContextWindow)}); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -383,8 +396,13 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 
 // transcript appends a readable record of a turn to transcript.txt. It is
 // for people only and not fsynced; failures are logged.
-func (c *Core) transcript(n *node, prompt, out string) {
+func (c *Core) transcript(n *node, prompt, out string, compactions []provider.Compaction) {
 	var b strings.Builder
+	for _, cp := range compactions {
+		// The transcript keeps the whole conversation; this says what the
+		// model sees no more.
+		fmt.Fprintf(&b, "=== context compacted (%s): %s replaced by a summary, %d -> %d tokens\n", cp.Reason, cp.Replaced, cp.TokensBefore, cp.TokensAfter)
+	}
 	fmt.Fprintf(&b, "=== %s turn %d\n%s--- %s\n%s\n\n", c.clock.Now().UTC().Format("2006-01-02T15:04:05Z"),
 		n.s().Counters.Turns, prompt, n.s().Name, strings.TrimRight(out, "\n"))
 	path := n.agent.Files().Transcript()

@@ -401,6 +401,9 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		row("approval "+ap.ID, fmt.Sprintf("%s %s: %s", ap.Tool, api.InputSummary(ap.Input, 80), state))
 	}
 	row("turns", fmt.Sprint(a.Counters.Turns))
+	if w := a.Counters.ContextWindow; w > 0 {
+		row("context", fmt.Sprintf("%d of %d tokens (%d%%)", a.Counters.ContextTokens, w, a.Counters.ContextTokens*100/w))
+	}
 	row("tokens in/out", fmt.Sprintf("%d/%d (subtree %d/%d)", a.Counters.InputTokens, a.Counters.OutputTokens, a.Subtree.InputTokens, a.Subtree.OutputTokens))
 	row("cost", fmt.Sprintf("$%.4f (subtree $%.4f)", a.Counters.CostUSD, a.Subtree.CostUSD))
 	if s.Budget != nil {

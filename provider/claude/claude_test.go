@@ -409,6 +409,14 @@ func TestParseRealLines(t *testing.T) {
 			t.Errorf("parse(%q) = %+v, %v; want it skipped", odd, l, err)
 		}
 	}
+	// Claude Code compacted its context: reported, the turn goes on.
+	if l, err := parse([]byte(`{"type":"system","subtype":"compact_boundary","session_id":"s","compact_metadata":{"trigger":"auto","pre_tokens":155012}}`)); err != nil ||
+		len(l.Compactions) != 1 || l.Compactions[0].TokensBefore != 155012 || l.Compactions[0].Reason != provider.CompactThreshold || l.Final != nil {
+		t.Errorf("compact_boundary: %+v, %v", l, err)
+	}
+	if l, _ := parse([]byte(`{"type":"system","subtype":"compact_boundary","compact_metadata":{"trigger":"manual","pre_tokens":"odd"}}`)); len(l.Compactions) != 1 || l.Compactions[0].Reason != "manual" {
+		t.Errorf("manual compact_boundary: %+v", l)
+	}
 	if l, err := parse([]byte(`{"type":"result","subtype":"success","result":"ok","usage":"odd","total_cost_usd":"x"}`)); err != nil || l.Final == nil || l.Final.Text != "ok" {
 		t.Errorf("a result with odd usage: %+v, %v", l, err)
 	}

@@ -17,8 +17,16 @@
 //	  "retry": {"limit": 5, "window": "1m", "base": "1s"},
 //	  "approval_timeout": "10m",
 //	  "notify_command": ["notify-send", "substrat"],
-//	  "notify_concurrency": 2
+//	  "notify_concurrency": 2,
+//	  "context_windows": {"openai": {"qwen2.5-coder:14b": 32768, "*": 8192}},
+//	  "compact_at": 0.8
 //	}
+//
+// context_windows are models' context windows in tokens, by provider and
+// model ("*": the provider's other models), over what the model's server
+// reports, for the providers that keep their model's conversation
+// (openai); compact_at is the share of the window past which they compact
+// it (their default: 0.8). A change applies from the next turn.
 //
 // turn_timeout bounds a turn, not counting the time it waits for an
 // approval; approval_timeout bounds that wait (an agent's permissions may
@@ -70,6 +78,9 @@ type File struct {
 	ApprovalTimeout       string         `json:"approval_timeout,omitempty"`
 	NotifyCommand         []string       `json:"notify_command,omitempty"`
 	NotifyConcurrency     int            `json:"notify_concurrency,omitempty"`
+	// ContextWindows: provider -> model ("*": any other) -> tokens.
+	ContextWindows map[string]map[string]int `json:"context_windows,omitempty"`
+	CompactAt      float64                   `json:"compact_at,omitempty"`
 }
 
 // Retry is the retry policy of failed turns.
@@ -170,6 +181,16 @@ func (f *File) check(data []byte) error {
 		if n <= 0 || name == "" {
 			return fmt.Errorf("%s: pool %q needs a name and at least one slot", fieldPosition(data, "pools"), name)
 		}
+	}
+	for prov, models := range f.ContextWindows {
+		for model, n := range models {
+			if n <= 0 || prov == "" || model == "" {
+				return fmt.Errorf("%s: context_windows: %q %q needs a provider, a model (or \"*\") and a positive number of tokens", fieldPosition(data, "context_windows"), prov, model)
+			}
+		}
+	}
+	if f.CompactAt != 0 && (f.CompactAt < 0.2 || f.CompactAt > 1) {
+		return fmt.Errorf("%s: compact_at must be a share of the window between 0.2 and 1", fieldPosition(data, "compact_at"))
 	}
 	if len(f.NotifyCommand) > 0 && f.NotifyCommand[0] == "" {
 		return fmt.Errorf("%s: notify_command: the program is empty", fieldPosition(data, "notify_command"))
@@ -305,6 +326,19 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 		set.NotifyConcurrency = n
 		return nil
 	}, func() any { return set.NotifyConcurrency })
+	windowsSrc := FromDefault
+	if len(f.ContextWindows) > 0 {
+		set.ContextWindows, windowsSrc = map[string]map[string]int{}, FromFile
+		for prov, models := range f.ContextWindows {
+			set.ContextWindows[prov] = maps.Clone(models)
+		}
+	}
+	eff.Values = append(eff.Values, Value{Key: "context_windows", Value: set.ContextWindows, Source: windowsSrc})
+	compactSrc := FromDefault
+	if f.CompactAt > 0 {
+		set.CompactAt, compactSrc = f.CompactAt, FromFile
+	}
+	eff.Values = append(eff.Values, Value{Key: "compact_at", Value: set.CompactAt, Source: compactSrc})
 	if err := set.Check(); err != nil {
 		errs = append(errs, err)
 	}

@@ -27,6 +27,8 @@ func TestParseRefuses(t *testing.T) {
 		{"negative duration", `{"version": 1, "retry": {"base": "-1s"}}`, "retry.base"},
 		{"pool", `{"version": 1, "pools": {"big": 0}}`, `pool "big" needs a name and at least one slot`},
 		{"notify", `{"version": 1, "notify_command": [""]}`, "the program is empty"},
+		{"context window", `{"version": 1, "context_windows": {"openai": {"qwen": 0}}}`, `context_windows: "openai" "qwen" needs`},
+		{"compact_at", `{"version": 1, "compact_at": 1.5}`, "compact_at must be a share of the window between 0.2 and 1"},
 		{"truncated", "{\"version\": 1,", "ends before its JSON does"},
 		{"two values", `{"version": 1} {}`, "more than one JSON value"},
 	} {
@@ -41,7 +43,8 @@ func TestParseRefuses(t *testing.T) {
 
 func TestResolvePrecedence(t *testing.T) {
 	f, err := Parse([]byte(`{"version": 1, "default_provider": "claude", "default_model": "file-model", "max_slots": 6,
-		"pools": {"big": 2}, "turn_timeout": "5m", "retry": {"limit": 3}, "notify_command": ["true"]}`))
+		"pools": {"big": 2}, "turn_timeout": "5m", "retry": {"limit": 3}, "notify_command": ["true"],
+		"context_windows": {"openai": {"qwen": 32768, "*": 8192}}, "compact_at": 0.7}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +56,13 @@ func TestResolvePrecedence(t *testing.T) {
 	s := eff.Settings
 	if s.DefaultProvider != "claude" || s.DefaultModel != "env-model" || s.TurnTimeout != 9*time.Minute ||
 		s.Pools["big"] != 2 || s.Pools[supervisor.DefaultPool] != 6 || eff.MaxSlots != 6 || s.RetryLimit != 3 ||
-		s.RetryWindow != time.Minute || len(s.Notify) != 1 || s.ApprovalTimeout != 10*time.Minute {
+		s.RetryWindow != time.Minute || len(s.Notify) != 1 || s.ApprovalTimeout != 10*time.Minute ||
+		s.ContextWindows["openai"]["qwen"] != 32768 || s.ContextWindows["openai"]["*"] != 8192 || s.CompactAt != 0.7 {
 		t.Errorf("settings %+v, max slots %d", s, eff.MaxSlots)
 	}
 	want := map[string]string{"default_provider": FromFile, "default_model": FromEnv, "turn_timeout": FromFlag,
-		"max_slots": FromFile, "pools": FromFile, "retry": FromFile, "approval_timeout": FromDefault, "permission_mode": FromDefault}
+		"max_slots": FromFile, "pools": FromFile, "retry": FromFile, "approval_timeout": FromDefault, "permission_mode": FromDefault,
+		"context_windows": FromFile, "compact_at": FromFile}
 	for _, v := range eff.Values {
 		if w, ok := want[v.Key]; ok && v.Source != w {
 			t.Errorf("%s from %s, want %s", v.Key, v.Source, w)

@@ -106,6 +106,9 @@ type Line struct {
 	SessionID string
 	// Chunks are streamed output.
 	Chunks []provider.Chunk
+	// Compactions are the CLI's compactions of its context the line
+	// tells of (claude's compact_boundary), reported in the turn's result.
+	Compactions []provider.Compaction
 	// Final, if set, ends the turn.
 	Final *Final
 }
@@ -448,12 +451,13 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		defer s.cfg.Track(pr.Pid())()
 	}
 	var (
-		final   *Final
-		texts   []string // the streamed text, for a final line without any
-		readErr error
-		lines   int
-		last    []byte
-		size    int
+		final       *Final
+		compactions []provider.Compaction
+		texts       []string // the streamed text, for a final line without any
+		readErr     error
+		lines       int
+		last        []byte
+		size        int
 	)
 	for final == nil && readErr == nil {
 		b, err := pr.Line()
@@ -503,6 +507,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 				texts = append(texts, ch.Text)
 			}
 		}
+		compactions = append(compactions, l.Compactions...)
 		final = l.Final
 	}
 	grace := time.Duration(0)
@@ -543,7 +548,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if err != nil {
 		return provider.TurnResult{}, err
 	}
-	return provider.TurnResult{Text: final.Text, Usage: usage}, nil
+	return provider.TurnResult{Text: final.Text, Usage: usage, Compactions: compactions}, nil
 }
 
 // turnUsage returns the turn's own usage: for the running totals a CLI

@@ -75,6 +75,16 @@ func describe(e Event) (line, now string) {
 		return "state " + what, now
 	case fsstore.EvCreated:
 		return "created", ""
+	case fsstore.EvCompaction:
+		var d fsstore.Compaction
+		json.Unmarshal(e.Data, &d)
+		line := "context compacted: " + oneLine(d.Replaced)
+		if d.TokensAfter > 0 {
+			line += fmt.Sprintf(", %d → %d tokens", d.TokensBefore, d.TokensAfter)
+		} else if d.TokensBefore > 0 {
+			line += fmt.Sprintf(", from %d tokens", d.TokensBefore)
+		}
+		return line, ""
 	case fsstore.EvTurnFailed:
 		var d fsstore.TurnFailed
 		json.Unmarshal(e.Data, &d)
