@@ -428,7 +428,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
-				fmt.Println(string(raw))
+				printJSONLine(raw)
 				return nil
 			}
 			var e struct {

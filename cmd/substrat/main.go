@@ -21,6 +21,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/script"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -179,11 +180,23 @@ func (g *Globals) call(method string, params, result any) error {
 	return c.Call(ctx, method, params, result)
 }
 
+// printJSON prints v as indented JSON, as a person reads it
+// (jsontext.Readable: "&&", not "\u0026\u0026"; 0.3, not
+// 0.30000000000000004).
 func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	b, err := jsontext.MarshalIndent(v, "  ")
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(append(jsontext.Readable(b), '\n'))
+	return err
+}
+
+// printJSONLine prints one line of JSON from the daemon (an event of a
+// stream) as printJSON would, on one line.
+func printJSONLine(raw json.RawMessage) error {
+	_, err := os.Stdout.Write(append(jsontext.Readable(raw), '\n'))
+	return err
 }
 
 // VersionCmd prints the version.
