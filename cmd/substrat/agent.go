@@ -451,10 +451,14 @@ func (c *AgentAttachCmd) Run(g *Globals) error {
 type AgentTerminateCmd struct {
 	Ref       string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Recursive bool   `short:"r" help:"Terminate the whole subtree, leaves first."`
+	confirmFlag
 }
 
 // Run terminates.
 func (c *AgentTerminateCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "agent terminate", terminateWhat(c.Ref, c.Recursive)); err != nil {
+		return err
+	}
 	var out []api.AgentInfo
 	if err := g.call(api.MethodAgentTerminate, api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
 		return err
@@ -474,10 +478,14 @@ func (c *AgentTerminateCmd) Run(g *Globals) error {
 // AgentArchiveCmd archives a subtree.
 type AgentArchiveCmd struct {
 	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
+	confirmFlag
 }
 
 // Run archives.
 func (c *AgentArchiveCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "agent archive", "ends "+c.Ref+" and its whole subtree and moves them to archive/"); err != nil {
+		return err
+	}
 	var out []api.AgentInfo
 	if err := g.call(api.MethodAgentArchive, map[string]string{"ref": c.Ref}, &out); err != nil {
 		return err

@@ -30,9 +30,10 @@ var version = "0.1.0-dev"
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Home string `help:"Substrat home directory (default ~/.substrat)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
-	JSON bool   `help:"Print JSON instead of text; errors too, as {\"error\":{\"code\",\"message\",\"hint\",\"exit\"}} on stderr." name:"json"`
-	JQ   string `help:"Filter the JSON output with a jq expression (implies --json): strings print as they are, other values as compact JSON." name:"jq" placeholder:"EXPR"`
+	Home        string           `help:"Substrat home directory (default ~/.substrat)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
+	JSON        bool             `help:"Print JSON instead of text; errors too, as {\"error\":{\"code\",\"message\",\"hint\",\"exit\"}} on stderr." name:"json"`
+	ShowVersion kong.VersionFlag `name:"version" help:"Print the version and exit."`
+	JQ          string           `help:"Filter the JSON output with a jq expression (implies --json): strings print as they are, other values as compact JSON." name:"jq" placeholder:"EXPR"`
 }
 
 // CLI is the command tree.
@@ -82,12 +83,16 @@ func run(args []string) int {
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Exit(func(code int) { panic(exitCode(code)) }),
+		kong.Vars{"version": "substrat " + version},
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		return 2
 	}
 	completeLine(parser)
+	if len(args) == 0 {
+		args = []string{"--help"} // bare substrat: the help, and success
+	}
 	code := func() (code int) {
 		defer func() {
 			if r := recover(); r != nil {
