@@ -42,6 +42,17 @@ type listedAgent struct {
 	Why string `json:"why,omitempty"`
 }
 
+// Validate refuses an unknown --state before the daemon is asked (kong
+// calls it after parsing: a usage error).
+func (o *listOptions) Validate() error {
+	for _, s := range splitList(o.State) {
+		if !slices.Contains(listStates, strings.ToUpper(s)) {
+			return fmt.Errorf("unknown state %q: a state is one of %s", s, strings.Join(listStates, ", "))
+		}
+	}
+	return nil
+}
+
 // filter returns the agents of list that the options select, with their
 // state, parents before children as the daemon sent them.
 func (o *listOptions) filter(g *Globals, list []api.AgentInfo) ([]listedAgent, error) {
@@ -50,12 +61,7 @@ func (o *listOptions) filter(g *Globals, list []api.AgentInfo) ([]listedAgent, e
 	}
 	states := map[string]bool{}
 	for _, s := range splitList(o.State) {
-		s = strings.ToUpper(s)
-		if !slices.Contains(listStates, s) {
-			return nil, &exitError{code: 2, msg: fmt.Sprintf("unknown state %q", s),
-				hint: "a state is one of " + strings.Join(listStates, ", ")}
-		}
-		states[s] = true
+		states[strings.ToUpper(s)] = true
 	}
 	providers := map[string]bool{}
 	for _, p := range splitList(o.Provider) {
