@@ -116,7 +116,7 @@ func isNumberByte(c byte) bool {
 // roundNumber returns a JSON number with a fraction or an exponent
 // rounded to 12 significant digits, if that changes it.
 func roundNumber(num []byte) []byte {
-	if bytes.IndexAny(num, ".eE") < 0 {
+	if !bytes.ContainsAny(num, ".eE") {
 		return num
 	}
 	x, err := strconv.ParseFloat(string(num), 64)
