@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/permrule"
 
@@ -122,11 +123,11 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 		a.Input = json.RawMessage(`{}`)
 	}
 	allow := func() (string, error) {
-		b, err := json.Marshal(promptAnswer{Behavior: "allow", UpdatedInput: a.Input})
+		b, err := jsontext.Marshal(promptAnswer{Behavior: "allow", UpdatedInput: a.Input})
 		return string(b), err
 	}
 	deny := func(why string) (string, error) {
-		b, err := json.Marshal(promptAnswer{Behavior: "deny", Message: why})
+		b, err := jsontext.Marshal(promptAnswer{Behavior: "deny", Message: why})
 		return string(b), err
 	}
 	c, n := t.c, t.n

@@ -18,6 +18,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/provider"
 )
 
@@ -643,7 +644,7 @@ func (t *turnTools) inspectAgent(ctx context.Context, call provider.ToolCall, a 
 }
 
 func toolJSON(v any) (string, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := jsontext.MarshalIndent(v, "  ") // read by a model and a person: "&&", not "\u0026\u0026"
 	return string(b), err
 }
 

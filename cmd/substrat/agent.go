@@ -282,68 +282,29 @@ func flagSet(k *kong.Context, name string) bool {
 }
 
 // AgentListCmd lists agents.
-type AgentListCmd struct{}
+type AgentListCmd struct {
+	listOptions // list.go
+}
 
 // Run draws the tree.
-func (AgentListCmd) Run(g *Globals) error {
-	var list []api.AgentInfo
-	if err := g.call(api.MethodAgentList, nil, &list); err != nil {
+func (c *AgentListCmd) Run(g *Globals) error {
+	var all []api.AgentInfo
+	if err := g.call(api.MethodAgentList, nil, &all); err != nil {
+		return err
+	}
+	list, err := c.filter(g, all)
+	if err != nil {
 		return err
 	}
 	if g.JSON {
 		return printJSON(list)
 	}
 	if len(list) == 0 {
-		fmt.Println("no agents; create one with 'substrat agent create NAME'")
+		fmt.Println(c.none(len(all)))
 		return nil
 	}
-	fmt.Print(drawTree(list))
+	fmt.Print(c.table(list))
 	return nil
-}
-
-// drawTree renders agents (parents before children) as a tree.
-func drawTree(list []api.AgentInfo) string {
-	byID := map[string]api.AgentInfo{}
-	kids := map[string][]string{}
-	var roots []string
-	for _, a := range list {
-		byID[a.ID] = a
-	}
-	for _, a := range list {
-		if _, ok := byID[a.ParentID]; ok {
-			kids[a.ParentID] = append(kids[a.ParentID], a.ID)
-		} else {
-			roots = append(roots, a.ID)
-		}
-	}
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tTURNS\tTOKENS IN/OUT\tID")
-	var walk func(id, prefix, branch string)
-	walk = func(id, prefix, branch string) {
-		a := byID[id]
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t%s\n", prefix+branch, a.Name, shownState(a), a.SessionState,
-			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.ID)
-		next := prefix
-		switch branch {
-		case "├── ":
-			next += "│   "
-		case "└── ":
-			next += "    "
-		}
-		for i, k := range kids[id] {
-			br := "├── "
-			if i == len(kids[id])-1 {
-				br = "└── "
-			}
-			walk(k, next, br)
-		}
-	}
-	for _, r := range roots {
-		walk(r, "", "")
-	}
-	tw.Flush()
-	return b.String()
 }
 
 // AgentInspectCmd shows one agent.
@@ -462,7 +423,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
-				fmt.Println(string(raw))
+				printJSONLine(raw)
 				return nil
 			}
 			var e struct {
@@ -524,10 +485,14 @@ func (c *AgentAttachCmd) Run(g *Globals) error {
 type AgentTerminateCmd struct {
 	Ref       string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Recursive bool   `short:"r" help:"Terminate the whole subtree, leaves first."`
+	confirmFlag
 }
 
 // Run terminates.
 func (c *AgentTerminateCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "agent terminate", terminateWhat(c.Ref, c.Recursive)); err != nil {
+		return err
+	}
 	var out []api.AgentInfo
 	if err := g.call(api.MethodAgentTerminate, api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
 		return err
@@ -547,10 +512,14 @@ func (c *AgentTerminateCmd) Run(g *Globals) error {
 // AgentArchiveCmd archives a subtree.
 type AgentArchiveCmd struct {
 	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
+	confirmFlag
 }
 
 // Run archives.
 func (c *AgentArchiveCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "agent archive", "ends "+c.Ref+" and its whole subtree and moves them to archive/"); err != nil {
+		return err
+	}
 	var out []api.AgentInfo
 	if err := g.call(api.MethodAgentArchive, map[string]string{"ref": c.Ref}, &out); err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 )
 
 // DaemonCmd groups the daemon commands.
@@ -294,7 +295,7 @@ func follow(g *Globals, method string, params any, until string) error {
 			return err
 		}
 		if g.JSON {
-			fmt.Println(string(raw))
+			printJSONLine(raw)
 		} else {
 			fmt.Println(e.String())
 		}
@@ -323,7 +324,7 @@ func (w watchLine) String() string {
 	if w.Type == "dropped" {
 		return fmt.Sprintf("[... %d events dropped: this reader fell behind the daemon; daemon log AGENT has them all ...]", w.Count)
 	}
-	data := string(w.Data)
+	data := string(jsontext.Readable(w.Data))
 	if len(data) > 200 {
 		data = data[:200] + "..."
 	}
@@ -345,14 +346,14 @@ func (c *DaemonLogCmd) Run(g *Globals) error {
 	defer cl.Close()
 	return cl.Stream(ctx, api.MethodAgentEvents, map[string]string{"ref": c.Agent}, func(raw json.RawMessage) error {
 		if g.JSON {
-			fmt.Println(string(raw))
+			printJSONLine(raw)
 			return nil
 		}
 		var e fsstore.Event
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return err
 		}
-		data := string(e.Data)
+		data := string(jsontext.Readable(e.Data))
 		if len(data) > 300 {
 			data = data[:300] + "..."
 		}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -58,13 +59,13 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 	c.next++
 	req := Request{ID: c.next, Method: method}
 	if params != nil {
-		b, err := json.Marshal(params)
+		b, err := jsontext.Marshal(params) // what a person typed, as typed: "&&" stays "&&"
 		if err != nil {
 			return err
 		}
 		req.Params = b
 	}
-	line, err := json.Marshal(req)
+	line, err := jsontext.Marshal(req)
 	if err != nil {
 		return err
 	}

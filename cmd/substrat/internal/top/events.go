@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/provider"
 )
 
@@ -90,7 +91,7 @@ func describe(e Event) (line, now string) {
 		json.Unmarshal(e.Data, &d)
 		return "turn failed: " + oneLine(d.Error), "failed: " + oneLine(d.Error)
 	}
-	data := oneLine(string(e.Data))
+	data := oneLine(string(jsontext.Readable(e.Data)))
 	if data == "" || data == "null" {
 		return e.Type, ""
 	}
