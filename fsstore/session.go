@@ -84,6 +84,7 @@ type Session struct {
 	Workspace         string            `json:"workspace,omitempty"`
 	WorkDir           string            `json:"work_dir,omitempty"`
 	Permissions       *Permissions      `json:"permissions,omitempty"`
+	Limits            *Limits           `json:"limits,omitempty"`
 	AgentState        AgentState        `json:"agent_state"`
 	SessionState      SessionState      `json:"session_state"`
 	StateReason       string            `json:"state_reason,omitempty"`
@@ -336,6 +337,11 @@ func (s *Session) Validate() error {
 			return err
 		}
 	}
+	if s.Limits != nil {
+		if err := s.Limits.Validate(); err != nil {
+			return err
+		}
+	}
 	if err := validateApprovals(s); err != nil {
 		return err
 	}
@@ -359,6 +365,10 @@ func (s *Session) Clone() *Session {
 		c.Budget = &b
 	}
 	c.Permissions = s.Permissions.Clone()
+	if s.Limits != nil {
+		l := *s.Limits
+		c.Limits = &l
+	}
 	if s.Metadata != nil {
 		c.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -45,6 +46,9 @@ type Settings struct {
 	// finds them all running are coalesced into one notification.
 	Notify            []string
 	NotifyConcurrency int
+	// Limits are the resource limits of agents that set none (zero
+	// fields: none).
+	Limits fsstore.Limits
 }
 
 // DefaultNotifyConcurrency is how many notify commands run at once
@@ -81,6 +85,9 @@ func (s Settings) Check() error {
 		return fmt.Errorf("retry limit must be at least 1")
 	case s.NotifyConcurrency < 1:
 		return fmt.Errorf("notify_concurrency must be at least 1")
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits: %s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	for name, n := range s.Pools {
 		if n <= 0 {

@@ -13,6 +13,7 @@ const (
 	MethodAgentInspect      = "agent.inspect"
 	MethodAgentList         = "agent.list"
 	MethodAgentPermissions  = "agent.permissions"
+	MethodAgentLimits       = "agent.limits"
 	MethodAgentInstructions = "agent.instructions"
 	MethodAgentSend         = "agent.send"
 	MethodAgentTerminate    = "agent.terminate"
@@ -53,6 +54,7 @@ var Methods = []string{
 	MethodAgentInspect,
 	MethodAgentList,
 	MethodAgentPermissions,
+	MethodAgentLimits,
 	MethodAgentInstructions,
 	MethodAgentSend,
 	MethodAgentTerminate,

@@ -17,8 +17,16 @@
 //	  "retry": {"limit": 5, "window": "1m", "base": "1s"},
 //	  "approval_timeout": "10m",
 //	  "notify_command": ["notify-send", "substrat"],
-//	  "notify_concurrency": 2
+//	  "notify_concurrency": 2,
+//	  "limits": {"memory": "2G", "pids": 512, "cpu_weight": 100}
 //	}
+//
+// limits are the resource limits of agents that set none of their own
+// (agent create --memory/--pids/--cpu-weight, agent limits): memory a
+// size (512M, 2G), pids a number of processes, cpu_weight 1 to 10000
+// (100 is an ordinary process's share). Absent: no limit. They apply to
+// each agent's provider processes and tool commands together, from the
+// agent's next session.
 //
 // turn_timeout bounds a turn, not counting the time it waits for an
 // approval; approval_timeout bounds that wait (an agent's permissions may
@@ -49,6 +57,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -69,6 +78,34 @@ type File struct {
 	ApprovalTimeout       string         `json:"approval_timeout,omitempty"`
 	NotifyCommand         []string       `json:"notify_command,omitempty"`
 	NotifyConcurrency     int            `json:"notify_concurrency,omitempty"`
+	Limits                *Limits        `json:"limits,omitempty"`
+}
+
+// Limits are the default resource limits of agents.
+type Limits struct {
+	Memory    string `json:"memory,omitempty"`
+	Pids      int64  `json:"pids,omitempty"`
+	CPUWeight int64  `json:"cpu_weight,omitempty"`
+}
+
+// limits returns l as the core takes it.
+func (l *Limits) limits() (fsstore.Limits, error) {
+	var out fsstore.Limits
+	if l == nil {
+		return out, nil
+	}
+	if l.Memory != "" {
+		n, err := fsstore.ParseBytes(l.Memory)
+		if err != nil {
+			return out, err
+		}
+		out.MemoryBytes = max(n, 0)
+	}
+	out.Pids, out.CPUWeight = l.Pids, l.CPUWeight
+	if err := out.Validate(); err != nil {
+		return out, errors.New(strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	return out, nil
 }
 
 // Retry is the retry policy of failed turns.
@@ -169,6 +206,9 @@ func (f *File) check(data []byte) error {
 		if n <= 0 || name == "" {
 			return fmt.Errorf("%s: pool %q needs a name and at least one slot", fieldPosition(data, "pools"), name)
 		}
+	}
+	if _, err := f.Limits.limits(); err != nil {
+		return fmt.Errorf("%s: limits: %v", fieldPosition(data, "limits"), err)
 	}
 	if len(f.NotifyCommand) > 0 && f.NotifyCommand[0] == "" {
 		return fmt.Errorf("%s: notify_command: the program is empty", fieldPosition(data, "notify_command"))
@@ -301,6 +341,26 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 		set.NotifyConcurrency = n
 		return nil
 	}, func() any { return set.NotifyConcurrency })
+	limitsSrc := FromDefault
+	if f.Limits != nil {
+		l, err := f.Limits.limits()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limits (from the file): %v", err))
+		} else {
+			set.Limits, limitsSrc = l, FromFile
+		}
+	}
+	shown := map[string]any{"memory": "none", "pids": "none", "cpu_weight": "none"}
+	if m := set.Limits.MemoryBytes; m > 0 {
+		shown["memory"] = fsstore.FormatBytes(m)
+	}
+	if n := set.Limits.Pids; n > 0 {
+		shown["pids"] = n
+	}
+	if w := set.Limits.CPUWeight; w > 0 {
+		shown["cpu_weight"] = w
+	}
+	eff.Values = append(eff.Values, Value{Key: "limits", Value: shown, Source: limitsSrc})
 	if err := set.Check(); err != nil {
 		errs = append(errs, err)
 	}
