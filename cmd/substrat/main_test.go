@@ -24,6 +24,8 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"substrat":       func() { os.Exit(run(os.Args[1:])) },
 		"approver-model": func() { os.Exit(approverModel()) },
+		"hog-model":      func() { os.Exit(hogModel()) },
+		"forkbomb-model": func() { os.Exit(forkBombModel()) },
 	})
 }
 

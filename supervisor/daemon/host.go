@@ -88,7 +88,7 @@ func (h *host) Sandbox(sess *fsstore.Session) provider.SandboxFunc { return h.sa
 func (h *host) CloseToolSocket(id string) {
 	if id == "" {
 		h.closeToolSockets()
-		h.limits.RemoveAll()
+		h.limits.Close()
 		return
 	}
 	h.closeToolSocket(id)

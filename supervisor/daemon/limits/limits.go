@@ -540,6 +540,19 @@ func (m *Manager) RemoveAll() []string {
 	return out
 }
 
+// Close removes every group of this home and the directories that held
+// them (the daemon's stop): no group can be made after it.
+func (m *Manager) Close() []string {
+	out := m.RemoveAll()
+	for _, b := range m.bases {
+		syscall.Rmdir(b)
+		if m.mech == CgroupV1 {
+			syscall.Rmdir(filepath.Dir(b)) // "substrat", if no other home uses it
+		}
+	}
+	return out
+}
+
 // removeGroup kills the processes of a group's directories until none is
 // left (they may be forking), then removes the directories. It returns
 // how many processes it killed.
