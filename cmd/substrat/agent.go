@@ -365,6 +365,9 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		row("workspace", s.Workspace)
 		row("works in", s.WorkDir)
 		row("permissions", supervisor.PermissionSummary(s))
+		if s.Limits != nil {
+			row("limits", s.Limits.String())
+		}
 	}
 	row("state", fmt.Sprintf("%s (session %s)", a.AgentState, a.SessionState))
 	row("reason", a.StateReason)

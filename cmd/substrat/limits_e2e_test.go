@@ -192,6 +192,23 @@ func TestLimitsE2E(t *testing.T) {
 			t.Fatalf("the terminated agent's group is still there: %v", err)
 		}
 	}
+
+	// A daemon killed with -9 leaves its groups behind; the next start
+	// reaps them.
+	bombGroup := filepath.Join("/sys/fs/cgroup/pids/substrat", hash, b.ID)
+	d.kill()
+	if st.Limits.Mechanism == limits.CgroupV1 {
+		if _, err := os.Stat(bombGroup); err != nil {
+			t.Fatalf("the group of bomb after kill -9: %v", err)
+		}
+	}
+	d.start()
+	if _, err := os.Stat(bombGroup); !os.IsNotExist(err) {
+		t.Fatalf("the group of bomb was not reaped at start: %v", err)
+	}
+	if r := d.send("calm", "still there?"); r.Text != "approved 0" {
+		t.Fatalf("calm's turn after the restart: %q", r.Text)
+	}
 	d.mustCall("daemon.status", nil, &st)
 
 	// A clean stop removes every group of the home.
