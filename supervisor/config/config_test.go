@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -22,6 +23,9 @@ func TestParseRefuses(t *testing.T) {
 		{"pool", `{"version": 1, "pools": {"big": 0}}`, `pool "big" needs a name and at least one slot`},
 		{"notify", `{"version": 1, "notify_command": [""]}`, "the program is empty"},
 		{"truncated", "{\"version\": 1,", "ends before its JSON does"},
+		{"memory", "{\"version\": 1,\n \"limits\": {\"memory\": \"lots\"}}", `line 2, column 2: limits: "lots" is not a size`},
+		{"pids", `{"version": 1, "limits": {"pids": 2}}`, "process limit 2 is below 8"},
+		{"cpu weight", `{"version": 1, "limits": {"cpu_weight": 20000}}`, "cpu weight 20000"},
 		{"two values", `{"version": 1} {}`, "more than one JSON value"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,6 +87,25 @@ func TestResolveRefuses(t *testing.T) {
 		_, err = Resolve(f, func(k string) string { return c.env[k] }, c.flags)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v %v: %v, want %q", c.file, c.env, c.flags, err, c.want)
+		}
+	}
+}
+
+func TestResolveLimits(t *testing.T) {
+	f, err := Parse([]byte(`{"version": 1, "limits": {"memory": "2G", "pids": 512, "cpu_weight": 50}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := Resolve(f, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := eff.Settings.Limits; l != (fsstore.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUWeight: 50}) {
+		t.Fatalf("limits %+v", l)
+	}
+	for _, v := range eff.Values {
+		if v.Key == "limits" && (v.Source != FromFile || v.Value.(map[string]any)["memory"] != "2G") {
+			t.Fatalf("shown as %+v", v)
 		}
 	}
 }
