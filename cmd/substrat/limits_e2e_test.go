@@ -204,7 +204,12 @@ func TestLimitsE2E(t *testing.T) {
 	}
 	d.start()
 	if _, err := os.Stat(bombGroup); !os.IsNotExist(err) {
-		t.Fatalf("the group of bomb was not reaped at start: %v", err)
+		var rep wire.Report
+		d.call("daemon.recovery", nil, &rep)
+		log, _ := os.ReadFile(filepath.Join(d.home, "daemon.log"))
+		var st2 wire.StatusResult
+		d.call("daemon.status", nil, &st2)
+		t.Fatalf("the group of bomb was not reaped at start: %v; limits %+v, reaped %q; log:\n%s", err, st2.Limits, rep.Reaped, log)
 	}
 	if r := d.send("calm", "still there?"); r.Text != "approved 0" {
 		t.Fatalf("calm's turn after the restart: %q", r.Text)
@@ -220,7 +225,7 @@ func TestLimitsE2E(t *testing.T) {
 		t.Fatal("the daemon did not stop")
 	}
 	if st.Limits.Mechanism == limits.CgroupV1 {
-		for _, ctl := range []string{"memory", "pids"} {
+		for _, ctl := range []string{"memory", "pids", "cpu"} {
 			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, "substrat", hash)); !os.IsNotExist(err) {
 				t.Fatalf("the home's groups are still there after the stop: %v", err)
 			}

@@ -53,7 +53,7 @@ func TestScripts(t *testing.T) {
 						return false, nil
 					}
 				}
-				return os.Getenv("SUBSTRAT_TEST_NO_CGROUP") == "", nil
+				return true, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},

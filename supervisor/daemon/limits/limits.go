@@ -285,6 +285,11 @@ func setupV1(mounts []Mount, hash string) (map[string]string, error) {
 				}
 				return nil, fmt.Errorf("%s: %w", c, err)
 			}
+			// Made with the first agent's group: a daemon that limits
+			// nothing leaves nothing behind.
+			if entries, _ := os.ReadDir(base); !hasGroups(entries) {
+				syscall.Rmdir(base)
+			}
 			bases[c] = base
 			break
 		}
@@ -295,6 +300,16 @@ func setupV1(mounts []Mount, hash string) (map[string]string, error) {
 		}
 	}
 	return bases, nil
+}
+
+// hasGroups reports whether a base directory holds agents' groups.
+func hasGroups(entries []os.DirEntry) bool {
+	for _, e := range entries {
+		if e.IsDir() && fsstore.IsID(e.Name()) {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {
@@ -371,7 +386,7 @@ func (m *Manager) setup(agent string, l fsstore.Limits) ([]string, error) {
 	dirs := m.dirs(agent)
 	if g == nil {
 		for _, d := range dirs {
-			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			if err := os.MkdirAll(d, 0o755); err != nil {
 				return nil, fmt.Errorf("making the agent's cgroup: %w", err)
 			}
 		}
@@ -545,10 +560,9 @@ func (m *Manager) RemoveAll() []string {
 func (m *Manager) Close() []string {
 	out := m.RemoveAll()
 	for _, b := range m.bases {
+		// Not the "substrat" above it in v1, which other homes' daemons
+		// may be making groups in.
 		syscall.Rmdir(b)
-		if m.mech == CgroupV1 {
-			syscall.Rmdir(filepath.Dir(b)) // "substrat", if no other home uses it
-		}
 	}
 	return out
 }
