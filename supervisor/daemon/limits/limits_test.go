@@ -135,3 +135,49 @@ func TestCgroup(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 }
+
+// TestV2Layout: in a delegated subtree of the unified hierarchy (here a
+// plain directory standing in for it), the agents' groups go below the
+// daemon's cgroup with the controllers enabled, and get memory.max,
+// pids.max and cpu.weight.
+func TestV2Layout(t *testing.T) {
+	mnt := t.TempDir()
+	own := filepath.Join(mnt, "user.slice", "substrat.service")
+	os.MkdirAll(own, 0o755)
+	os.WriteFile(filepath.Join(own, "cgroup.controllers"), []byte("cpu io memory pids\n"), 0o644)
+	base, err := setupV2([]Mount{{Dir: mnt, V2: true}}, map[string]string{"": "/user.slice/substrat.service"}, "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(own, "substrat-abc"); base != want {
+		t.Fatalf("base %s, want %s", base, want)
+	}
+	for _, d := range []string{own, base} {
+		if b, _ := os.ReadFile(filepath.Join(d, "cgroup.subtree_control")); string(b) != "+memory +pids +cpu" {
+			t.Fatalf("%s: subtree_control %q", d, b)
+		}
+	}
+	m := &Manager{mech: CgroupV2, bases: map[string]string{"": base}, agents: map[string]*group{}}
+	id := fsstore.NewID()
+	cmd := exec.Command("/bin/true")
+	if err := m.Wrap(id, fsstore.Limits{MemoryBytes: 1 << 30, CPUWeight: 50}, cmd); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(base, id, "cgroup.procs"); cmd.Args[4] != want {
+		t.Fatalf("args %q", cmd.Args)
+	}
+	for file, v := range map[string]string{"memory.max": "1073741824", "pids.max": "max", "cpu.weight": "50", "memory.swap.max": "0"} {
+		if b, _ := os.ReadFile(filepath.Join(base, id, file)); string(b) != v {
+			t.Errorf("%s: %q, want %q", file, b, v)
+		}
+	}
+	os.WriteFile(filepath.Join(base, id, "memory.events"), []byte("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n"), 0o644)
+	if why := m.Reached(id); why != "memory limit 1G reached" {
+		t.Fatalf("Reached: %q", why)
+	}
+	// Without memory and pids offered, no v2.
+	os.WriteFile(filepath.Join(own, "cgroup.controllers"), []byte("cpu io\n"), 0o644)
+	if _, err := setupV2([]Mount{{Dir: mnt, V2: true}}, map[string]string{"": "/user.slice/substrat.service"}, "abc"); err == nil {
+		t.Fatal("v2 chosen without memory and pids")
+	}
+}
