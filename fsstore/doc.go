@@ -63,6 +63,15 @@
 //     would prompt for: approver ("parent", the default: the parent, or
 //     USER for a root; "user"; or "deny") and approval_timeout (a Go
 //     duration, "10m" when empty);
+//   - limits {memory_bytes, pids, cpu_weight}: the resources its
+//     provider processes and tool commands may use together (absent: the
+//     daemon's defaults, config.json's "limits"). A zero or absent field
+//     is the default; -1 is none, whatever the default. cpu_weight is
+//     1..10000 as cgroup v2's cpu.weight. Children inherit them. Set at
+//     create ('substrat agent create --memory 512M --pids 256') and
+//     changed by a "limits" event, whose data is the whole setting
+//     ('substrat agent limits'); the daemon enforces them with a cgroup
+//     per agent, or rlimits (see supervisor/daemon/limits);
 //   - approvals: the agent's approval requests that wait ({id, tool,
 //     input, tool_use_id, call_key, batch, approver, requested_at,
 //     deadline}) and the last 20 answered (with answer allow, deny or expired, reason, by,
@@ -104,7 +113,7 @@
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
 // (counters, added; the context use replaced), "metadata", "edited" (a hand edit that was adopted),
-// "permissions", "work_dir", "approval_requested", "approval_answered",
+// "permissions", "limits", "work_dir", "approval_requested", "approval_answered",
 // "parked" (a provider's usage or rate limit: until when, why, and the
 // provider and credentials it applies to; a zero until unparks; the
 // session's "parked" field) and the orchestration events (pool, budget, gate, waiting, reminders,

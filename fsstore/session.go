@@ -95,6 +95,7 @@ type Session struct {
 	Workspace         string            `json:"workspace,omitempty"`
 	WorkDir           string            `json:"work_dir,omitempty"`
 	Permissions       *Permissions      `json:"permissions,omitempty"`
+	Limits            *Limits           `json:"limits,omitempty"`
 	AgentState        AgentState        `json:"agent_state"`
 	SessionState      SessionState      `json:"session_state"`
 	StateReason       string            `json:"state_reason,omitempty"`
@@ -348,6 +349,11 @@ func (s *Session) Validate() error {
 			return err
 		}
 	}
+	if s.Limits != nil {
+		if err := s.Limits.Validate(); err != nil {
+			return err
+		}
+	}
 	if err := validateApprovals(s); err != nil {
 		return err
 	}
@@ -375,6 +381,10 @@ func (s *Session) Clone() *Session {
 		c.Parked = &p
 	}
 	c.Permissions = s.Permissions.Clone()
+	if s.Limits != nil {
+		l := *s.Limits
+		c.Limits = &l
+	}
 	if s.Metadata != nil {
 		c.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {

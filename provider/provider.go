@@ -230,7 +230,19 @@ type Config struct {
 	// returned func when it has been waited for. The daemon records them
 	// so that after a kill -9 of the daemon the next start reaps them.
 	Track func(pid int) (done func())
+	// Limit, if set, puts a process the session is about to start under
+	// the agent's resource limits (memory, processes: its cgroup, or
+	// rlimits). Adapters that run processes call it on every command
+	// last, after Sandbox (or the containment of an unsandboxed one) and
+	// before Start; it rewrites cmd in place (its Path and Args), so that
+	// the process is under the limits before it runs anything, and fails
+	// if they cannot be had.
+	Limit LimitFunc
 }
+
+// LimitFunc puts a process about to start under an agent's resource
+// limits (see Config.Limit).
+type LimitFunc func(cmd *exec.Cmd) error
 
 // SandboxFunc wraps a process about to start in an agent's sandbox (see
 // Config.Sandbox).

@@ -157,6 +157,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 		Home:        c.store.Layout().Home,
 		Sandbox:     c.host.Sandbox(sess),
 		Track:       c.host.Track(sess.ID),
+		Limit:       c.host.Limit(sess.ID, c.limitsOf(sess)),
 		SessionID: func(id string) error {
 			c.mu.Lock()
 			known := n.s().ProviderSessionID

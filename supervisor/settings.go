@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -52,6 +53,9 @@ type Settings struct {
 	// default). Each turn is told them (provider.Turn).
 	ContextWindows map[string]map[string]int
 	CompactAt      float64
+	// Limits are the resource limits of agents that set none (zero
+	// fields: none).
+	Limits fsstore.Limits
 }
 
 // contextWindow is the configured window of an agent's model, or 0.
@@ -96,6 +100,9 @@ func (s Settings) Check() error {
 		return fmt.Errorf("retry limit must be at least 1")
 	case s.NotifyConcurrency < 1:
 		return fmt.Errorf("notify_concurrency must be at least 1")
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits: %s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	for name, n := range s.Pools {
 		if n <= 0 {

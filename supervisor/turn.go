@@ -235,6 +235,12 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions,
 		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: output})
 	tools.finish() // no approval wait changes the agent's state after this
+	// A limit reached during the turn is why it failed, rather than the
+	// bare exit status or signal the provider saw; asked after every
+	// turn, so that a turn that survived its limit is not blamed later.
+	if why := c.host.LimitReached(n.id()); why != "" && err != nil {
+		err = fmt.Errorf("%s: %w", why, err)
+	}
 	c.mu.Lock()
 	refused := denied
 	c.mu.Unlock()

@@ -32,6 +32,7 @@ type AgentCmd struct {
 	Archive      AgentArchiveCmd      `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
 	Budget       AgentBudgetCmd       `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
 	Permissions  AgentPermissionsCmd  `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
+	Limits       AgentLimitsCmd       `cmd:"" help:"Show or change an agent's resource limits: memory, processes, CPU weight."`
 	Instructions AgentInstructionsCmd `cmd:"" help:"Show or change an agent's instructions (its next turn carries them, with any provider)."`
 	Wake         AgentWakeCmd         `cmd:"" help:"End an agent's park (a provider's usage or rate limit) now: its next turn tries again."`
 	Gate         AgentGateCmd         `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
@@ -56,6 +57,9 @@ type AgentCreateCmd struct {
 	Pool         string   `help:"Slot pool of the agent's session (default: the default pool)."`
 	BudgetTokens int64    `help:"Token budget for the agent's subtree."`
 	BudgetCost   float64  `help:"Cost budget (USD) for the agent's subtree."`
+	Memory       string   `help:"Memory limit of its processes together: 512M, 2G, or none (default: its parent's, else config.json's)." placeholder:"SIZE"`
+	Pids         string   `help:"How many processes it may run at once, or none (default: its parent's, else config.json's)." placeholder:"N"`
+	CPUWeight    string   `name:"cpu-weight" help:"Its share of the CPU, 1 to 10000; 100 is an ordinary process's." placeholder:"W"`
 }
 
 // Run creates the agent.
@@ -84,6 +88,11 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		p.Permissions = &fsstore.Permissions{Mode: c.Mode, AllowedTools: splitRules(c.Allowed), DisallowedTools: splitRules(c.Disallowed),
 			Approver: c.Approver, ApprovalTimeout: c.ApprovalWait}
 	}
+	limits, err := createLimits(c.Memory, c.Pids, c.CPUWeight)
+	if err != nil {
+		return err
+	}
+	p.Limits = limits
 	if c.BudgetTokens != 0 || c.BudgetCost != 0 {
 		p.Budget = &fsstore.Budget{Tokens: c.BudgetTokens, CostUSD: c.BudgetCost}
 	}
@@ -95,7 +104,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		}
 		p.Model = abs
 	}
-	err := g.call(api.MethodAgentCreate, p, &info)
+	err = g.call(api.MethodAgentCreate, p, &info)
 	if err != nil {
 		return err
 	}
@@ -106,6 +115,9 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 	var res api.InspectResult
 	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
 		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
+		if l := res.Session.Limits; l != nil {
+			fmt.Printf("  limits: %s\n", l)
+		}
 	}
 	return nil
 }
@@ -342,6 +354,9 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		row("workspace", s.Workspace)
 		row("works in", s.WorkDir)
 		row("permissions", supervisor.PermissionSummary(s))
+		if s.Limits != nil {
+			row("limits", s.Limits.String())
+		}
 	}
 	row("state", fmt.Sprintf("%s (session %s)", shownState(a), a.SessionState))
 	if a.Parked != nil {

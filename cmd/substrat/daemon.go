@@ -252,6 +252,9 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 	}
 	fmt.Printf("running: pid %d, version %s, up %s\nhome: %s\nagents: %d (%d busy, %d live sessions, %d slots)\n",
 		st.Pid, st.Version, time.Since(st.StartedAt).Round(time.Second), st.Home, st.Agents, st.Busy, st.LiveSessions, st.MaxSlots)
+	if l := st.Limits; l != nil {
+		fmt.Printf("limits: %s (%s); defaults: %s; %d agent groups\n", l.Mechanism, l.Detail, defaultsText(l.Defaults), l.Groups)
+	}
 	if n := st.Notify; n != nil && n.Messages > 0 {
 		fmt.Printf("notify: %d messages to USER, %d notifications run (%d more messages coalesced into them), %d failed, %d running, %d waiting (at most %d at once)\n",
 			n.Messages, n.Runs, n.Coalesced, n.Failures, n.Running, n.Waiting, n.Limit)
@@ -360,4 +363,12 @@ func (c *DaemonLogCmd) Run(g *Globals) error {
 		fmt.Printf("%5d %s %-18s %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, data)
 		return nil
 	}, nil)
+}
+
+// defaultsText is config.json's default limits as status shows them.
+func defaultsText(l fsstore.Limits) string {
+	if l.IsZero() {
+		return "none"
+	}
+	return strings.ReplaceAll(l.String(), "default", "none")
 }

@@ -30,6 +30,9 @@ func TestParseRefuses(t *testing.T) {
 		{"context window", `{"version": 1, "context_windows": {"openai": {"qwen": 0}}}`, `context_windows: "openai" "qwen" needs`},
 		{"compact_at", `{"version": 1, "compact_at": 1.5}`, "compact_at must be a share of the window between 0.2 and 1"},
 		{"truncated", "{\"version\": 1,", "ends before its JSON does"},
+		{"memory", "{\"version\": 1,\n \"limits\": {\"memory\": \"lots\"}}", `line 2, column 2: limits: "lots" is not a size`},
+		{"pids", `{"version": 1, "limits": {"pids": 2}}`, "process limit 2 is below 8"},
+		{"cpu weight", `{"version": 1, "limits": {"cpu_weight": 20000}}`, "cpu weight 20000"},
 		{"two values", `{"version": 1} {}`, "more than one JSON value"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -145,5 +148,24 @@ func TestLoadRefusesSpecialFiles(t *testing.T) {
 	}
 	if f, err := Load(p); err != nil || f == nil {
 		t.Fatalf("Load of a file at the cap: %v", err)
+	}
+}
+
+func TestResolveLimits(t *testing.T) {
+	f, err := Parse([]byte(`{"version": 1, "limits": {"memory": "2G", "pids": 512, "cpu_weight": 50}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := Resolve(f, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := eff.Settings.Limits; l != (fsstore.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUWeight: 50}) {
+		t.Fatalf("limits %+v", l)
+	}
+	for _, v := range eff.Values {
+		if v.Key == "limits" && (v.Source != FromFile || v.Value.(map[string]any)["memory"] != "2G") {
+			t.Fatalf("shown as %+v", v)
+		}
 	}
 }

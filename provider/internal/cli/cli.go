@@ -437,6 +437,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		needs := c.Needs
 		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
 	}
+	c.Limit = s.cfg.Limit
 	if c.Fresh {
 		s.mu.Lock()
 		s.totals = &Totals{}
