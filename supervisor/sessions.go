@@ -168,10 +168,15 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
 		},
 	}
-	// The agent's own tool socket, sandboxed or not: a provider process
-	// runs in a PID namespace of its own either way.
-	if cfg.ToolSocket, err = c.host.ToolSocket(sess.ID); err != nil {
-		return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
+	// The agent's own tool socket, for a provider whose model reaches the
+	// tools over MCP (a CLI) or one in a sandbox, sandboxed or not: its
+	// processes run in a PID namespace of their own either way, and the
+	// daemon's socket refuses such peers. One listener per such live
+	// session; the others need none.
+	if cfg.Sandbox != nil || provider.HasOwnTools(p) {
+		if cfg.ToolSocket, err = c.host.ToolSocket(sess.ID); err != nil {
+			return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
+		}
 	}
 	var s provider.Session
 	if sess.SessionState == fsstore.SessionCreated {

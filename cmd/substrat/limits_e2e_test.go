@@ -168,9 +168,17 @@ func TestLimitsE2E(t *testing.T) {
 			if st.Limits.Mechanism == limits.CgroupV2 {
 				continue
 			}
-			data, err := os.ReadFile(procs)
-			if err != nil {
-				t.Fatalf("the agent's group: %v", err)
+			// The last retry's processes may still be on their way out
+			// (killed, not yet reaped): wait for them, bounded.
+			var data []byte
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				var err error
+				if data, err = os.ReadFile(procs); err != nil {
+					t.Fatalf("the agent's group: %v", err)
+				}
+				if strings.TrimSpace(string(data)) == "" || time.Now().After(deadline) {
+					break
+				}
 			}
 			if strings.TrimSpace(string(data)) != "" {
 				t.Fatalf("processes left in %s: %s", procs, data)
