@@ -140,8 +140,11 @@
 // it is reported and left alone, at start and while the daemon runs.
 //
 // A session.json that is missing, is not valid JSON, or fails validation
-// keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a
-// valid log and keeps the old file as session.json.<n>.broken. An unknown
+// is rebuilt from a valid log by the daemon's start and by 'substrat fsck
+// --repair' (a snapshot_rebuilt finding in recovery.json), and the old file
+// is kept as session.json.<n>.broken; when the log is not valid either, the
+// agent is kept out. The daemon's start, 'daemon status' and 'agent list'
+// say how many agents are kept out; 'substrat recover' says why. An unknown
 // version is never rewritten. A session.json whose last_seq is past the end
 // of the log (a copy taken while the daemon wrote: rsync copies events.jsonl
 // before session.json; or writes the disk lost) is not trusted: the log is

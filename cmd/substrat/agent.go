@@ -265,11 +265,16 @@ func (AgentListCmd) Run(g *Globals) error {
 	if g.JSON {
 		return printJSON(list)
 	}
-	if len(list) == 0 {
+	var st api.StatusResult
+	g.call(api.MethodDaemonStatus, nil, &st)
+	if len(list) == 0 && len(st.KeptOut) == 0 {
 		fmt.Println("no agents; create one with 'substrat agent create NAME'")
 		return nil
 	}
-	fmt.Print(drawTree(list))
+	if len(list) > 0 {
+		fmt.Print(drawTree(list))
+	}
+	printKeptOut(os.Stdout, st.KeptOut)
 	return nil
 }
 

@@ -28,6 +28,10 @@ type StatusResult struct {
 	Pools []PoolStatus `json:"pools"`
 	// Notify counts the notify_command runs since the daemon started.
 	Notify *NotifyStatus `json:"notify,omitempty"`
+	// KeptOut are the agent directories the start-up recovery kept out of
+	// the live tree (recovery.json, 'substrat recover') and that are still
+	// out.
+	KeptOut []fsstore.Finding `json:"kept_out"`
 }
 
 // NotifyStatus is what notify_command did since the daemon started. Each
