@@ -151,6 +151,17 @@
 // the truth, the state is rebuilt from it, and repairing rewrites
 // session.json, keeping the old one as session.json.<n>.broken.
 //
+// Siblings (agents with the same parent_id) never share a name, so that a
+// path names one agent. A session.json edited to a sibling's name is
+// refused while the daemon runs; at the next start (and with 'substrat
+// fsck --repair') the agent goes back to the name its events.jsonl
+// records, the last good one: session.json is rebuilt from the log and
+// the edited file kept as session.json.<n>.broken (a duplicate_name
+// finding; 'substrat fsck' counts it as a problem until then). Siblings
+// whose logs give them the same name (directories copied in from
+// another home) are kept out, all but the oldest, and a directory moved
+// in while the daemon runs is not adopted while a sibling has its name.
+//
 // # Creating an agent
 //
 // The directory is built as agents/.tmp-<id>/ with its session.json

@@ -130,6 +130,30 @@ func (c *Core) adopt(id string) {
 		}
 		return
 	}
+	// A sibling with the same name (a directory copied in from another
+	// home) would make a path resolve to either: it waits, as at a start.
+	c.mu.Lock()
+	var sibs []*node
+	if p := c.nodes[a.Session().ParentID]; p != nil {
+		for _, id := range p.children {
+			sibs = append(sibs, c.nodes[id])
+		}
+	} else if a.Session().ParentID == "" {
+		sibs = c.rootsLocked()
+	}
+	var twin *node
+	for _, s := range sibs {
+		if s != nil && s.id() != id && s.s().Name == a.Session().Name {
+			twin = s
+		}
+	}
+	c.mu.Unlock()
+	if twin != nil {
+		a.Close()
+		c.log.Warn("agent directory not adopted: a sibling has its name; rename it in its session.json",
+			"path", c.store.Layout().AgentDir(id), "name", twin.s().Name, "sibling", twin.id())
+		return
+	}
 	// Put right what no longer holds, before anyone sees the agent: no
 	// provider process or turn of ours runs for it.
 	n := newNode(a)
