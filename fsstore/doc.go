@@ -8,6 +8,11 @@
 //	HOME/                      0700
 //	  daemon.sock daemon.lock daemon.pid daemon.log recovery.json
 //	                           (the daemon's; not written by this package)
+//	  home.json                the home's identity: {version, id, created_at},
+//	                           made at its first start (home.go)
+//	  backup.json              only in a copy made by 'substrat backup':
+//	                           {version, backup_of (the id of the home
+//	                           copied), source, copied_at}
 //	  providers.json           provider processes running, for reaping
 //	  providers/<name>/        a provider's own state (a CLI's HOME,
 //	                           session ids); homes/<id>/ per agent
