@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"time"
 )
 
@@ -233,4 +234,86 @@ func removedOr(err error, what string) string {
 		return "; removing " + what + " failed: " + err.Error()
 	}
 	return "; removed " + what
+}
+
+// ArchivedAgent is an agent in archive/, as its log replays.
+type ArchivedAgent struct {
+	Session    *Session  `json:"session"`
+	Dir        string    `json:"dir"`
+	ArchivedAt time.Time `json:"archived_at"` // when archive/<id> was made
+}
+
+// ReadArchived reads archive/<id>: its whole events.jsonl replayed (read
+// only; nothing is changed or repaired).
+func (s *Store) ReadArchived(id string) (*ArchivedAgent, error) {
+	if !IsID(id) {
+		return nil, wrap("read archived", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+	}
+	files := AgentFiles{Dir: s.layout.ArchivedAgentDir(id)}
+	if _, err := s.fs.Stat(files.Dir); err != nil {
+		if errors.Is(err, errNotExist) {
+			err = fmt.Errorf("%w: no archived agent %s", ErrNotFound, id)
+		}
+		return nil, wrap("read archived", files.Dir, err, "")
+	}
+	sess, _, err := s.replayLog(files, id)
+	if err != nil {
+		return nil, wrap("read archived", files.Events(), err, HintFsck)
+	}
+	since, _ := s.archivedSince(id)
+	return &ArchivedAgent{Session: sess, Dir: files.Dir, ArchivedAt: since.UTC()}, nil
+}
+
+// ListArchived reads every agent in archive/, sorted by id; those that
+// cannot be read are returned as findings.
+func (s *Store) ListArchived() ([]*ArchivedAgent, []Finding, error) {
+	ids, err := s.archivedIDs()
+	if err != nil {
+		return nil, nil, err
+	}
+	sorted := make([]string, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	sort.Strings(sorted)
+	var out []*ArchivedAgent
+	var bad []Finding
+	for _, id := range sorted {
+		a, err := s.ReadArchived(id)
+		if err != nil {
+			bad = append(bad, Finding{Kind: FindKeptOut, Path: s.layout.ArchivedAgentDir(id), Agent: id, Detail: err.Error()})
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, bad, nil
+}
+
+// RestoreAgent moves archive/<id> back to agents/<id>, for the daemon to
+// adopt. The copy an archive leaves in agents/<id> for ArchiveGrace (the
+// same files, hard-linked) is removed first. agents/ and archive/ are
+// fsynced.
+func (s *Store) RestoreAgent(id string) error {
+	if !IsID(id) {
+		return wrap("restore", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+	}
+	src, dst := s.layout.ArchivedAgentDir(id), s.layout.AgentDir(id)
+	if !s.whole(src) {
+		return wrap("restore", src, fmt.Errorf("%w: archive/%s has no session.json or events.jsonl", ErrNotFound, id), "")
+	}
+	if _, err := s.fs.Stat(dst); err == nil {
+		if err := s.removeAgentDir(id); err != nil {
+			return err
+		}
+	}
+	if err := s.fs.RenameNoReplace(src, dst); err != nil {
+		if errors.Is(err, errExist) {
+			err = fmt.Errorf("%w: %s", ErrExists, dst)
+		}
+		return wrap("restore", src, err, "")
+	}
+	if err := s.fs.SyncDir(s.layout.AgentsDir()); err != nil {
+		return wrap("restore", dst, err, "")
+	}
+	return wrap("restore", src, s.fs.SyncDir(s.layout.ArchiveDir()), "")
 }

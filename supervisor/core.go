@@ -69,6 +69,9 @@ type Core struct {
 
 	mu    sync.Mutex // guards the fields below
 	nodes map[string]*node
+	// adopting holds the agents being adopted, closed when done: the
+	// watcher and a restore may adopt the same directory at once.
+	adopting map[string]chan struct{}
 	subs  map[*Subscription]struct{}
 	wake  chan struct{}
 	down  bool  // shutting down: no new turns

@@ -121,6 +121,28 @@ func (c *Core) detach(ctx context.Context, n *node) {
 // rsynced in). One that cannot be loaded yet (a copy still in progress) is
 // logged and looked at again on its next change.
 func (c *Core) adopt(id string) {
+	c.mu.Lock()
+	if wait := c.adopting[id]; wait != nil {
+		c.mu.Unlock()
+		<-wait // the other adoption decides
+		return
+	}
+	if c.nodes[id] != nil {
+		c.mu.Unlock()
+		return
+	}
+	if c.adopting == nil {
+		c.adopting = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	c.adopting[id] = done
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.adopting, id)
+		c.mu.Unlock()
+		close(done)
+	}()
 	a, findings := c.store.Load(id, true)
 	if a == nil {
 		for _, f := range findings {

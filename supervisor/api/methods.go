@@ -13,6 +13,7 @@ const (
 	MethodAgentInspect      = "agent.inspect"
 	MethodAgentList         = "agent.list"
 	MethodAgentPermissions  = "agent.permissions"
+	MethodAgentRestore      = "agent.restore"
 	MethodAgentInstructions = "agent.instructions"
 	MethodAgentSend         = "agent.send"
 	MethodAgentTerminate    = "agent.terminate"
@@ -45,6 +46,7 @@ const (
 // Methods lists every method name.
 var Methods = []string{
 	MethodAgentArchive,
+	MethodAgentRestore,
 	MethodAgentAttach,
 	MethodAgentBudget,
 	MethodAgentCreate,
