@@ -72,10 +72,10 @@ type Core struct {
 	// adopting holds the agents being adopted, closed when done: the
 	// watcher and a restore may adopt the same directory at once.
 	adopting map[string]chan struct{}
-	subs  map[*Subscription]struct{}
-	wake  chan struct{}
-	down  bool  // shutting down: no new turns
-	roots *node // holds the names of roots being created
+	subs     map[*Subscription]struct{}
+	wake     chan struct{}
+	down     bool  // shutting down: no new turns
+	roots    *node // holds the names of roots being created
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	slotWaiters  int // nodes with waitSlot set
