@@ -5,20 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 )
 
 // The identity of a home, and the mark of a copy of one.
 //
-// home.json names the home: {"version": 1, "id": "<uuidv7>", "created_at":
-// ...}. It is made once, by the first daemon start (or backup) of the
-// home, and never changed. A copy made by 'substrat backup' does not get
-// it: the copy gets backup.json instead, {"version": 1, "backup_of":
-// "<id of the home copied>", "source": "<its path>", "copied_at": ...},
-// written before the first file is copied. A daemon started on a copy
-// gives it a home.json of its own, so that a copy that comes to life is
-// a home of its own, told apart from the one it was copied from (its git
-// workspaces name the home they were made in: see package workspace).
+// home.json names the home: {"version": 1, "id": "<uuidv7>", "path":
+// "<the home's real path>", "created_at": ...}, and for a home that
+// started as a copy, "copied_from": "<the id of the home copied>". It is
+// made by the first daemon start (or backup) of the home. A copy made by
+// 'substrat backup' does not get it: the copy gets backup.json instead,
+// {"version": 1, "backup_of": "<id of the home copied>", "source": "<its
+// path>", "copied_at": ...}, written before the first file is copied. A
+// copy made by hand (rsync -a, cp -a) has the original's home.json, whose
+// path is not its own. A daemon started on a copy (of either kind) gives
+// it a home.json of its own, so that a copy that comes to life is a home
+// of its own, told apart from the one it was copied from: its git
+// workspaces still name the home they were made in (package workspace),
+// whose repository and branches they share, and are refused until
+// re-attached.
 const (
 	HomeName   = "home.json"
 	BackupName = "backup.json"
@@ -26,9 +32,11 @@ const (
 
 // HomeInfo is home.json.
 type HomeInfo struct {
-	Version   int       `json:"version"`
-	ID        string    `json:"id"`
-	CreatedAt time.Time `json:"created_at"`
+	Version    int       `json:"version"`
+	ID         string    `json:"id"`
+	Path       string    `json:"path,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	CopiedFrom string    `json:"copied_from,omitempty"`
 }
 
 // BackupMark is backup.json.
@@ -39,33 +47,81 @@ type BackupMark struct {
 	CopiedAt time.Time `json:"copied_at"`
 }
 
-// HomeID returns the id in home's home.json, or "" if it has none.
-func HomeID(home string) (string, error) {
+// readHomeInfo reads home.json, or returns nil if there is none.
+func readHomeInfo(home string) (*HomeInfo, error) {
 	path := Layout{Home: home}.HomeFile()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var h HomeInfo
 	if err := json.Unmarshal(data, &h); err != nil || !IsID(h.ID) {
-		return "", fmt.Errorf("%s is not a valid home identity (want {\"version\":1,\"id\":\"<uuid>\"}); put it back from a backup, or remove it to give the home a new one", path)
+		return nil, fmt.Errorf("%s is not a valid home identity (want {\"version\":1,\"id\":\"<uuid>\"}); put it back from a backup, or remove it to give the home a new one", path)
 	}
-	return h.ID, nil
+	return &h, nil
 }
 
-// EnsureHomeID returns the id of home, giving it one (home.json, made
-// without replacing one made meanwhile, and fsynced) if it has none.
+// realHome is home with its symlinks resolved.
+func realHome(home string) string {
+	if r, err := filepath.EvalSymlinks(home); err == nil {
+		return r
+	}
+	return filepath.Clean(home)
+}
+
+// HomeIdentity says who home is: its id ("" while it has none of its
+// own: a home never started, or a copy not started since it was made),
+// and the id of the home it is a copy of ("" for an original): from
+// backup.json, or from a home.json copied by hand (one whose path is not
+// home's).
+func HomeIdentity(home string) (id, copiedFrom string, err error) {
+	h, err := readHomeInfo(home)
+	if err != nil {
+		return "", "", err
+	}
+	if h != nil {
+		if h.Path == "" || h.Path == realHome(home) {
+			id, copiedFrom = h.ID, h.CopiedFrom
+		} else {
+			copiedFrom = h.ID
+		}
+	}
+	if copiedFrom == "" {
+		if m, err := ReadBackupMark(home); err == nil && m != nil {
+			copiedFrom = m.BackupOf
+		}
+	}
+	return id, copiedFrom, nil
+}
+
+// HomeID returns the id of home, or "" if it has none of its own.
+func HomeID(home string) (string, error) {
+	id, _, err := HomeIdentity(home)
+	return id, err
+}
+
+// EnsureHomeID returns the id of home, giving it one if it has none of
+// its own: home.json, made without replacing one made meanwhile (or, in a
+// copy made by hand, replacing the original's), fsynced.
 func EnsureHomeID(home string) (string, error) {
-	if id, err := HomeID(home); err != nil || id != "" {
+	id, from, err := HomeIdentity(home)
+	if err != nil || id != "" {
 		return id, err
 	}
 	l := Layout{Home: home}
-	data, err := json.MarshalIndent(HomeInfo{Version: 1, ID: NewID(), CreatedAt: time.Now().UTC()}, "", "  ")
+	data, err := json.MarshalIndent(HomeInfo{Version: 1, ID: NewID(), Path: realHome(home), CreatedAt: time.Now().UTC(), CopiedFrom: from}, "", "  ")
 	if err != nil {
 		return "", err
+	}
+	if old, _ := readHomeInfo(home); old != nil {
+		// The original's, copied by hand: this copy gets its own.
+		if err := writeFileDurable(OS{}, l.HomeFile(), append(data, '\n')); err != nil {
+			return "", err
+		}
+		return HomeID(home)
 	}
 	tmp := l.HomeFile() + ".tmp-" + NewID()
 	if err := writeFileDurable(OS{}, tmp, append(data, '\n')); err != nil {

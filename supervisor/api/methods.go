@@ -39,6 +39,7 @@ const (
 	MethodWorkspaceView     = "workspace.view"
 	MethodWorkspaceDiff     = "workspace.diff"
 	MethodWorkspacePublish  = "workspace.publish"
+	MethodWorkspaceReattach = "workspace.reattach"
 	MethodToolList          = "tool.list"
 	MethodToolCall          = "tool.call"
 )
@@ -80,6 +81,7 @@ var Methods = []string{
 	MethodWorkspaceView,
 	MethodWorkspaceDiff,
 	MethodWorkspacePublish,
+	MethodWorkspaceReattach,
 	MethodToolList,
 	MethodToolCall,
 }
