@@ -65,7 +65,20 @@ func (s *Store) ArchiveAgent(id string) error {
 		}
 		return wrap("archive", src, err, "")
 	}
-	return wrap("archive", dst, s.fs.SyncDir(s.layout.ArchiveDir()), "")
+	if err := s.fs.SyncDir(s.layout.ArchiveDir()); err != nil {
+		return wrap("archive", dst, err, "")
+	}
+	// No copy of the home runs: nothing needs agents/<id> any more, and
+	// without it 'mv archive/<id> agents/' undoes the archive at once.
+	if s.noCopy != nil {
+		if release, ok := s.noCopy(); ok {
+			defer release()
+			if err := s.removeAgentDir(id); err != nil {
+				return nil // archived; the sweep removes the copy later
+			}
+		}
+	}
+	return nil
 }
 
 // linkTree makes dst a tree of directories like src's, holding hard links
@@ -99,10 +112,20 @@ func (s *Store) linkTree(src, dst string) error {
 // SweepArchived removes every agents/<id> whose agent has been in
 // archive/<id> for longer than ArchiveGrace (by the time archive/<id> was
 // made), and returns their ids. The daemon calls it from time to time.
+//
+// With Options.NoCopy, while no copy of the home runs, it removes them
+// all, whatever their age.
 func (s *Store) SweepArchived(now time.Time) ([]string, error) {
 	archived, err := s.archivedIDs()
 	if err != nil {
 		return nil, err
+	}
+	anyAge := false
+	if s.noCopy != nil && len(archived) > 0 {
+		if release, ok := s.noCopy(); ok {
+			defer release()
+			anyAge = true
+		}
 	}
 	entries, err := s.fs.ReadDir(s.layout.AgentsDir())
 	if err != nil {
@@ -111,10 +134,10 @@ func (s *Store) SweepArchived(now time.Time) ([]string, error) {
 	var removed []string
 	for _, e := range entries {
 		id := e.Name()
-		if !archived[id] {
+		if !archived[id] || !s.whole(s.layout.ArchivedAgentDir(id)) {
 			continue
 		}
-		if since, ok := s.archivedSince(id); !ok || now.Sub(since) < ArchiveGrace {
+		if since, ok := s.archivedSince(id); !anyAge && (!ok || now.Sub(since) < ArchiveGrace) {
 			continue
 		}
 		if err := s.removeAgentDir(id); err != nil {

@@ -24,6 +24,8 @@
 //	    inbox/{tmp,new,cur}/   messages to the agent, Maildir style
 //	    transcript.txt mcp.json (written by the daemon; observability)
 //	  archive/<id>/            agents moved out of the live tree
+//	  copy.lock                held (flock, shared) by copies of the home
+//	                           while they run (home.go)
 //	  workspaces/              (the daemon's)
 //	  scratch/<id>/            working directory of an agent with no other
 //	  shell/<id>/              the shell work tool's saved cwd and exports
@@ -198,25 +200,32 @@
 //
 // # Archive
 //
-// Archiving an agent makes archive/<id> and leaves agents/<id> in place
-// for an hour (ArchiveGrace): archive/.tmp-<id> is built with a hard link
-// to every file of agents/<id> (the same inodes; nothing is copied), each
-// directory fsynced, renamed to archive/<id> without overwriting, and
-// archive/ fsynced. An agent whose directory is in both agents/ and
-// archive/ is archived: it is not loaded, the scan reports the agents/
-// copy as archived_copy (not a problem), and a repairing scan, or the
-// daemon's sweep, removes it once the grace is over (renamed to
+// Archiving an agent makes archive/<id>: archive/.tmp-<id> is built with
+// a hard link to every file of agents/<id> (the same inodes; nothing is
+// copied), each directory fsynced, renamed to archive/<id> without
+// overwriting, and archive/ fsynced. Then agents/<id> goes (renamed to
 // agents/.tmp-<id> first, so that a crash leaves a leftover, never half
-// an agent). The grace is for backups: a copy of the home made while the
-// daemon runs (rsync lists the directories, then copies the files) finds
-// the agent whole in agents/, in archive/, or in both, at every instant of
-// an archive; a rename from one to the other could make it find neither.
-// A copy can still hold one whole copy and one partial one (the files of
-// agents/<id> vanished while the grace ended during a copy that ran longer
-// than it): the whole one is used, and a repairing scan removes the
-// partial one and says so (partial_copy). Moving an agent directory by
-// hand is a rename, with that window: make it with the daemon's archive,
-// or keep backups and hand moves apart.
+// an agent), unless a copy of the home is running: a copy holds a shared
+// flock on copy.lock while it runs ('substrat backup' does; by hand,
+// flock -s HOME/copy.lock rsync -a HOME/ DEST/), and while one does,
+// agents/<id> stays, for an hour at most (ArchiveGrace), and the
+// daemon's sweep removes it once no copy runs. With agents/<id> gone,
+// 'mv archive/<id> agents/' undoes the archive by hand (the daemon adopts
+// it); 'substrat agent restore' undoes it at any time, removing an
+// agents/<id> left for a copy first.
+//
+// An agent whose directory is in both agents/ and archive/ is archived:
+// it is not loaded, the scan reports the agents/ copy as archived_copy
+// (not a problem), and a repairing scan removes it once the grace is
+// over. The copy left in agents/ is for copies of the home: a copy that
+// lists the directories, then copies the files, finds the agent whole in
+// agents/, in archive/, or in both, at every instant of an archive; a
+// rename from one to the other could make it find neither. A copy can
+// still hold one whole copy and one partial one (the files of agents/<id>
+// vanished during a copy that ran longer than the grace): the whole one
+// is used, and a repairing scan removes the partial one and says so
+// (partial_copy). A copy that does not hold copy.lock, or a hand move of
+// an agent directory while a copy runs, has that window.
 //
 // # Scanning
 //

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The identity of a home, and the mark of a copy of one.
@@ -162,4 +164,50 @@ func WriteBackupMark(home string, m BackupMark) error {
 		return err
 	}
 	return writeFileDurable(OS{}, Layout{Home: home}.BackupFile(), append(data, '\n'))
+}
+
+// Copies in progress.
+//
+// An archive leaves agents/<id> in place (the same files, hard-linked) for
+// a copy of the home that listed agents/ before the archive and copies
+// the files after it. It is needed only while such a copy runs, and it
+// stops 'mv archive/<id> agents/' from undoing the archive. So a copy
+// says that it runs: it holds a shared flock(2) on HOME/copy.lock for as
+// long as it copies ('substrat backup' does; by hand: flock -s
+// HOME/copy.lock rsync -a HOME/ DEST/). The daemon (Options.NoCopy)
+// takes the lock exclusively, without waiting, to remove such agents/<id>
+// copies: at once after an archive when no copy runs, else at its sweep
+// once none does.
+
+// CopyLockName is the lock a copy of the home holds while it runs.
+const CopyLockName = "copy.lock"
+
+// CopyLock takes the copy lock of home, shared, waiting for the daemon to
+// finish a removal; release ends the copy.
+func CopyLock(home string) (release func(), err error) {
+	f, err := os.OpenFile(Layout{Home: home}.CopyLock(), os.O_RDONLY|os.O_CREATE, filePerm)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// NoCopy returns the Options.NoCopy of home: the copy lock taken
+// exclusively without waiting, ok false while a copy holds it.
+func NoCopy(home string) func() (release func(), ok bool) {
+	return func() (func(), bool) {
+		f, err := os.OpenFile(Layout{Home: home}.CopyLock(), os.O_RDONLY|os.O_CREATE, filePerm)
+		if err != nil {
+			return nil, false
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			return nil, false
+		}
+		return func() { f.Close() }, true
+	}
 }

@@ -72,6 +72,9 @@ func (l Layout) Recovery() string      { return filepath.Join(l.Home, RecoveryNa
 func (l Layout) HomeFile() string   { return filepath.Join(l.Home, HomeName) }
 func (l Layout) BackupFile() string { return filepath.Join(l.Home, BackupName) }
 
+// CopyLock is copy.lock, held (shared) by copies of the home in progress.
+func (l Layout) CopyLock() string { return filepath.Join(l.Home, CopyLockName) }
+
 // ProviderDir is providers/<name>: state a provider keeps for itself
 // (a CLI's private HOME, saved conversations, session ids).
 func (l Layout) ProviderDir(name string) string {

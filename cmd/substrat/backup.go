@@ -63,7 +63,7 @@ func (c *BackupCmd) Run(g *Globals) error {
 	// copy as one of it (written before anything is copied, so that an
 	// interrupted copy is still known for one); everything else is copied
 	// as is.
-	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/",
+	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/", "--exclude=/" + fsstore.CopyLockName,
 		"--exclude=/" + fsstore.HomeName, "--exclude=/" + fsstore.BackupName}, c.Rsync...)
 	args = append(args, strings.TrimSuffix(g.Home, "/")+"/", strings.TrimSuffix(dest, "/")+"/")
 	cmd := exec.Command(rsync, args...)
@@ -72,7 +72,14 @@ func (c *BackupCmd) Run(g *Globals) error {
 	if !g.JSON {
 		fmt.Fprintf(os.Stderr, "copying %s to %s with rsync -a...\n", g.Home, dest)
 	}
+	// While it copies, the daemon keeps the agents/<id> that archives
+	// leave for copies (see fsstore/home.go).
+	release, err := fsstore.CopyLock(g.Home)
+	if err != nil {
+		return err
+	}
 	err = cmd.Run()
+	release()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.ExitCode() == 24:

@@ -103,7 +103,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// shells give 1024 soft); open logs get a quarter of it, the
 	// connections a quarter, the rest is for providers and sandboxes.
 	nofile := raiseNoFile()
-	store, err := fsstore.Open(opts.Home, fsstore.Options{MaxOpenLogs: max(64, min(nofile/4, 4096))})
+	store, err := fsstore.Open(opts.Home, fsstore.Options{MaxOpenLogs: max(64, min(nofile/4, 4096)), NoCopy: fsstore.NoCopy(opts.Home)})
 	if err != nil {
 		return err
 	}
