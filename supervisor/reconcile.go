@@ -93,6 +93,14 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	if err := c.acquire(ctx, n); err != nil {
 		return
 	}
+	// Archived (or restored) meanwhile: the archive took it out itself.
+	c.mu.Lock()
+	gone := c.nodes[n.id()] != n
+	c.mu.Unlock()
+	if gone {
+		c.release(n)
+		return
+	}
 	// Stop the provider first: once the agent is out of the tree, nothing
 	// of it runs.
 	c.mu.Lock()

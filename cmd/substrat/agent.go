@@ -175,7 +175,7 @@ func (c *AgentInstructionsCmd) Run(g *Globals) error {
 	}
 	var res api.InspectResult
 	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
-		if notFound(err) {
+		if notFound(err) || notRunning(err) {
 			// Not live: an archived agent, read from archive/.
 			if found, aerr := inspectArchived(g, c.Ref); found {
 				return aerr

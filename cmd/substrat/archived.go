@@ -155,6 +155,12 @@ func inspectArchived(g *Globals, ref string) (found bool, err error) {
 	return true, tw.Flush()
 }
 
+// notRunning reports whether err says that no daemon runs.
+func notRunning(err error) bool {
+	var ee *exitError
+	return errors.As(err, &ee) && ee.code == 3
+}
+
 // notFound reports whether err is the daemon's "no such agent".
 func notFound(err error) bool {
 	var ae *api.Error

@@ -402,6 +402,10 @@ func copyError(w *Workspace, from string) error {
 		w.Ref(), from, w.Git.Repo, w.Git.Branch, w.Ref(), w.Ref())
 }
 
+// CheckHome refuses a git workspace copied from another home, naming
+// that home and what to do.
+func (s *Store) CheckHome(w *Workspace) error { return checkHome(s.layout, w) }
+
 // checkHome refuses a git workspace of another home.
 func checkHome(l fsstore.Layout, w *Workspace) error {
 	if from, copied := copiedFrom(l, w); copied {
