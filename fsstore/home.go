@@ -21,7 +21,9 @@ import (
 // {"version": 1, "backup_of": "<id of the home copied>", "source": "<its
 // path>", "copied_at": ...}, written before the first file is copied. A
 // copy made by hand (rsync -a, cp -a) has the original's home.json, whose
-// path is not its own. A daemon started on a copy (of either kind) gives
+// path is not its own, while the original at that path has that id (a
+// home moved to another path keeps its id, and its start records the new
+// path). A daemon started on a copy (of either kind) gives
 // it a home.json of its own, so that a copy that comes to life is a home
 // of its own, told apart from the one it was copied from: its git
 // workspaces still name the home they were made in (package workspace),
@@ -78,14 +80,15 @@ func realHome(home string) string {
 // own: a home never started, or a copy not started since it was made),
 // and the id of the home it is a copy of ("" for an original): from
 // backup.json, or from a home.json copied by hand (one whose path is not
-// home's).
+// home's, while the home at that path still has that id; a home moved
+// away from its path keeps its id).
 func HomeIdentity(home string) (id, copiedFrom string, err error) {
 	h, err := readHomeInfo(home)
 	if err != nil {
 		return "", "", err
 	}
 	if h != nil {
-		if h.Path == "" || h.Path == realHome(home) {
+		if h.Path == "" || h.Path == realHome(home) || !stillThere(h) {
 			id, copiedFrom = h.ID, h.CopiedFrom
 		} else {
 			copiedFrom = h.ID
@@ -99,6 +102,12 @@ func HomeIdentity(home string) (id, copiedFrom string, err error) {
 	return id, copiedFrom, nil
 }
 
+// stillThere reports whether the home h names is at its path.
+func stillThere(h *HomeInfo) bool {
+	at, err := readHomeInfo(h.Path)
+	return err == nil && at != nil && at.ID == h.ID
+}
+
 // HomeID returns the id of home, or "" if it has none of its own.
 func HomeID(home string) (string, error) {
 	id, _, err := HomeIdentity(home)
@@ -110,10 +119,24 @@ func HomeID(home string) (string, error) {
 // copy made by hand, replacing the original's), fsynced.
 func EnsureHomeID(home string) (string, error) {
 	id, from, err := HomeIdentity(home)
-	if err != nil || id != "" {
-		return id, err
+	if err != nil {
+		return "", err
 	}
 	l := Layout{Home: home}
+	if id != "" {
+		// A home moved from its path: the same home, at its new path.
+		if h, _ := readHomeInfo(home); h != nil && h.Path != realHome(home) {
+			h.Path = realHome(home)
+			data, err := json.MarshalIndent(h, "", "  ")
+			if err == nil {
+				err = writeFileDurable(OS{}, l.HomeFile(), append(data, '\n'))
+			}
+			if err != nil {
+				return "", err
+			}
+		}
+		return id, nil
+	}
 	data, err := json.MarshalIndent(HomeInfo{Version: 1, ID: NewID(), Path: realHome(home), CreatedAt: time.Now().UTC(), CopiedFrom: from}, "", "  ")
 	if err != nil {
 		return "", err
