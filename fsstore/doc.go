@@ -8,8 +8,9 @@
 //	HOME/                      0700
 //	  daemon.sock daemon.lock daemon.pid daemon.log recovery.json
 //	                           (the daemon's; not written by this package)
-//	  home.json                the home's identity: {version, id, created_at},
-//	                           made at its first start (home.go)
+//	  home.json                the home's identity: {version, id, path,
+//	                           created_at, copied_from}, made at its first
+//	                           start (home.go)
 //	  backup.json              only in a copy made by 'substrat backup':
 //	                           {version, backup_of (the id of the home
 //	                           copied), source, copied_at}
