@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"time"
 )
 
@@ -64,7 +65,20 @@ func (s *Store) ArchiveAgent(id string) error {
 		}
 		return wrap("archive", src, err, "")
 	}
-	return wrap("archive", dst, s.fs.SyncDir(s.layout.ArchiveDir()), "")
+	if err := s.fs.SyncDir(s.layout.ArchiveDir()); err != nil {
+		return wrap("archive", dst, err, "")
+	}
+	// No copy of the home runs: nothing needs agents/<id> any more, and
+	// without it 'mv archive/<id> agents/' undoes the archive at once.
+	if s.noCopy != nil {
+		if release, ok := s.noCopy(); ok {
+			defer release()
+			if err := s.removeAgentDir(id); err != nil {
+				return nil // archived; the sweep removes the copy later
+			}
+		}
+	}
+	return nil
 }
 
 // linkTree makes dst a tree of directories like src's, holding hard links
@@ -98,10 +112,20 @@ func (s *Store) linkTree(src, dst string) error {
 // SweepArchived removes every agents/<id> whose agent has been in
 // archive/<id> for longer than ArchiveGrace (by the time archive/<id> was
 // made), and returns their ids. The daemon calls it from time to time.
+//
+// With Options.NoCopy, while no copy of the home runs, it removes them
+// all, whatever their age.
 func (s *Store) SweepArchived(now time.Time) ([]string, error) {
 	archived, err := s.archivedIDs()
 	if err != nil {
 		return nil, err
+	}
+	anyAge := false
+	if s.noCopy != nil && len(archived) > 0 {
+		if release, ok := s.noCopy(); ok {
+			defer release()
+			anyAge = true
+		}
 	}
 	entries, err := s.fs.ReadDir(s.layout.AgentsDir())
 	if err != nil {
@@ -110,10 +134,10 @@ func (s *Store) SweepArchived(now time.Time) ([]string, error) {
 	var removed []string
 	for _, e := range entries {
 		id := e.Name()
-		if !archived[id] {
+		if !archived[id] || !s.whole(s.layout.ArchivedAgentDir(id)) {
 			continue
 		}
-		if since, ok := s.archivedSince(id); !ok || now.Sub(since) < ArchiveGrace {
+		if since, ok := s.archivedSince(id); !anyAge && (!ok || now.Sub(since) < ArchiveGrace) {
 			continue
 		}
 		if err := s.removeAgentDir(id); err != nil {
@@ -233,4 +257,86 @@ func removedOr(err error, what string) string {
 		return "; removing " + what + " failed: " + err.Error()
 	}
 	return "; removed " + what
+}
+
+// ArchivedAgent is an agent in archive/, as its log replays.
+type ArchivedAgent struct {
+	Session    *Session  `json:"session"`
+	Dir        string    `json:"dir"`
+	ArchivedAt time.Time `json:"archived_at"` // when archive/<id> was made
+}
+
+// ReadArchived reads archive/<id>: its whole events.jsonl replayed (read
+// only; nothing is changed or repaired).
+func (s *Store) ReadArchived(id string) (*ArchivedAgent, error) {
+	if !IsID(id) {
+		return nil, wrap("read archived", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+	}
+	files := AgentFiles{Dir: s.layout.ArchivedAgentDir(id)}
+	if _, err := s.fs.Stat(files.Dir); err != nil {
+		if errors.Is(err, errNotExist) {
+			err = fmt.Errorf("%w: no archived agent %s", ErrNotFound, id)
+		}
+		return nil, wrap("read archived", files.Dir, err, "")
+	}
+	sess, _, err := s.replayLog(files, id)
+	if err != nil {
+		return nil, wrap("read archived", files.Events(), err, HintFsck)
+	}
+	since, _ := s.archivedSince(id)
+	return &ArchivedAgent{Session: sess, Dir: files.Dir, ArchivedAt: since.UTC()}, nil
+}
+
+// ListArchived reads every agent in archive/, sorted by id; those that
+// cannot be read are returned as findings.
+func (s *Store) ListArchived() ([]*ArchivedAgent, []Finding, error) {
+	ids, err := s.archivedIDs()
+	if err != nil {
+		return nil, nil, err
+	}
+	sorted := make([]string, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	sort.Strings(sorted)
+	var out []*ArchivedAgent
+	var bad []Finding
+	for _, id := range sorted {
+		a, err := s.ReadArchived(id)
+		if err != nil {
+			bad = append(bad, Finding{Kind: FindKeptOut, Path: s.layout.ArchivedAgentDir(id), Agent: id, Detail: err.Error()})
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, bad, nil
+}
+
+// RestoreAgent moves archive/<id> back to agents/<id>, for the daemon to
+// adopt. The copy an archive leaves in agents/<id> for ArchiveGrace (the
+// same files, hard-linked) is removed first. agents/ and archive/ are
+// fsynced.
+func (s *Store) RestoreAgent(id string) error {
+	if !IsID(id) {
+		return wrap("restore", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+	}
+	src, dst := s.layout.ArchivedAgentDir(id), s.layout.AgentDir(id)
+	if !s.whole(src) {
+		return wrap("restore", src, fmt.Errorf("%w: archive/%s has no session.json or events.jsonl", ErrNotFound, id), "")
+	}
+	if _, err := s.fs.Stat(dst); err == nil {
+		if err := s.removeAgentDir(id); err != nil {
+			return err
+		}
+	}
+	if err := s.fs.RenameNoReplace(src, dst); err != nil {
+		if errors.Is(err, errExist) {
+			err = fmt.Errorf("%w: %s", ErrExists, dst)
+		}
+		return wrap("restore", src, err, "")
+	}
+	if err := s.fs.SyncDir(s.layout.AgentsDir()); err != nil {
+		return wrap("restore", dst, err, "")
+	}
+	return wrap("restore", src, s.fs.SyncDir(s.layout.ArchiveDir()), "")
 }

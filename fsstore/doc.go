@@ -8,6 +8,12 @@
 //	HOME/                      0700
 //	  daemon.sock daemon.lock daemon.pid daemon.log recovery.json
 //	                           (the daemon's; not written by this package)
+//	  home.json                the home's identity: {version, id, path,
+//	                           created_at, copied_from}, made at its first
+//	                           start (home.go)
+//	  backup.json              only in a copy made by 'substrat backup':
+//	                           {version, backup_of (the id of the home
+//	                           copied), source, copied_at}
 //	  providers.json           provider processes running, for reaping
 //	  providers/<name>/        a provider's own state (a CLI's HOME,
 //	                           session ids); homes/<id>/ per agent
@@ -19,6 +25,8 @@
 //	    inbox/{tmp,new,cur}/   messages to the agent, Maildir style
 //	    transcript.txt mcp.json (written by the daemon; observability)
 //	  archive/<id>/            agents moved out of the live tree
+//	  copy.lock                held (flock, shared) by copies of the home
+//	                           while they run (home.go)
 //	  workspaces/              (the daemon's)
 //	  scratch/<id>/            working directory of an agent with no other
 //	  shell/<id>/              the shell work tool's saved cwd and exports
@@ -188,13 +196,27 @@
 // such a file.
 //
 // A session.json that is missing, is not valid JSON, or fails validation
-// keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a
-// valid log and keeps the old file as session.json.<n>.broken. An unknown
+// is rebuilt from a valid log by the daemon's start and by 'substrat fsck
+// --repair' (a snapshot_rebuilt finding in recovery.json), and the old file
+// is kept as session.json.<n>.broken; when the log is not valid either, the
+// agent is kept out. The daemon's start, 'daemon status' and 'agent list'
+// say how many agents are kept out; 'substrat recover' says why. An unknown
 // version is never rewritten. A session.json whose last_seq is past the end
 // of the log (a copy taken while the daemon wrote: rsync copies events.jsonl
 // before session.json; or writes the disk lost) is not trusted: the log is
 // the truth, the state is rebuilt from it, and repairing rewrites
 // session.json, keeping the old one as session.json.<n>.broken.
+//
+// Siblings (agents with the same parent_id) never share a name, so that a
+// path names one agent. A session.json edited to a sibling's name is
+// refused while the daemon runs; at the next start (and with 'substrat
+// fsck --repair') the agent goes back to the name its events.jsonl
+// records, the last good one: session.json is rebuilt from the log and
+// the edited file kept as session.json.<n>.broken (a duplicate_name
+// finding; 'substrat fsck' counts it as a problem until then). Siblings
+// whose logs give them the same name (directories copied in from
+// another home) are kept out, all but the oldest, and a directory moved
+// in while the daemon runs is not adopted while a sibling has its name.
 //
 // # Creating an agent
 //
@@ -227,25 +249,32 @@
 //
 // # Archive
 //
-// Archiving an agent makes archive/<id> and leaves agents/<id> in place
-// for an hour (ArchiveGrace): archive/.tmp-<id> is built with a hard link
-// to every file of agents/<id> (the same inodes; nothing is copied), each
-// directory fsynced, renamed to archive/<id> without overwriting, and
-// archive/ fsynced. An agent whose directory is in both agents/ and
-// archive/ is archived: it is not loaded, the scan reports the agents/
-// copy as archived_copy (not a problem), and a repairing scan, or the
-// daemon's sweep, removes it once the grace is over (renamed to
+// Archiving an agent makes archive/<id>: archive/.tmp-<id> is built with
+// a hard link to every file of agents/<id> (the same inodes; nothing is
+// copied), each directory fsynced, renamed to archive/<id> without
+// overwriting, and archive/ fsynced. Then agents/<id> goes (renamed to
 // agents/.tmp-<id> first, so that a crash leaves a leftover, never half
-// an agent). The grace is for backups: a copy of the home made while the
-// daemon runs (rsync lists the directories, then copies the files) finds
-// the agent whole in agents/, in archive/, or in both, at every instant of
-// an archive; a rename from one to the other could make it find neither.
-// A copy can still hold one whole copy and one partial one (the files of
-// agents/<id> vanished while the grace ended during a copy that ran longer
-// than it): the whole one is used, and a repairing scan removes the
-// partial one and says so (partial_copy). Moving an agent directory by
-// hand is a rename, with that window: make it with the daemon's archive,
-// or keep backups and hand moves apart.
+// an agent), unless a copy of the home is running: a copy holds a shared
+// flock on copy.lock while it runs ('substrat backup' does; by hand,
+// flock -s HOME/copy.lock rsync -a HOME/ DEST/), and while one does,
+// agents/<id> stays, for an hour at most (ArchiveGrace), and the
+// daemon's sweep removes it once no copy runs. With agents/<id> gone,
+// 'mv archive/<id> agents/' undoes the archive by hand (the daemon adopts
+// it); 'substrat agent restore' undoes it at any time, removing an
+// agents/<id> left for a copy first.
+//
+// An agent whose directory is in both agents/ and archive/ is archived:
+// it is not loaded, the scan reports the agents/ copy as archived_copy
+// (not a problem), and a repairing scan removes it once the grace is
+// over. The copy left in agents/ is for copies of the home: a copy that
+// lists the directories, then copies the files, finds the agent whole in
+// agents/, in archive/, or in both, at every instant of an archive; a
+// rename from one to the other could make it find neither. A copy can
+// still hold one whole copy and one partial one (the files of agents/<id>
+// vanished during a copy that ran longer than the grace): the whole one
+// is used, and a repairing scan removes the partial one and says so
+// (partial_copy). A copy that does not hold copy.lock, or a hand move of
+// an agent directory while a copy runs, has that window.
 //
 // # Scanning
 //

@@ -67,6 +67,14 @@ func (l Layout) Pid() string           { return filepath.Join(l.Home, PidName) }
 func (l Layout) Log() string           { return filepath.Join(l.Home, LogName) }
 func (l Layout) Recovery() string      { return filepath.Join(l.Home, RecoveryName) }
 
+// HomeFile is home.json, the home's identity; BackupFile is backup.json,
+// the mark of a copy (home.go).
+func (l Layout) HomeFile() string   { return filepath.Join(l.Home, HomeName) }
+func (l Layout) BackupFile() string { return filepath.Join(l.Home, BackupName) }
+
+// CopyLock is copy.lock, held (shared) by copies of the home in progress.
+func (l Layout) CopyLock() string { return filepath.Join(l.Home, CopyLockName) }
+
 // ProviderDir is providers/<name>: state a provider keeps for itself
 // (a CLI's private HOME, saved conversations, session ids).
 func (l Layout) ProviderDir(name string) string {

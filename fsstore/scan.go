@@ -2,12 +2,14 @@ package fsstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	iofs "io/fs"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +57,14 @@ const (
 	// FindSnapshotRebuilt is a session.json rebuilt from events.jsonl by
 	// RebuildSnapshots; the old file is kept as session.json.N.broken.
 	FindSnapshotRebuilt FindingKind = "snapshot_rebuilt"
+	// FindDuplicateName is an agent whose session.json gives it the name
+	// of a sibling (a hand edit the daemon refused, or one made while it
+	// was stopped), when events.jsonl records another name. Repairing
+	// goes back to the name in events.jsonl (the last good one): the
+	// snapshot is rebuilt from the log and the edited file kept as
+	// session.json.N.broken. Siblings whose logs give them the same name
+	// (directories copied in by hand) are kept out but the oldest.
+	FindDuplicateName FindingKind = "duplicate_name"
 )
 
 // Finding is one thing a scan found, and what it did about it.
@@ -239,6 +249,7 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 		}
 		res.Agents = kept
 	}
+	s.duplicateNames(&res, opts)
 	sort.SliceStable(res.Findings, func(i, j int) bool { return res.Findings[i].Path < res.Findings[j].Path })
 	return &res, nil
 }
@@ -405,3 +416,86 @@ func (s *Store) rebuildSnapshot(files AgentFiles, id string, cause error) (*Sess
 //
 // The errors are those package os returns, with the same full paths. Any
 // other FS (the simulation's) is used through its methods.
+
+// duplicateNames finds siblings (agents with the same parent_id) that
+// share a name, which would make a path resolve to either. An agent whose
+// session.json name differs from the one its log records goes back to
+// the log's (when repairing: the snapshot rebuilt from the log, the old
+// file kept as session.json.N.broken); siblings still sharing a name after
+// that are kept out, all but the oldest.
+func (s *Store) duplicateNames(res *ScanResult, opts ScanOptions) {
+	type key struct{ parent, name string }
+	groups := map[key][]*Agent{}
+	var keys []key
+	for _, a := range res.Agents {
+		k := key{a.sess.ParentID, a.sess.Name}
+		if len(groups[k]) == 1 {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], a)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	names := map[key]bool{}
+	for k := range groups {
+		names[k] = true
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].parent != keys[j].parent {
+			return keys[i].parent < keys[j].parent
+		}
+		return keys[i].name < keys[j].name
+	})
+	out := map[string]bool{}
+	for _, k := range keys {
+		group := groups[k] // sorted by id: the oldest first
+		var still []*Agent
+		for _, a := range group {
+			other := group[0]
+			if other == a {
+				other = group[1]
+			}
+			logged, _, err := s.replayLog(a.files, a.id)
+			if err != nil || logged.Name == a.sess.Name || names[key{k.parent, logged.Name}] {
+				still = append(still, a)
+				continue
+			}
+			f := Finding{Kind: FindDuplicateName, Path: a.files.Session(), Agent: a.id,
+				Detail: fmt.Sprintf("session.json names it %q, the name of its sibling %s; events.jsonl names it %q", a.sess.Name, other.id, logged.Name),
+				Hint:   HintFsckRepair + " (or restart the daemon) to go back to " + strconv.Quote(logged.Name) + ", or give it a name no sibling has"}
+			if opts.Repair {
+				data, err := s.replaceSnapshot(a.files, logged)
+				if err != nil {
+					f.Detail += "; rebuilding session.json failed: " + err.Error()
+					still = append(still, a)
+					res.Findings = append(res.Findings, f)
+					continue
+				}
+				f.Repaired = true
+				f.Detail += fmt.Sprintf("; kept %q, rebuilt session.json from events.jsonl and kept the edited file as session.json.N.broken", logged.Name)
+				a.sess, a.snapSeq, a.snapSum = logged, logged.LastSeq, sha256.Sum256(data)
+				names[key{k.parent, logged.Name}] = true
+			}
+			// Without repair it is reported, and counted as renamed.
+			res.Findings = append(res.Findings, f)
+		}
+		for _, a := range still[min(1, len(still)):] {
+			res.Findings = append(res.Findings, Finding{Kind: FindKeptOut, Path: a.files.Dir, Agent: a.id,
+				Detail: fmt.Sprintf("its name %q is also the name of its sibling %s, and events.jsonl records that name for both: a path could not tell them apart", k.name, still[0].id),
+				Hint:   "give it a name no sibling has in session.json, then restart the daemon; or move its directory to archive/"})
+			out[a.id] = true
+			a.Close()
+		}
+	}
+	if len(out) == 0 {
+		return
+	}
+	kept := res.Agents[:0]
+	for _, a := range res.Agents {
+		if !out[a.id] {
+			kept = append(kept, a)
+		}
+	}
+	res.Agents = kept
+}

@@ -24,6 +24,12 @@ type Options struct {
 	// to again); default DefaultMaxOpenLogs. A daemon sizes it by its
 	// descriptor limit.
 	MaxOpenLogs int
+	// NoCopy, if set, reports whether no copy of the home is running
+	// (CopyLock): then it holds that off until release is called, and
+	// an archive removes the agents/<id> it leaves for copies at once,
+	// instead of after ArchiveGrace. The daemon sets it; without it the
+	// grace always applies.
+	NoCopy func() (release func(), ok bool)
 }
 
 // Store is a home directory of agents.
@@ -33,6 +39,7 @@ type Store struct {
 	now    func() time.Time
 	newID  func() string
 	logs   *openLogs
+	noCopy func() (release func(), ok bool)
 }
 
 // Open prepares the home directory (creating it 0700 and its agents/,
@@ -52,7 +59,7 @@ func Open(home string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, wrap("open", home, err, "")
 	}
-	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs)}
+	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs), noCopy: opts.NoCopy}
 	if err := s.mkdirAll(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}

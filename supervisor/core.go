@@ -69,10 +69,13 @@ type Core struct {
 
 	mu    sync.Mutex // guards the fields below
 	nodes map[string]*node
-	subs  map[*Subscription]struct{}
-	wake  chan struct{}
-	down  bool  // shutting down: no new turns
-	roots *node // holds the names of roots being created
+	// adopting holds the agents being adopted, closed when done: the
+	// watcher and a restore may adopt the same directory at once.
+	adopting map[string]chan struct{}
+	subs     map[*Subscription]struct{}
+	wake     chan struct{}
+	down     bool  // shutting down: no new turns
+	roots    *node // holds the names of roots being created
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	// parked maps a provider (park.go's key) to the reset of its limit.

@@ -119,21 +119,36 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 	}
 	if strings.Contains(ref, "/") {
 		parts := strings.Split(strings.Trim(ref, "/"), "/")
+		// Each step must name one agent: siblings sharing a name (which
+		// only hand-made directories can bring about) are refused, never
+		// resolved to either of them.
+		level := c.rootsLocked()
 		var cur *node
-		for _, r := range c.rootsLocked() {
-			if r.s().Name == parts[0] {
-				cur = r
-				break
+		for i, name := range parts {
+			var matches []*node
+			for _, x := range level {
+				if x != nil && x.s().Name == name {
+					matches = append(matches, x)
+				}
 			}
-		}
-		for _, name := range parts[1:] {
-			if cur == nil {
-				break
+			if len(matches) == 0 {
+				return nil, api.Errorf(api.CodeNotFound, "no agent at path %q", ref)
 			}
-			cur = c.childNamedLocked(cur, name)
-		}
-		if cur == nil {
-			return nil, api.Errorf(api.CodeNotFound, "no agent at path %q", ref)
+			if len(matches) > 1 {
+				ids := make([]string, len(matches))
+				for j, m := range matches {
+					ids[j] = m.id()
+				}
+				sort.Strings(ids)
+				e := api.Errorf(api.CodeAmbiguous, "path %q is ambiguous: %d siblings are named %q (%s)",
+					strings.Join(parts[:i+1], "/"), len(matches), name, strings.Join(ids, ", "))
+				e.Hint = "use an id, and rename one of them (substrat fsck lists them)"
+				return nil, e
+			}
+			cur, level = matches[0], nil
+			for _, id := range cur.children {
+				level = append(level, c.nodes[id])
+			}
 		}
 		return cur, nil
 	}

@@ -93,6 +93,14 @@ func (c *Core) detach(ctx context.Context, n *node) {
 	if err := c.acquire(ctx, n); err != nil {
 		return
 	}
+	// Archived (or restored) meanwhile: the archive took it out itself.
+	c.mu.Lock()
+	gone := c.nodes[n.id()] != n
+	c.mu.Unlock()
+	if gone {
+		c.release(n)
+		return
+	}
 	// Stop the provider first: once the agent is out of the tree, nothing
 	// of it runs.
 	c.mu.Lock()
@@ -121,6 +129,28 @@ func (c *Core) detach(ctx context.Context, n *node) {
 // rsynced in). One that cannot be loaded yet (a copy still in progress) is
 // logged and looked at again on its next change.
 func (c *Core) adopt(id string) {
+	c.mu.Lock()
+	if wait := c.adopting[id]; wait != nil {
+		c.mu.Unlock()
+		<-wait // the other adoption decides
+		return
+	}
+	if c.nodes[id] != nil {
+		c.mu.Unlock()
+		return
+	}
+	if c.adopting == nil {
+		c.adopting = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	c.adopting[id] = done
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.adopting, id)
+		c.mu.Unlock()
+		close(done)
+	}()
 	a, findings := c.store.Load(id, true)
 	if a == nil {
 		for _, f := range findings {
@@ -128,6 +158,30 @@ func (c *Core) adopt(id string) {
 				c.log.Warn("agent directory not adopted (yet)", "path", f.Path, "reason", f.Detail)
 			}
 		}
+		return
+	}
+	// A sibling with the same name (a directory copied in from another
+	// home) would make a path resolve to either: it waits, as at a start.
+	c.mu.Lock()
+	var sibs []*node
+	if p := c.nodes[a.Session().ParentID]; p != nil {
+		for _, id := range p.children {
+			sibs = append(sibs, c.nodes[id])
+		}
+	} else if a.Session().ParentID == "" {
+		sibs = c.rootsLocked()
+	}
+	var twin *node
+	for _, s := range sibs {
+		if s != nil && s.id() != id && s.s().Name == a.Session().Name {
+			twin = s
+		}
+	}
+	c.mu.Unlock()
+	if twin != nil {
+		a.Close()
+		c.log.Warn("agent directory not adopted: a sibling has its name; rename it in its session.json",
+			"path", c.store.Layout().AgentDir(id), "name", twin.s().Name, "sibling", twin.id())
 		return
 	}
 	// Put right what no longer holds, before anyone sees the agent: no

@@ -27,8 +27,12 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 		rep.Reaped = r
 	}
 
-	// Steps 2-4: sweep, repair torn tails, load and replay, orphans.
-	res, err := c.store.Scan(ctx, fsstore.ScanOptions{Repair: true})
+	// Steps 2-4: sweep, repair torn tails, load and replay, orphans. A
+	// session.json that cannot be read (a bad hand edit made while the
+	// daemon was stopped, or refused while it ran) is rebuilt from a valid
+	// events.jsonl, as fsck --repair does; the old file is kept as
+	// session.json.N.broken and the finding says so.
+	res, err := c.store.Scan(ctx, fsstore.ScanOptions{Repair: true, RebuildSnapshots: true})
 	if err != nil {
 		return nil, err
 	}

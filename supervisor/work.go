@@ -57,6 +57,13 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 	case p.Workspace != "" && p.WorkDir != "":
 		return invalidParams("give a workspace or a directory, not both: an agent in a workspace works in its sandbox")
 	case p.Workspace != "":
+		// A git workspace copied from another home runs no agent here
+		// until re-attached (package workspace).
+		if w, err := c.getWorkspace(p.Workspace); err == nil {
+			if err := c.ws.CheckHome(w); err != nil {
+				return api.Errorf(api.CodeConflict, "%v", err)
+			}
+		}
 	case parent != nil && p.WorkDir != "" && p.WorkDir == parent.WorkDir:
 		// Inherited: where the parent works (its scratch directory too).
 	case p.WorkDir != "":

@@ -162,6 +162,18 @@ func (c *Core) DeleteWorkspaceWith(ref string, opts workspace.DeleteOptions) err
 	return workspaceErr(c.ws.DeleteWith(scope, name, c.workspaceUsers, opts))
 }
 
+// ReattachWorkspace makes a git workspace copied from another home (a
+// backup, restored) this home's: git work on it is allowed again, and
+// this home takes its branch over in the repository.
+func (c *Core) ReattachWorkspace(ref string) (*workspace.Workspace, error) {
+	scope, name, err := c.splitWorkspaceRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.ws.Reattach(scope, name)
+	return w, workspaceErr(err)
+}
+
 // LinkWorkspace binds a host directory into a workspace (a user's act: any
 // host path the user names).
 func (c *Core) LinkWorkspace(p api.LinkParams) (*workspace.Workspace, error) {

@@ -30,6 +30,7 @@ type AgentCmd struct {
 	Attach       AgentAttachCmd       `cmd:"" help:"Follow an agent's activity live."`
 	Terminate    AgentTerminateCmd    `cmd:"" help:"End an agent (and with --recursive its subtree)."`
 	Archive      AgentArchiveCmd      `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
+	Restore      AgentRestoreCmd      `cmd:"" help:"Bring an archived agent and its archived subtree back into the live tree (undoes archive)."`
 	Budget       AgentBudgetCmd       `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
 	Permissions  AgentPermissionsCmd  `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
 	Limits       AgentLimitsCmd       `cmd:"" help:"Show or change an agent's resource limits: memory, processes, CPU weight."`
@@ -214,6 +215,12 @@ func (c *AgentInstructionsCmd) Run(g *Globals) error {
 	}
 	var res api.InspectResult
 	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+		if notFound(err) || notRunning(err) {
+			// Not live: an archived agent, read from archive/.
+			if found, aerr := inspectArchived(g, c.Ref); found {
+				return aerr
+			}
+		}
 		return err
 	}
 	if g.JSON {
@@ -274,6 +281,12 @@ func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
 	}
 	var res api.InspectResult
 	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+		if notFound(err) {
+			// Not live: an archived agent, read from archive/.
+			if found, aerr := inspectArchived(g, c.Ref); found {
+				return aerr
+			}
+		}
 		return err
 	}
 	if g.JSON {
@@ -295,11 +308,15 @@ func flagSet(k *kong.Context, name string) bool {
 
 // AgentListCmd lists agents.
 type AgentListCmd struct {
-	listOptions // list.go
+	listOptions      // list.go
+	Archived    bool `help:"List the agents in archive/ instead (read from the files; no daemon needed)."`
 }
 
 // Run draws the tree.
 func (c *AgentListCmd) Run(g *Globals) error {
+	if c.Archived {
+		return listArchived(g)
+	}
 	var all []api.AgentInfo
 	if err := g.call(api.MethodAgentList, nil, &all); err != nil {
 		return err
@@ -311,11 +328,16 @@ func (c *AgentListCmd) Run(g *Globals) error {
 	if g.JSON {
 		return printJSON(list)
 	}
-	if len(list) == 0 {
+	var st api.StatusResult
+	g.call(api.MethodDaemonStatus, nil, &st)
+	if len(list) == 0 && len(st.KeptOut) == 0 {
 		fmt.Println(c.none(len(all)))
 		return nil
 	}
-	fmt.Print(c.table(list))
+	if len(list) > 0 {
+		fmt.Print(c.table(list))
+	}
+	printKeptOut(os.Stdout, st.KeptOut)
 	return nil
 }
 
@@ -328,6 +350,12 @@ type AgentInspectCmd struct {
 func (c *AgentInspectCmd) Run(g *Globals) error {
 	var res api.InspectResult
 	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+		if notFound(err) {
+			// Not live: an archived agent, read from archive/.
+			if found, aerr := inspectArchived(g, c.Ref); found {
+				return aerr
+			}
+		}
 		return err
 	}
 	if g.JSON {

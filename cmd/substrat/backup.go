@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/daemon"
 )
 
 // BackupCmd copies the home to DEST the safe way while the daemon runs.
@@ -51,9 +53,18 @@ func (c *BackupCmd) Run(g *Globals) error {
 			return fail(fmt.Sprintf("the copy %s would be inside the home %s", dest, g.Home), "copy to a directory outside the home")
 		}
 	}
+	if !remote {
+		if err := checkBackupDest(g.Home, dest); err != nil {
+			return err
+		}
+	}
 	// daemon.sock and daemon.lock belong to the running daemon, not to a
-	// copy; everything else is copied as is.
-	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/"}, c.Rsync...)
+	// copy; home.json is the home's identity, and backup.json marks the
+	// copy as one of it (written before anything is copied, so that an
+	// interrupted copy is still known for one); everything else is copied
+	// as is.
+	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/", "--exclude=/" + fsstore.CopyLockName,
+		"--exclude=/" + fsstore.HomeName, "--exclude=/" + fsstore.BackupName}, c.Rsync...)
 	args = append(args, strings.TrimSuffix(g.Home, "/")+"/", strings.TrimSuffix(dest, "/")+"/")
 	cmd := exec.Command(rsync, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -61,7 +72,14 @@ func (c *BackupCmd) Run(g *Globals) error {
 	if !g.JSON {
 		fmt.Fprintf(os.Stderr, "copying %s to %s with rsync -a...\n", g.Home, dest)
 	}
+	// While it copies, the daemon keeps the agents/<id> that archives
+	// leave for copies (see fsstore/home.go).
+	release, err := fsstore.CopyLock(g.Home)
+	if err != nil {
+		return err
+	}
 	err = cmd.Run()
+	release()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.ExitCode() == 24:
@@ -125,4 +143,50 @@ func (c *BackupCmd) Run(g *Globals) error {
 			hint: "see the findings above; the live home is untouched"}
 	}
 	return nil
+}
+
+// checkBackupDest refuses a destination that a copy would damage: a
+// Substrat home in use (its daemon.lock is held), or a directory that is
+// not empty and not an earlier copy of this same home (its backup.json
+// names this home's id). It then makes dest if needed and marks it as a
+// copy of home. Nothing outside dest is changed; home is given its
+// identity (home.json) if it has none yet.
+func checkBackupDest(home, dest string) error {
+	l := fsstore.Layout{Home: dest}
+	if held, pid, role := daemon.HeldBy(l.Lock()); held {
+		return fail(fmt.Sprintf("%s is a Substrat home in use: %s (pid %d) holds its daemon.lock; a copy would merge into it", dest, role, pid),
+			"copy to a new directory, or to an earlier copy of this home")
+	}
+	id, err := fsstore.EnsureHomeID(home)
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dest)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dest, 0o700); err != nil {
+			return err
+		}
+	case err != nil:
+		return fail(fmt.Sprintf("cannot read %s: %v", dest, err), "")
+	case len(entries) > 0:
+		mark, merr := fsstore.ReadBackupMark(dest)
+		switch {
+		case merr != nil:
+			return fail(merr.Error(), "copy to a new directory")
+		case mark == nil:
+			what := "is not empty and is not a copy of this home"
+			if other, _ := fsstore.HomeID(dest); other != "" {
+				what = fmt.Sprintf("is another Substrat home (id %s), not a copy of this one", other)
+			} else if _, err := os.Stat(l.AgentsDir()); err == nil {
+				what = "is another Substrat home, not a copy of this one"
+			}
+			return fail(fmt.Sprintf("%s %s; a copy would merge into what is there", dest, what),
+				"copy to a new (or empty) directory; an earlier copy made by 'substrat backup' holds a backup.json naming this home")
+		case mark.BackupOf != id:
+			return fail(fmt.Sprintf("%s is a copy of another home (id %s; this home is %s); a copy would merge into it", dest, mark.BackupOf, id),
+				"copy to a new (or empty) directory")
+		}
+	}
+	return fsstore.WriteBackupMark(dest, fsstore.BackupMark{BackupOf: id, Source: home, CopiedAt: time.Now().UTC()})
 }

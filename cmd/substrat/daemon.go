@@ -101,11 +101,27 @@ func (c *DaemonStartCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	var st api.StatusResult
+	g.call(api.MethodDaemonStatus, nil, &st)
 	if g.JSON {
-		return printJSON(map[string]any{"pid": pid, "home": g.Home})
+		return printJSON(map[string]any{"pid": pid, "home": g.Home, "kept_out": len(st.KeptOut)})
 	}
 	fmt.Printf("daemon started (pid %d) on %s\n", pid, g.Home)
+	printKeptOut(os.Stdout, st.KeptOut)
 	return nil
+}
+
+// printKeptOut says which agent directories the daemon's start kept out
+// of the live tree (they are not in agent list, and their children show
+// as roots), and where to read why.
+func printKeptOut(w io.Writer, kept []fsstore.Finding) {
+	if len(kept) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s kept out: see `substrat recover`\n", plural(len(kept), "agent"))
+	for _, f := range kept {
+		fmt.Fprintf(w, "  KEPT OUT %s: %s\n", f.Path, f.Detail)
+	}
 }
 
 func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, error) {
@@ -255,6 +271,7 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 	if l := st.Limits; l != nil {
 		fmt.Printf("limits: %s (%s); defaults: %s; %d agent groups\n", l.Mechanism, l.Detail, defaultsText(l.Defaults), l.Groups)
 	}
+	printKeptOut(os.Stdout, st.KeptOut)
 	if n := st.Notify; n != nil && n.Messages > 0 {
 		fmt.Printf("notify: %d messages to USER, %d notifications run (%d more messages coalesced into them), %d failed, %d running, %d waiting (at most %d at once)\n",
 			n.Messages, n.Runs, n.Coalesced, n.Failures, n.Running, n.Waiting, n.Limit)

@@ -31,6 +31,26 @@ type WorkspaceCmd struct {
 	Exec    WorkspaceExecCmd    `cmd:"" help:"Run a command inside a workspace's sandbox, as an agent would."`
 	Diff    WorkspaceDiffCmd    `cmd:"" help:"Show what a git workspace's branch changed since its base, committed and not."`
 	Publish WorkspacePublishCmd `cmd:"" help:"Set a git workspace's branch in your repository to its clone's (the daemon does it after every turn)."`
+
+	Reattach WorkspaceReattachCmd `cmd:"" help:"Make a git workspace copied from another home (a backup) this home's: its branch in the repository becomes this home's."`
+}
+
+// WorkspaceReattachCmd re-attaches a copied git workspace.
+type WorkspaceReattachCmd struct {
+	Ref string `arg:"" name:"ws" predictor:"workspace" help:"The workspace: NAME or SCOPE/NAME."`
+}
+
+// Run re-attaches it.
+func (c *WorkspaceReattachCmd) Run(g *Globals) error {
+	var w api.WorkspaceInfo
+	if err := g.call(api.MethodWorkspaceReattach, map[string]string{"ref": c.Ref}, &w); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(w)
+	}
+	fmt.Printf("workspace %s is this home's now; its branch %s in %s is published from here\n", c.Ref, w.Git.Branch, w.Git.Repo)
+	return nil
 }
 
 // WorkspaceCreateCmd creates a workspace.

@@ -33,6 +33,10 @@ type StatusResult struct {
 	Parked map[string]time.Time `json:"parked,omitempty"`
 	// Limits says how agents' resource limits are enforced.
 	Limits *LimitsStatus `json:"limits,omitempty"`
+	// KeptOut are the agent directories the start-up recovery kept out of
+	// the live tree (recovery.json, 'substrat recover') and that are still
+	// out.
+	KeptOut []fsstore.Finding `json:"kept_out"`
 }
 
 // NotifyStatus is what notify_command did since the daemon started. Each

@@ -14,6 +14,7 @@ const (
 	MethodAgentList         = "agent.list"
 	MethodAgentPermissions  = "agent.permissions"
 	MethodAgentLimits       = "agent.limits"
+	MethodAgentRestore      = "agent.restore"
 	MethodAgentInstructions = "agent.instructions"
 	MethodAgentWake         = "agent.wake"
 	MethodAgentSend         = "agent.send"
@@ -40,6 +41,7 @@ const (
 	MethodWorkspaceView     = "workspace.view"
 	MethodWorkspaceDiff     = "workspace.diff"
 	MethodWorkspacePublish  = "workspace.publish"
+	MethodWorkspaceReattach = "workspace.reattach"
 	MethodToolList          = "tool.list"
 	MethodToolCall          = "tool.call"
 )
@@ -47,6 +49,7 @@ const (
 // Methods lists every method name.
 var Methods = []string{
 	MethodAgentArchive,
+	MethodAgentRestore,
 	MethodAgentAttach,
 	MethodAgentBudget,
 	MethodAgentCreate,
@@ -82,6 +85,7 @@ var Methods = []string{
 	MethodWorkspaceView,
 	MethodWorkspaceDiff,
 	MethodWorkspacePublish,
+	MethodWorkspaceReattach,
 	MethodToolList,
 	MethodToolCall,
 }

@@ -72,6 +72,9 @@ func (d *Daemon) registerAgent() {
 	handle(d, api.MethodAgentWake, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.WakeParked(ctx, p.Ref)
 	})
+	handle(d, api.MethodAgentRestore, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.Restore(ctx, p.Ref)
+	})
 	handle(d, api.MethodAgentInstructions, func(ctx context.Context, p api.InstructionsParams, _ func(any) error) (any, error) {
 		return c.SetInstructions(ctx, p)
 	})

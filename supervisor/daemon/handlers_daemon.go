@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -17,6 +18,7 @@ func (d *Daemon) registerDaemon() {
 		st.Notify = &ns
 		ls := d.host.limits.Status()
 		st.Limits = &api.LimitsStatus{Mechanism: ls.Mechanism, Detail: ls.Detail, Groups: ls.Groups, Defaults: c.Settings().Limits}
+		st.KeptOut = d.keptOut()
 		return st, nil
 	})
 	handle(d, api.MethodDaemonStop, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
@@ -39,4 +41,22 @@ func (d *Daemon) registerDaemon() {
 	handle(d, api.MethodConfigShow, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		return d.settings.effective(), nil
 	})
+}
+
+// keptOut returns the directories the start-up recovery kept out of the
+// live tree, less those adopted since (fixed and moved back by hand).
+func (d *Daemon) keptOut() []fsstore.Finding {
+	out := []fsstore.Finding{}
+	if d.report == nil {
+		return out
+	}
+	for _, f := range d.report.KeptOut {
+		if f.Agent != "" {
+			if _, err := d.core.Resolve(f.Agent); err == nil {
+				continue
+			}
+		}
+		out = append(out, f)
+	}
+	return out
 }

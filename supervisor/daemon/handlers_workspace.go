@@ -36,6 +36,13 @@ func (d *Daemon) registerWorkspace() {
 		commit, err := c.WorkspacePublish(p.Ref)
 		return map[string]string{"commit": commit}, err
 	})
+	handle(d, api.MethodWorkspaceReattach, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		w, err := c.ReattachWorkspace(p.Ref)
+		if err != nil {
+			return nil, err
+		}
+		return c.WorkspaceInfo(w), nil
+	})
 	handle(d, api.MethodWorkspaceLink, func(ctx context.Context, p api.LinkParams, _ func(any) error) (any, error) {
 		w, err := c.LinkWorkspace(p)
 		if err != nil {

@@ -103,7 +103,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// shells give 1024 soft); open logs get a quarter of it, the
 	// connections a quarter, the rest is for providers and sandboxes.
 	nofile := raiseNoFile()
-	store, err := fsstore.Open(opts.Home, fsstore.Options{MaxOpenLogs: max(64, min(nofile/4, 4096))})
+	store, err := fsstore.Open(opts.Home, fsstore.Options{MaxOpenLogs: max(64, min(nofile/4, 4096)), NoCopy: fsstore.NoCopy(opts.Home)})
 	if err != nil {
 		return err
 	}
@@ -116,6 +116,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	defer lock.Unlock()
+	// The home's identity, made at its first start (a started copy of a
+	// home gets one of its own): see fsstore/home.go.
+	homeID, err := fsstore.EnsureHomeID(layout.Home)
+	if err != nil {
+		return err
+	}
 
 	logOut := opts.LogOutput
 	if logOut == nil {
@@ -162,7 +168,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	d.host = newHost(store, log)
 	d.core = supervisor.New(supervisor.Config{Store: store, Providers: opts.Providers, Log: log, Host: d.host, Settings: &set})
 	d.host.core = d.core
-	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "unclean", unclean, "version", opts.Version)
+	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "home_id", homeID, "unclean", unclean, "version", opts.Version)
 	// Watches first, then the scan: what changes during the scan is seen.
 	watcher, err := NewWatcher(d.core, layout.AgentsDir(), log)
 	if err != nil {

@@ -33,7 +33,21 @@
 // A git workspace's workspace.json also has
 //
 //	"git": {"repo": "/home/u/src/app", "common_dir": "/home/u/src/app/.git",
-//	        "branch": "substrat/team", "base": "<commit id>"}
+//	        "branch": "substrat/team", "base": "<commit id>", "home_id": "<uuid>"}
+//
+// home_id is the id of the home the workspace was made in (HOME/home.json;
+// absent in workspaces made before homes had ids). A copy of the home (a
+// backup, made by 'substrat backup' or by hand) holds the same clone, and
+// the clone's objects/info/alternates, its remote origin and "repo" still
+// name the user's repository, whose branch the original home publishes:
+// git work from the copy would move the original's branch. So a git
+// workspace whose home_id is not its home's (or, without home_id, one in
+// a home marked as a copy) is refused for publish, diff, delete (without
+// --force, or with --delete-branch), a child's clone and an agent's
+// sandbox, with a message naming the home it was copied from. 'substrat
+// workspace reattach WS' makes it this home's (after a restore whose
+// original is gone); 'substrat workspace delete WS --force' removes the
+// copy's files and leaves the branch alone. 'substrat fsck' reports each.
 //
 // scope and name repeat the directory's; unknown fields are refused. links
 // bind host_path (absolute, stored with its symlinks resolved) at

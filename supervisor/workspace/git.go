@@ -159,6 +159,14 @@ func (s *Store) removeGit(w *Workspace, opts DeleteOptions) error {
 		return ErrNoGitRunner
 	}
 	g := w.Git
+	if from, copied := copiedFrom(s.layout, w); copied {
+		// The repository and the branch are the other home's: a copy
+		// deletes only its own files, with --force, and never the branch.
+		if !opts.Force || opts.DeleteBranch {
+			return fmt.Errorf("%w: %v (--force deletes this copy's files only; the branch stays, as it is home %s's)", ErrInUse, copyError(w, from), from)
+		}
+		return nil
+	}
 	if !opts.Force {
 		dirty, err := s.git.Dirty(w)
 		if err != nil {
@@ -266,6 +274,9 @@ func (s *Store) CheckGit(w *Workspace) error {
 }
 
 func checkGit(l fsstore.Layout, w *Workspace) error {
+	if err := checkHome(l, w); err != nil {
+		return err
+	}
 	g := w.Git
 	if fi, err := os.Lstat(filepath.Join(g.CommonDir, "HEAD")); err != nil || !fi.Mode().IsRegular() {
 		return fmt.Errorf("workspace %s: its repository %s is gone or moved", w.Ref(), g.Repo)
@@ -353,4 +364,81 @@ func checkInert(w *Workspace, dotgit string) error {
 		}
 	}
 	return nil
+}
+
+// Copies of a home.
+//
+// A git workspace records the id of the home it was made in (Git.HomeID).
+// A copy of the home (substrat backup, rsync) holds the same workspace.json
+// and the same clone, whose objects/info/alternates, remote "origin" and
+// Git.Repo name the user's repository that the original home publishes
+// to: git work there from the copy would move the original's branches. So
+// a git workspace made in another home, or (made before homes had ids)
+// found in a home that is a copy, is refused for everything that runs
+// git (diff, publish, a child's clone, an agent's sandbox, delete without
+// --force) until it is re-attached (Reattach: this home takes the branch
+// over, as after a restore whose original is gone) or deleted with --force
+// (its files only; the branch is left to the original). fsck reports it.
+
+// copiedFrom returns the id of the home w was copied from, if w belongs to
+// another home than l's.
+func copiedFrom(l fsstore.Layout, w *Workspace) (string, bool) {
+	if w.Git == nil {
+		return "", false
+	}
+	id, from, err := fsstore.HomeIdentity(l.Home)
+	if err != nil {
+		return "?", true
+	}
+	if w.Git.HomeID != "" {
+		return w.Git.HomeID, w.Git.HomeID != id
+	}
+	return from, from != ""
+}
+
+func copyError(w *Workspace, from string) error {
+	return fmt.Errorf("workspace %s was copied from home %s; its repository %s and branch %s are that home's: "+
+		"re-attach it with 'substrat workspace reattach %s' (this home takes the branch over) or delete it with 'substrat workspace delete %s --force'",
+		w.Ref(), from, w.Git.Repo, w.Git.Branch, w.Ref(), w.Ref())
+}
+
+// CheckHome refuses a git workspace copied from another home, naming
+// that home and what to do.
+func (s *Store) CheckHome(w *Workspace) error { return checkHome(s.layout, w) }
+
+// checkHome refuses a git workspace of another home.
+func checkHome(l fsstore.Layout, w *Workspace) error {
+	if from, copied := copiedFrom(l, w); copied {
+		return copyError(w, from)
+	}
+	return nil
+}
+
+// Reattach makes git workspace scope/name this home's: its workspace.json
+// records this home's id. The home must have one (the daemon gives it at
+// its start).
+func (s *Store) Reattach(scope, name string) (*Workspace, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, err := s.getLocked(scope, name)
+	if err != nil {
+		return nil, err
+	}
+	if w.Git == nil {
+		return nil, fmt.Errorf("%w: workspace %s is not a git workspace", ErrInvalid, w.Ref())
+	}
+	id, err := fsstore.HomeID(s.layout.Home)
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, fmt.Errorf("%w: the home %s has no id yet (start the daemon on it)", ErrInvalid, s.layout.Home)
+	}
+	g := *w.Git
+	g.HomeID = id
+	w.Git = &g
+	if err := s.writeLocked(w); err != nil {
+		return nil, err
+	}
+	return w, nil
 }

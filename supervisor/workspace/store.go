@@ -106,6 +106,15 @@ func (s *Store) Create(w Workspace) (*Workspace, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
+	if w.Git != nil {
+		g := *w.Git
+		id, err := fsstore.HomeID(s.layout.Home)
+		if err != nil {
+			return nil, err
+		}
+		g.HomeID = id
+		w.Git = &g
+	}
 	data, err := encode(&w)
 	if err != nil {
 		return nil, err

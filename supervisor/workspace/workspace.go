@@ -79,6 +79,11 @@ type Git struct {
 	CommonDir string `json:"common_dir"` // its .git directory (a real path)
 	Branch    string `json:"branch"`
 	Base      string `json:"base"` // a commit id
+	// HomeID is the id of the home the workspace was made in (its
+	// home.json), which owns Branch in Repo. A copy of the home holds the
+	// same clone, sharing the repository: it refuses git work on the
+	// workspace until re-attached (see CopiedFrom).
+	HomeID string `json:"home_id,omitempty"`
 }
 
 // Ref is "scope/name", how messages name a workspace.
