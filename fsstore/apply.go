@@ -172,7 +172,7 @@ func changesSession(typ string) bool {
 	switch typ {
 	case EvCreated, EvState, EvProvider, EvTurn, EvMetadata, EvPool, EvBudget, EvGate, EvWaiting,
 		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited, EvPermissions, EvWorkDir,
-		EvApprovalRequested, EvApprovalAnswered:
+		EvApprovalRequested, EvApprovalAnswered, EvParked:
 		return true
 	}
 	return false
@@ -355,6 +355,8 @@ func apply(s *Session, e Event, v any) (*Session, error) {
 		}
 	case EvApprovalRequested, EvApprovalAnswered:
 		err = applyApproval(n, e)
+	case EvParked:
+		err = applyPark(n, e)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s event %d: %v", ErrInvalid, e.Type, e.Seq, err)

@@ -102,8 +102,10 @@
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
 // (counters, added), "metadata", "edited" (a hand edit that was adopted),
-// "permissions", "work_dir", "approval_requested", "approval_answered"
-// and the orchestration events (pool, budget, gate, waiting, reminders,
+// "permissions", "work_dir", "approval_requested", "approval_answered",
+// "parked" (a provider's usage or rate limit: until when, why, and the
+// provider and credentials it applies to; a zero until unparks; the
+// session's "parked" field) and the orchestration events (pool, budget, gate, waiting, reminders,
 // subscriptions); see apply.go and approval.go for their data.
 // Other types ("message_sent", "message_delivered", "spawned",
 // "tool_denied" (a tool call the provider's own rules refused), "work" (a

@@ -102,6 +102,7 @@ type Session struct {
 	Reminders     []Reminder     `json:"reminders,omitempty"`     // pending reminders
 	Subscriptions []Subscription `json:"subscriptions,omitempty"` // state changes this agent follows
 	Approvals     []Approval     `json:"approvals,omitempty"`     // pending and recently answered approval requests
+	Parked        *Park          `json:"parked,omitempty"`        // waiting for a provider's usage or rate limit to reset (park.go)
 
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -357,6 +358,10 @@ func (s *Session) Clone() *Session {
 	if s.Budget != nil {
 		b := *s.Budget
 		c.Budget = &b
+	}
+	if s.Parked != nil {
+		p := *s.Parked
+		c.Parked = &p
 	}
 	c.Permissions = s.Permissions.Clone()
 	if s.Metadata != nil {

@@ -75,6 +75,8 @@ type Core struct {
 	roots *node // holds the names of roots being created
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
+	// parked maps a provider (park.go's key) to the reset of its limit.
+	parked map[string]time.Time
 	slotWaiters  int // nodes with waitSlot set
 
 	outcomes  outcomes  // what became of the messages clients wait on (own lock)
@@ -112,7 +114,7 @@ func New(cfg Config) *Core {
 		store: cfg.Store, ws: workspace.NewStore(cfg.Store.Layout(), cfg.Store.FS()).WithGit(cfg.Host.Git()), providers: cfg.Providers, clock: cfg.Clock, log: cfg.Log,
 		maxHops: cfg.MaxHops, host: cfg.Host,
 		nodes: map[string]*node{}, roots: &node{}, subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1),
-		subsByTarget: map[string]map[string]bool{},
+		subsByTarget: map[string]map[string]bool{}, parked: map[string]time.Time{},
 	}
 	c.settingsPtr.Store(&set)
 	return c
@@ -143,6 +145,7 @@ func (c *Core) insertLocked(a *fsstore.Agent) *node {
 func (c *Core) insertNodeLocked(n *node) {
 	c.nodes[n.id()] = n
 	c.indexSubsLocked(n)
+	c.loadParkLocked(n)
 	if p := c.nodes[n.s().ParentID]; p != nil {
 		p.children = append(p.children, n.id())
 	}
@@ -325,7 +328,8 @@ func (c *Core) Runnable() []string {
 	var ids []string
 	now := c.clock.Now()
 	for id, n := range c.nodes {
-		if n.mail && !n.busy && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.s().Gated || n.s().Permits > 0) {
+		if n.mail && !n.busy && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.s().Gated || n.s().Permits > 0) &&
+			c.parkedLocked(n, now).IsZero() {
 			ids = append(ids, id)
 		}
 	}

@@ -41,6 +41,10 @@ type node struct {
 	// frozen counts the terminations of a subtree holding n (terminate
 	// -r, archive): while it is not zero, no child can be created under n.
 	frozen int
+	// parks counts n's parks in a row without a reset time (backoff);
+	// woken: `agent wake` let it past its provider's park.
+	parks int
+	woken bool
 	// pending counts n's undelivered messages: from the scan, plus each
 	// delivery to it, less each turn's; for people, not for scheduling.
 	pending int
@@ -242,7 +246,7 @@ func (c *Core) infoLocked(n *node) api.AgentInfo {
 		Counters: n.s().Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
 		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
 		Gated: n.s().Gated, Pending: n.pending, Budget: n.s().Budget, Pool: poolOf(n.s()), Workspace: n.s().Workspace,
-		Failing: len(n.failures),
+		Failing: len(n.failures), Parked: c.parkInfoLocked(n),
 	}
 	for _, id := range n.children {
 		if ch := c.nodes[id]; ch != nil {

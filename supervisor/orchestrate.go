@@ -155,6 +155,9 @@ func (c *Core) Tick(now time.Time) {
 		c.mu.Unlock()
 		return
 	}
+	c.mu.Unlock()
+	c.unpark(now)
+	c.mu.Lock()
 	type due struct {
 		n *node
 		r fsstore.Reminder

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
@@ -15,6 +16,15 @@ func (c *Core) Status() api.StatusResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := api.StatusResult{Agents: len(c.nodes), Watchers: len(c.subs)}
+	now := c.clock.Now()
+	for k, until := range c.parked {
+		if now.Before(until) {
+			if st.Parked == nil {
+				st.Parked = map[string]time.Time{}
+			}
+			st.Parked[k] = until
+		}
+	}
 	pools := map[string]*api.PoolStatus{}
 	for name := range c.settings().Pools {
 		pools[name] = &api.PoolStatus{Name: name, Size: c.poolLimit(name)}

@@ -265,6 +265,9 @@ func (c *Core) endTurn(n *node, tools *turnTools) error {
 // failures within Settings.RetryWindow gate the agent with the reason recorded. Its parent
 // (or USER, for a root) is told at the first failure and at the limit.
 func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message, cause error) error {
+	if rl := isRateLimited(cause); rl != nil && ctx.Err() == nil {
+		return c.parkTurn(n, msgs, rl) // not a failure: park.go
+	}
 	c.log.Warn("turn failed", "agent", n.id(), "name", n.s().Name, "err", cause)
 	pending := len(msgs)
 	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: "turn failed: " + cause.Error()})

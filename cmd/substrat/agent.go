@@ -33,6 +33,7 @@ type AgentCmd struct {
 	Budget       AgentBudgetCmd       `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
 	Permissions  AgentPermissionsCmd  `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
 	Instructions AgentInstructionsCmd `cmd:"" help:"Show or change an agent's instructions (its next turn carries them, with any provider)."`
+	Wake         AgentWakeCmd         `cmd:"" help:"End an agent's park (a provider's usage or rate limit) now: its next turn tries again."`
 	Gate         AgentGateCmd         `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
 	Ungate       AgentUngateCmd       `cmd:"" help:"Let a gated agent run freely again."`
 	Permit       AgentPermitCmd       `cmd:"" help:"Let a gated agent take one turn."`
@@ -135,6 +136,33 @@ func splitRules(in []string) []string {
 		}
 	}
 	return out
+}
+
+// shownState is the state a person sees: PARKED (with its resume time)
+// over the recorded state.
+func shownState(a api.AgentInfo) string {
+	if a.Parked != nil {
+		return "PARKED until " + a.Parked.Until.Local().Format("15:04:05")
+	}
+	return string(a.AgentState)
+}
+
+// AgentWakeCmd ends an agent's park.
+type AgentWakeCmd struct {
+	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
+}
+
+// Run wakes the agent and says so.
+func (c *AgentWakeCmd) Run(g *Globals) error {
+	var info api.AgentInfo
+	if err := g.call(api.MethodAgentWake, map[string]string{"ref": c.Ref}, &info); err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(info)
+	}
+	fmt.Printf("woke %s: its next turn tries %s again\n", info.Path, info.Provider)
+	return nil
 }
 
 // AgentInstructionsCmd shows or replaces an agent's instructions.
@@ -294,7 +322,7 @@ func drawTree(list []api.AgentInfo) string {
 	var walk func(id, prefix, branch string)
 	walk = func(id, prefix, branch string) {
 		a := byID[id]
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t%s\n", prefix+branch, a.Name, a.AgentState, a.SessionState,
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t%s\n", prefix+branch, a.Name, shownState(a), a.SessionState,
 			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.ID)
 		next := prefix
 		switch branch {
@@ -354,7 +382,10 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		row("works in", s.WorkDir)
 		row("permissions", supervisor.PermissionSummary(s))
 	}
-	row("state", fmt.Sprintf("%s (session %s)", a.AgentState, a.SessionState))
+	row("state", fmt.Sprintf("%s (session %s)", shownState(a), a.SessionState))
+	if a.Parked != nil {
+		row("parked", fmt.Sprintf("until %s: %s (substrat agent wake %s ends it now)", a.Parked.Until.Local().Format("2006-01-02 15:04:05"), a.Parked.Reason, a.Path))
+	}
 	row("reason", a.StateReason)
 	row("provider session", s.ProviderSessionID)
 	row("children", strings.Join(a.Children, ", "))

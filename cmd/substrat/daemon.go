@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -233,6 +235,10 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 		if n.LastError != "" {
 			fmt.Printf("notify: last failure at %s: %s\n", n.LastFailureAt.Local().Format(time.DateTime), n.LastError)
 		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(st.Parked)) {
+		fmt.Printf("parked: provider %s is rate limited until %s; its agents wait (substrat agent wake REF tries one now)\n",
+			p, st.Parked[p].Local().Format(time.DateTime))
 	}
 	return nil
 }

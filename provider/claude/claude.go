@@ -6,7 +6,7 @@
 //	claude -p --output-format stream-json --verbose
 //	       --mcp-config <home>/agents/<id>/mcp.json --strict-mcp-config
 //	       --permission-mode <mode> --allowedTools mcp__substrat__*[,<rules>]
-//	       [--disallowedTools <rules>] [--append-system-prompt <instructions>]
+//	       --disallowedTools Agent,Task,…[,<rules>] [--append-system-prompt <instructions>]
 //	       [--permission-prompt-tool mcp__substrat__request_approval]
 //	       [--model <model>] (--session-id <uuid> | --resume <uuid>)
 //
@@ -16,7 +16,8 @@
 // directory (the CLI keeps its sessions under $HOME/.claude, per working
 // directory, so resume needs the same HOME and directory every time),
 // ENABLE_TOOL_SEARCH=false (otherwise MCP tools hide behind a ToolSearch
-// tool), and unless set CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1,
+// tool), CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1, CLAUDE_CODE_DISABLE_CRON=1
+// and CLAUDE_CODE_DISABLE_WORKFLOWS=1 (see below), and unless set CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1,
 // DISABLE_AUTOUPDATER=1 and CLAUDE_CODE_MAX_RETRIES=2 (the CLI retries API
 // requests itself; more than a few retries would outlast the turn, which
 // this provider retries as a whole too). The API key (ANTHROPIC_API_KEY) and
@@ -28,12 +29,21 @@
 // which becomes the idempotency key. Only the substrat tools are allowed
 // (Options.AllowedTools adds others).
 //
+// The CLI's own agent machinery is off: --disallowedTools takes its
+// sub-agents, their messages, background tasks, cron, wake-ups,
+// workflows and skills (which can fork sub-agents) out of the model's
+// tools list (see ownAgentTools), and
+// CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1 the Bash tool's
+// run_in_background. Those jobs are Substrat's: spawn_agent and the rest,
+// inside the tree, its budgets and its sandbox.
+//
 // # Permissions
 //
 // Config.Permissions maps onto the CLI's own flags: the mode as
 // --permission-mode (default, acceptEdits, plan, dontAsk,
 // bypassPermissions), and the rules as --allowedTools (after the substrat
-// tools, which are always allowed) and --disallowedTools. The daemon gives
+// tools, which are always allowed) and --disallowedTools (after the CLI's
+// own agent tools, which are always disallowed). The daemon gives
 // an agent in a sandbox bypassPermissions unless told otherwise: the CLI
 // then does real work (Write, Edit, Bash) with nothing but bwrap around
 // it, and since the CLI refuses that mode to root unless IS_SANDBOX=1, the
@@ -77,8 +87,10 @@
 // The stream-json lines are read as: system/init (the session id, and the
 // MCP servers: a substrat server that failed fails the turn), assistant
 // (text and tool_use blocks, streamed as chunks), user (tool results) and
-// result (the final text, usage with cache tokens counted as input, and
-// total_cost_usd), and system/permission_denied (a tool the CLI refused,
+// result (the final text; the tokens of modelUsage, cache tokens counted
+// as input, and total_cost_usd, both the session's running totals, which
+// the engine turns into the turn's own: see package provider/internal/cli),
+// and system/permission_denied (a tool the CLI refused,
 // streamed as a provider.ChunkDenied; the turn goes on). Other types and
 // subtypes are skipped, and a field of a shape this adapter does not
 // expect is left out: only a line that is not JSON at all is a
@@ -303,9 +315,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"--mcp-config", mcp, "--strict-mcp-config",
 		"--permission-mode", mode,
 		"--allowedTools", strings.Join(allowed, ",")}
-	if len(perm.DisallowedTools) > 0 {
-		args = append(args, "--disallowedTools", strings.Join(perm.DisallowedTools, ","))
-	}
+	args = append(args, "--disallowedTools", strings.Join(slices.Concat(ownAgentTools, perm.DisallowedTools), ","))
 	if provider.AsksApproval(perm) {
 		// What the mode would prompt for goes to the agent's approver;
 		// the tool call waits for the answer (the CLI's MCP tool timeout
@@ -318,7 +328,13 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	if transcriptExists(chome, id) {
+	fresh := !transcriptExists(chome, id)
+	if fresh {
+		args = append(args, "--session-id", id)
+		if err := a.noteInstructions(cfg, id); err != nil {
+			return cli.Command{}, err
+		}
+	} else {
 		args = append(args, "--resume", id)
 		// A resumed session keeps the system prompt it started with and
 		// ignores --append-system-prompt (checked with 2.1.328): new
@@ -329,17 +345,17 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 			prompt = "<instructions>\nYour instructions have changed. From now on they are:\n" +
 				strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
 		}
-	} else {
-		args = append(args, "--session-id", id)
-		if err := a.noteInstructions(cfg, id); err != nil {
-			return cli.Command{}, err
-		}
 	}
 	args = append(args, a.opts.ExtraArgs...)
 	set := map[string]string{
 		"HOME":               chome,
 		"ENABLE_TOOL_SEARCH": "false",
 		"SUBSTRAT_AGENT_ID":  cfg.AgentID,
+		// No run_in_background on Bash, no cron, no workflows: see
+		// ownAgentTools.
+		"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1",
+		"CLAUDE_CODE_DISABLE_CRON":             "1",
+		"CLAUDE_CODE_DISABLE_WORKFLOWS":        "1",
 	}
 	if cfg.Sandbox != nil && mode == provider.ModeFull {
 		// The CLI refuses bypassPermissions to root unless told it runs
@@ -352,8 +368,25 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		"CLAUDE_CODE_MAX_RETRIES":                  "2",
 	}, []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"}, a.opts.Env)
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...)}, nil
+		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...), Fresh: fresh}, nil
 }
+
+// ownAgentTools are the CLI's own ways to start agents and background
+// work, outside Substrat's tree, budgets and sandbox: sub-agents (Agent,
+// formerly Task), messages between them (SendMessage, ListAgents),
+// background tasks (TaskStop, Monitor), scheduled and recurring work
+// (CronCreate, CronDelete, CronList, ScheduleWakeup), workflows
+// (Workflow) and skills (Skill: a skill whose SKILL.md says context: fork,
+// which an agent can write into its working directory's .claude/skills,
+// runs as a sub-agent of the CLI's, Agent disallowed or not; the bundled
+// batch and loop skills are agent and recurring machinery themselves).
+// --disallowedTools takes them out of the model's tools list
+// in every permission mode, bypassPermissions included (checked with the
+// pinned CLI, 2.1.328); the Bash tool's run_in_background parameter goes
+// with CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1. Substrat's own tools
+// (spawn_agent, send_message...) do these jobs, inside the tree.
+var ownAgentTools = []string{"Agent", "Task", "SendMessage", "ListAgents", "TaskStop", "Monitor",
+	"CronCreate", "CronDelete", "CronList", "ScheduleWakeup", "Workflow", "Skill"}
 
 // sandboxEnv is what of the daemon's environment the CLI keeps in a
 // sandbox: its own settings, and the credentials of the Anthropic API,
@@ -372,12 +405,13 @@ type streamLine struct {
 		Name   string `json:"name"`
 		Status string `json:"status"`
 	} `json:"mcp_servers"`
-	Message      json.RawMessage `json:"message"`
-	Result       *string         `json:"result"`
-	IsError      bool            `json:"is_error"`
-	Errors       []string        `json:"errors"`
-	Usage        *usage          `json:"usage"`
-	TotalCostUSD float64         `json:"total_cost_usd"`
+	Message      json.RawMessage       `json:"message"`
+	Result       *string               `json:"result"`
+	IsError      bool                  `json:"is_error"`
+	Errors       []string              `json:"errors"`
+	Usage        *usage                `json:"usage"`
+	TotalCostUSD *float64              `json:"total_cost_usd"`
+	ModelUsage   map[string]modelUsage `json:"modelUsage"`
 	// system/permission_denied
 	ToolName       string `json:"tool_name"`
 	DecisionReason string `json:"decision_reason"`
@@ -394,6 +428,15 @@ type contentBlock struct {
 	Input   json.RawMessage `json:"input"`
 	Content json.RawMessage `json:"content"`
 	IsError bool            `json:"is_error"`
+}
+
+// modelUsage is one model's part of a result's modelUsage: the session's
+// running totals.
+type modelUsage struct {
+	InputTokens              int64 `json:"inputTokens"`
+	OutputTokens             int64 `json:"outputTokens"`
+	CacheReadInputTokens     int64 `json:"cacheReadInputTokens"`
+	CacheCreationInputTokens int64 `json:"cacheCreationInputTokens"`
 }
 
 type usage struct {
@@ -456,14 +499,41 @@ func parse(b []byte) (cli.Line, error) {
 			out.Final = &cli.Final{Err: cli.FailureText("claude reported "+l.Subtype, text)}
 			return out, nil
 		}
-		f := &cli.Final{Text: text, Usage: provider.Usage{CostUSD: max(l.TotalCostUSD, 0)}}
-		if u := l.Usage; u != nil {
-			f.Usage.InputTokens = max(u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens, 0)
-			f.Usage.OutputTokens = max(u.OutputTokens, 0)
-		}
-		out.Final = f
+		out.Final = resultUsage(l, text)
 	}
 	return out, nil
+}
+
+// resultUsage is the final of a successful result line. The pinned CLI
+// (2.1.328, checked against a fake API) reports total_cost_usd and
+// modelUsage as the session's running totals, kept across --resume (in the
+// transcript), and usage as this run's own tokens. The engine turns the
+// running totals into the turn's (see package cli). Cache tokens count as
+// input.
+func resultUsage(l streamLine, text string) *cli.Final {
+	f := &cli.Final{Text: text}
+	if l.TotalCostUSD != nil {
+		f.Usage.CostUSD, f.CumulativeCost = max(*l.TotalCostUSD, 0), true
+	} else {
+		f.Usage.CostUnknown = true
+	}
+	switch {
+	case len(l.ModelUsage) > 0:
+		// Every model's tokens (the CLI may call a small model besides
+		// the main one), as running totals.
+		for _, m := range l.ModelUsage {
+			f.Usage.InputTokens += max(m.InputTokens+m.CacheCreationInputTokens+m.CacheReadInputTokens, 0)
+			f.Usage.OutputTokens += max(m.OutputTokens, 0)
+		}
+		f.CumulativeTokens = true
+	case l.Usage != nil:
+		u := l.Usage
+		f.Usage.InputTokens = max(u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens, 0)
+		f.Usage.OutputTokens = max(u.OutputTokens, 0)
+	default:
+		f.Usage.TokensUnknown = true
+	}
+	return f
 }
 
 // parseSystem reads a system line: init (the session id; a substrat MCP

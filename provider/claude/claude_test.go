@@ -134,7 +134,7 @@ func TestCommandLine(t *testing.T) {
 		}
 		mcp := filepath.Join(cfg.WorkDir, "mcp.json")
 		want := []string{"-p", "--output-format", "stream-json", "--verbose", "--mcp-config", mcp, "--strict-mcp-config",
-			"--permission-mode", "default", "--allowedTools", "mcp__substrat__*", "--permission-prompt-tool", "mcp__substrat__request_approval",
+			"--permission-mode", "default", "--allowedTools", "mcp__substrat__*", "--disallowedTools", strings.Join(ownAgentTools, ","), "--permission-prompt-tool", "mcp__substrat__request_approval",
 			"--append-system-prompt", "Be a test agent.", flag, id}
 		if !slices.Equal(got.Args, want) {
 			t.Errorf("turn %d args\n%q, want\n%q", turn+1, got.Args, want)
@@ -145,7 +145,8 @@ func TestCommandLine(t *testing.T) {
 	}
 	wantHome := filepath.Join(e.d.Home, "providers", "claude", "home")
 	if got.Env["HOME"] != wantHome || got.Env["ENABLE_TOOL_SEARCH"] != "false" ||
-		got.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || got.Env["SUBSTRAT_AGENT_ID"] != cfg.AgentID {
+		got.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || got.Env["SUBSTRAT_AGENT_ID"] != cfg.AgentID ||
+		got.Env["CLAUDE_CODE_DISABLE_BACKGROUND_TASKS"] != "1" || got.Env["CLAUDE_CODE_DISABLE_CRON"] != "1" || got.Env["CLAUDE_CODE_DISABLE_WORKFLOWS"] != "1" {
 		t.Errorf("env %v", got.Env)
 	}
 	data, err := os.ReadFile(filepath.Join(cfg.WorkDir, "mcp.json"))
@@ -518,13 +519,13 @@ func TestPermissionFlags(t *testing.T) {
 	}{
 		{"zero value", provider.Permissions{}, false, []string{"--permission-mode", "default", "--allowedTools", "mcp__substrat__*"}, false},
 		{"rules", provider.Permissions{Mode: provider.ModeAcceptEdits, AllowedTools: []string{"Bash(git *)"}, DisallowedTools: []string{"WebFetch", "Bash(rm *)"}}, false,
-			[]string{"--permission-mode", "acceptEdits", "--allowedTools", "mcp__substrat__*,Bash(git *)", "--disallowedTools", "WebFetch,Bash(rm *)"}, false},
+			[]string{"--permission-mode", "acceptEdits", "--allowedTools", "mcp__substrat__*,Bash(git *)", "--disallowedTools", strings.Join(ownAgentTools, ",") + ",WebFetch,Bash(rm *)"}, false},
 		{"full outside a sandbox", provider.Permissions{Mode: provider.ModeFull}, false, []string{"--permission-mode", "bypassPermissions"}, false},
 		{"full in a sandbox", provider.Permissions{Mode: provider.ModeFull}, true, []string{"--permission-mode", "bypassPermissions"}, true},
 		{"safe in a sandbox", provider.Permissions{Mode: provider.ModePlan}, true, []string{"--permission-mode", "plan"}, false},
 		{"no approver", provider.Permissions{Mode: provider.ModeDefault, Approver: "deny"}, false, []string{"--permission-mode", "default"}, false},
 		{"prompts go to the approver", provider.Permissions{Mode: provider.ModeDefault}, false,
-			[]string{"--allowedTools", "mcp__substrat__*", "--permission-prompt-tool", "mcp__substrat__request_approval"}, false},
+			[]string{"--allowedTools", "mcp__substrat__*", "--disallowedTools", strings.Join(ownAgentTools, ","), "--permission-prompt-tool", "mcp__substrat__request_approval"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := e.d.Config(t)

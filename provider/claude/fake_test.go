@@ -138,7 +138,8 @@ func runFakeClaude() int {
 		return result(text)
 	case "ENV":
 		env := map[string]string{}
-		for _, k := range []string{"HOME", "ENABLE_TOOL_SEARCH", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "SUBSTRAT_AGENT_ID", "CLAUDECODE"} {
+		for _, k := range []string{"HOME", "ENABLE_TOOL_SEARCH", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "SUBSTRAT_AGENT_ID", "CLAUDECODE",
+			"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS", "CLAUDE_CODE_DISABLE_CRON", "CLAUDE_CODE_DISABLE_WORKFLOWS"} {
 			env[k] = os.Getenv(k)
 		}
 		b, _ := json.Marshal(map[string]any{"args": args, "cwd": cwd, "env": env})

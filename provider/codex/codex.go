@@ -23,6 +23,13 @@
 // key. The CLI has no system-prompt flag for exec, so the instructions
 // lead each prompt inside <instructions> tags.
 //
+// The CLI's own agent machinery is off in that config.toml: its
+// sub-agents (spawn_agent, send_input, wait_agent, resume_agent,
+// close_agent: features multi_agent and multi_agent_v2),
+// request_user_input (tools.experimental_request_user_input) and thread
+// goals (feature goals: the CLI pursues a goal with turns of its own), so
+// that every agent is in Substrat's tree, under its budgets and sandbox.
+//
 // # Permissions
 //
 // The CLI has a sandbox of its own (Landlock and seccomp) and approval
@@ -47,8 +54,10 @@
 // The --json lines: thread.started (the thread id), item.started and
 // item.completed of agent_message (text), command_execution, file_change
 // and mcp_tool_call (tool_call and tool_result chunks), turn.completed
-// (usage: input and output tokens; the CLI reports no cost, so cost is
-// unknown) and turn.failed (the turn fails; retried when it reads like an
+// (usage: input and output tokens, the thread's running totals across
+// exec resume, which the engine turns into the turn's own, see package
+// provider/internal/cli; the CLI reports no cost, so cost is unknown) and
+// turn.failed (the turn fails; retried when it reads like an
 // overloaded or 429/5xx API). A top-level error line (the CLI's reconnect
 // notices) is shown as text. A line that is not JSON fails the turn.
 package codex
@@ -136,8 +145,27 @@ func (a *adapter) codexHome(cfg provider.Config) (string, error) {
 	return cli.AgentHome(dir, cfg.AgentID), nil
 }
 
+// ownAgentToolsOff is the part of config.toml that turns off the CLI's own
+// agent machinery: sub-agents (spawn_agent, send_input, wait_agent,
+// resume_agent, close_agent: the multi_agent features, v1 and v2),
+// request_user_input, and thread goals (create_goal, get_goal,
+// update_goal: a goal makes the CLI start turns of its own, "goal
+// continuation", when the thread is idle). Checked with the pinned CLI (0.169.0): the model's
+// tools list then carries none of them, in every sandbox mode.
+const ownAgentToolsOff = `
+# The CLI's own agents and automatic work are off: Substrat's spawn_agent
+# and its turns do those jobs.
+[features]
+multi_agent = false
+multi_agent_v2 = false
+goals = false
+
+[tools.experimental_request_user_input]
+enabled = false
+`
+
 // prepare writes the agent's config.toml: the substrat MCP server, its
-// tools approved.
+// tools approved, and the CLI's own agent tools off.
 func (a *adapter) prepare(cfg provider.Config) error {
 	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
 	if err != nil {
@@ -168,6 +196,7 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		b.WriteString(toml(s))
 	}
 	b.WriteString("]\ndefault_tools_approval_mode = \"approve\"\n")
+	b.WriteString(ownAgentToolsOff)
 	if err := cli.WriteFile(filepath.Join(chome, "config.toml"), []byte(b.String())); err != nil {
 		return fmt.Errorf("%s: writing config.toml: %w", a.opts.Name, err)
 	}
@@ -229,7 +258,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	set := map[string]string{"CODEX_HOME": chome, "SUBSTRAT_AGENT_ID": cfg.AgentID}
 	env := cli.Environ(set, nil, nil, a.opts.Env)
 	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...)}, nil
+		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...), Fresh: id == ""}, nil
 }
 
 // nativeBinary returns the native codex binary of an npm install whose
@@ -308,13 +337,16 @@ func parse(b []byte) (cli.Line, error) {
 			out.Chunks = append(out.Chunks, itemChunks(l.Item)...)
 		}
 	case "turn.completed":
+		// The usage is the thread's running total (checked with the
+		// pinned CLI: it keeps counting across exec resume and a kill
+		// -9), which the engine turns into the turn's own.
 		u := provider.Usage{CostUnknown: true}
 		if l.Usage != nil {
 			u.InputTokens, u.OutputTokens = l.Usage.InputTokens, l.Usage.OutputTokens
 		} else {
 			u.TokensUnknown = true
 		}
-		out.Final = &cli.Final{Usage: u}
+		out.Final = &cli.Final{Usage: u, CumulativeTokens: true}
 	case "turn.failed":
 		msg := "the turn failed"
 		if l.Error != nil && l.Error.Message != "" {

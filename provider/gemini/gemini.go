@@ -23,6 +23,17 @@
 // id, so `substrat mcp` keys a call by a hash of the agent, the tool, the
 // arguments and the call's position (see cmd/substrat/mcp.go).
 //
+// The CLI's own agent machinery is off. settings.json's tools.exclude
+// leaves invoke_agent (its sub-agents), list_background_processes and
+// read_background_output out of what the model sees, and
+// experimental.enableAgents = false keeps its agent registry empty. A
+// policy of the user tier, $HOME/.gemini/policies/substrat.toml, denies a
+// shell command with is_background set, in every approval mode, yolo
+// included: the pinned CLI (0.61.0) keeps that parameter in the shell
+// tool's schema and has no setting that drops it, so the model sees it,
+// and a call with it is refused. A command that backgrounds itself with
+// the shell's own & is not caught by this.
+//
 // # Permissions
 //
 // Config.Permissions' mode maps onto --approval-mode: bypassPermissions
@@ -42,8 +53,9 @@
 //
 // The stream-json lines: init (the session id), message (assistant text,
 // streamed; the user's echo is skipped), tool_use and tool_result
-// (tool_call and tool_result chunks), result (status and token counts;
-// the CLI reports no cost, so cost is unknown) and error. A result whose
+// (tool_call and tool_result chunks), result (status and token counts,
+// the turn's own: checked with the pinned CLI, across --resume; the CLI
+// reports no cost, so cost is unknown) and error. A result whose
 // status is not success fails the turn (retried when it reads like an
 // overloaded or 429/5xx API); the pinned CLI retries a 429 itself, with
 // backoff, until the turn's timeout ends it. A line that is not JSON fails
@@ -127,8 +139,9 @@ func (a *adapter) agentHome(cfg provider.Config) (string, error) {
 	return cli.AgentHome(dir, cfg.AgentID), nil
 }
 
-// prepare writes $HOME/.gemini/settings.json: API-key auth and the
-// substrat MCP server, trusted.
+// prepare writes $HOME/.gemini/settings.json (API-key auth, the substrat
+// MCP server, trusted, and the CLI's own agent tools excluded) and the
+// policy that refuses background shell commands.
 func (a *adapter) prepare(cfg provider.Config) error {
 	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
 	if err != nil {
@@ -157,6 +170,15 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		"general":   map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
 		"privacy":   map[string]any{"usageStatisticsEnabled": false},
 		"telemetry": map[string]any{"enabled": false},
+		"tools":     map[string]any{"exclude": ownAgentTools},
+		// No sub-agents at all, invoke_agent excluded or not.
+		"experimental": map[string]any{"enableAgents": false},
+	}
+	if err := cli.PrivateDir(filepath.Join(dot, "policies")); err != nil {
+		return fmt.Errorf("%s: %w", a.opts.Name, err)
+	}
+	if err := cli.WriteFile(filepath.Join(dot, "policies", "substrat.toml"), []byte(policy)); err != nil {
+		return fmt.Errorf("%s: writing the policy: %w", a.opts.Name, err)
 	}
 	data, _ := json.MarshalIndent(settings, "", "  ")
 	if err := cli.WriteFile(filepath.Join(dot, "settings.json"), append(data, '\n')); err != nil {
@@ -164,6 +186,25 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	}
 	return nil
 }
+
+// ownAgentTools are the CLI's own ways to start agents and background
+// work, outside Substrat's tree, budgets and sandbox: left out of what the
+// model sees (settings.json tools.exclude).
+var ownAgentTools = []string{"invoke_agent", "list_background_processes", "read_background_output"}
+
+// policy is the CLI's user-tier policy (~/.gemini/policies/substrat.toml):
+// a shell command the model asks to run in the background is refused. The
+// shell tool's schema keeps its is_background parameter (the pinned CLI
+// has no setting that drops it), but no call with it set runs, in any
+// approval mode.
+const policy = `# Written by Substrat; rewritten at each session start.
+[[rule]]
+toolName = "run_shell_command"
+argsPattern = '"is_background":true'
+decision = "deny"
+priority = 999
+denyMessage = "Background commands are off under Substrat: run the command in the foreground, or spawn an agent with spawn_agent."
+`
 
 func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
 	path, err := exec.LookPath(a.opts.Command)

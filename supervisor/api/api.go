@@ -28,6 +28,9 @@ type StatusResult struct {
 	Pools []PoolStatus `json:"pools"`
 	// Notify counts the notify_command runs since the daemon started.
 	Notify *NotifyStatus `json:"notify,omitempty"`
+	// Parked maps each provider whose usage or rate limit parks its
+	// agents to when it resets.
+	Parked map[string]time.Time `json:"parked,omitempty"`
 }
 
 // NotifyStatus is what notify_command did since the daemon started. Each
@@ -152,6 +155,10 @@ type AgentInfo struct {
 	// Failing counts the agent's failed turns in a row (within the restart
 	// window); zero once a turn succeeds.
 	Failing int `json:"failing,omitempty"`
+	// Parked, when set, says until when the agent waits for its
+	// provider's usage or rate limit to reset (its own park, or its
+	// provider's while it has messages waiting).
+	Parked *fsstore.Park `json:"parked,omitempty"`
 }
 
 // InstructionsParams are the inputs of agent.instructions (set): the

@@ -14,6 +14,7 @@ const (
 	MethodAgentList         = "agent.list"
 	MethodAgentPermissions  = "agent.permissions"
 	MethodAgentInstructions = "agent.instructions"
+	MethodAgentWake         = "agent.wake"
 	MethodAgentSend         = "agent.send"
 	MethodAgentTerminate    = "agent.terminate"
 	MethodApprovalAnswer    = "approval.answer"
@@ -54,6 +55,7 @@ var Methods = []string{
 	MethodAgentList,
 	MethodAgentPermissions,
 	MethodAgentInstructions,
+	MethodAgentWake,
 	MethodAgentSend,
 	MethodAgentTerminate,
 	MethodApprovalAnswer,

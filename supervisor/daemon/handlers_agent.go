@@ -69,6 +69,9 @@ func (d *Daemon) registerAgent() {
 	handle(d, api.MethodAgentArchive, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.Archive(ctx, p.Ref)
 	})
+	handle(d, api.MethodAgentWake, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+		return c.WakeParked(ctx, p.Ref)
+	})
 	handle(d, api.MethodAgentInstructions, func(ctx context.Context, p api.InstructionsParams, _ func(any) error) (any, error) {
 		return c.SetInstructions(ctx, p)
 	})

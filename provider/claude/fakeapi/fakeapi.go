@@ -133,6 +133,25 @@ type Out struct {
 	ToolUse *ToolUse
 	// Status, if not 0 or 200, answers with this HTTP error instead.
 	Status int
+	// Usage, if set, is the answer's usage; default 100 input and 20
+	// output tokens.
+	Usage *Usage
+}
+
+// Usage is the token usage of one answer, as the API reports it.
+type Usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// Add adds u to v.
+func (v *Usage) Add(u Usage) {
+	v.InputTokens += u.InputTokens
+	v.OutputTokens += u.OutputTokens
+	v.CacheCreationInputTokens += u.CacheCreationInputTokens
+	v.CacheReadInputTokens += u.CacheReadInputTokens
 }
 
 // ToolUse is a scripted tool call.
@@ -151,6 +170,7 @@ type Server struct {
 	reply    func(Request) Out
 	requests []Request
 	other    []string
+	served   Usage
 }
 
 // New starts a fake that answers with reply. Close it when done.
@@ -176,6 +196,14 @@ func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.requests...)
+}
+
+// Served returns the sum of the usage of every answer served so far: what
+// the API would bill.
+func (s *Server) Served() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
 }
 
 // Other returns the other requests, as "METHOD PATH".
@@ -220,6 +248,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"type":"error","error":{"type":"api_error","message":"scripted status %d"}}`, out.Status)
 		return
 	}
+	u := Usage{InputTokens: 100, OutputTokens: 20}
+	if out.Usage != nil {
+		u = *out.Usage
+	}
+	s.mu.Lock()
+	s.served.Add(u)
+	s.mu.Unlock()
 	id := fmt.Sprintf("msg_fake_%d", n)
 	stop := "end_turn"
 	if out.ToolUse != nil {
@@ -236,7 +271,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"id": id, "type": "message", "role": "assistant", "model": req.Model,
 			"content": content, "stop_reason": stop, "stop_sequence": nil,
-			"usage": map[string]int{"input_tokens": 100, "output_tokens": 20}})
+			"usage": u})
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -250,7 +285,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": req.Model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]int{"input_tokens": 100, "output_tokens": 1}}})
+		"stop_reason": nil, "stop_sequence": nil, "usage": Usage{InputTokens: u.InputTokens, OutputTokens: 1,
+			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}}})
 	idx := 0
 	if out.Text != "" {
 		ev("content_block_start", map[string]any{"type": "content_block_start", "index": idx, "content_block": map[string]any{"type": "text", "text": ""}})
@@ -269,6 +305,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": idx})
 	}
-	ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int{"output_tokens": 20}})
+	ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int64{"output_tokens": u.OutputTokens}})
 	ev("message_stop", map[string]any{"type": "message_stop"})
 }

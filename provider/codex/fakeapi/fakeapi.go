@@ -65,9 +65,10 @@ type Server struct {
 	URL string
 	srv *httptest.Server
 
-	mu    sync.Mutex
-	reply func(Request) Out
-	reqs  []Request
+	mu     sync.Mutex
+	reply  func(Request) Out
+	reqs   []Request
+	served [2]int // input, output tokens of the answers served
 }
 
 // New starts a fake on loopback.
@@ -80,6 +81,14 @@ func New(reply func(Request) Out) *Server {
 
 // Close stops it.
 func (s *Server) Close() { s.srv.Close() }
+
+// Served returns the input and output tokens of every answer served so
+// far: what the API would bill.
+func (s *Server) Served() [2]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
+}
 
 // Requests returns what was asked so far.
 func (s *Server) Requests() []Request {
@@ -115,6 +124,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if in == 0 && outTok == 0 {
 		in, outTok = 11, 7
 	}
+	s.mu.Lock()
+	s.served[0] += in
+	s.served[1] += outTok
+	s.mu.Unlock()
 	n := len(s.Requests())
 	ev := func(v map[string]any) {
 		b, _ := json.Marshal(v)

@@ -42,9 +42,10 @@ type Server struct {
 	URL string
 	srv *httptest.Server
 
-	mu    sync.Mutex
-	reply func(Request) Out
-	reqs  []Request
+	mu     sync.Mutex
+	reply  func(Request) Out
+	reqs   []Request
+	served [2]int // input, output tokens of the answers served
 }
 
 // New starts a fake on loopback.
@@ -57,6 +58,14 @@ func New(reply func(Request) Out) *Server {
 
 // Close stops it.
 func (s *Server) Close() { s.srv.Close() }
+
+// Served returns the input and output tokens of every answer served so
+// far: what the API would bill.
+func (s *Server) Served() [2]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
+}
 
 // Requests returns the recorded requests.
 func (s *Server) Requests() []Request {
@@ -110,6 +119,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if in == 0 && outTok == 0 {
 		in, outTok = 12, 4
 	}
+	s.mu.Lock()
+	s.served[0] += in
+	s.served[1] += outTok
+	s.mu.Unlock()
 	part := map[string]any{"text": out.Text}
 	if c := out.Call; c != nil {
 		part = map[string]any{"functionCall": map[string]any{"name": c.Name, "args": json.RawMessage(c.Args)}}

@@ -14,10 +14,35 @@
 //
 // The daemon saves the state blob only when a session is suspended, and
 // Config does not carry the provider session id it saved, so after a crash
-// Restore gets nil. The engine therefore writes
-// <StateDir>/sessions/<agent-id>.json, {"version":1,"session_id":"…"},
-// atomically (fsynced, renamed, directory fsynced) each time the id is
-// learned or changes; Restore(nil) resumes from it.
+// Restore gets nil (or the blob of an older suspend). The engine therefore
+// writes <StateDir>/sessions/<agent-id>.json,
+// {"version":1,"session_id":"…","totals":{…}}, atomically (fsynced,
+// renamed, directory fsynced) each time the id is learned or changes and
+// after each turn whose CLI reports running totals; Restore(nil) resumes
+// from it, and Restore(blob) prefers its totals when it names the same
+// session (it is never older than the blob).
+//
+// # Usage
+//
+// Some CLIs report usage as the session's running total rather than the
+// turn's (Codex: the tokens of turn.completed; Claude Code: the cost in
+// total_cost_usd, and the tokens per model), and keep counting after a
+// resume and after a kill -9. An adapter says so with
+// Final.CumulativeTokens and Final.CumulativeCost. The engine keeps the
+// last totals it saw for the session in the session id file ("totals":
+// input_tokens, output_tokens, cost_usd) and reports the difference as the
+// turn's usage, so that the sum of a session's turns is what the CLI says
+// the session cost, across resume and a kill -9 of the daemon. The totals
+// start from zero with a new session id, and with a command that starts
+// the CLI's session afresh (Command.Fresh); a total lower than the last
+// one means the CLI's own count started over, and is taken whole. A
+// session whose file or blob has no totals (written before Substrat kept
+// them) reports its next turn's running parts as unknown, rather than the
+// whole session's usage again, and counts from there. What a
+// CLI spent on a turn it did not finish (killed, or failed) is counted in
+// the next turn that finishes, when the CLI kept count of it. If the
+// daemon dies between a turn's end and its recording, that turn's usage
+// is not counted: the totals were saved already.
 //
 // The process of a turn runs in its own process group, killed if the
 // daemon dies (Pdeathsig), and is reported to Config.Track; inside
@@ -26,8 +51,8 @@
 // # State blob
 //
 // Suspend returns {"version":1,"session_id":"…"} (the id may be empty for a
-// CLI that picks its own id and has not run a turn yet). Restore accepts
-// that, or nil.
+// CLI that picks its own id and has not run a turn yet), with "totals"
+// when the CLI reports running totals. Restore accepts that, or nil.
 package cli
 
 import (
@@ -68,6 +93,9 @@ type Command struct {
 	// KeepEnv are the variables (NAME=) and prefixes that the sandbox
 	// lets in besides the common ones (see Minimal): the CLI's own.
 	KeepEnv []string
+	// Fresh says the command starts the CLI's session anew (no resume):
+	// its running totals start from zero.
+	Fresh bool
 }
 
 // Line is what an adapter read in one output line.
@@ -82,8 +110,14 @@ type Line struct {
 
 // Final is the end of a turn.
 type Final struct {
-	Text  string
-	Usage provider.Usage
+	Text string
+	// Usage is the usage the CLI reports. With CumulativeTokens or
+	// CumulativeCost set, the tokens or the cost are the session's running
+	// totals, which the engine turns into the turn's own (see Usage in the
+	// package doc).
+	Usage            provider.Usage
+	CumulativeTokens bool
+	CumulativeCost   bool
 	// Err, if set, fails the turn; wrap a *retry.Transient in it to have
 	// the turn retried.
 	Err error
@@ -147,6 +181,25 @@ func (p *Provider) Name() string { return p.spec.Name }
 type blob struct {
 	Version   int    `json:"version"`
 	SessionID string `json:"session_id"`
+	// Totals are the CLI's running totals for the session, as last seen.
+	Totals *Totals `json:"totals,omitempty"`
+}
+
+// Totals are a session's running totals of usage as a CLI reports them.
+type Totals struct {
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+}
+
+// blobOf is the blob of session id with totals t (nil: not known).
+func blobOf(id string, t *Totals) blob {
+	b := blob{Version: 1, SessionID: id}
+	if t != nil {
+		c := *t
+		b.Totals = &c
+	}
+	return b
 }
 
 // Create starts a new session. Errors: those of the SessionID callback, of
@@ -178,7 +231,14 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		if b.SessionID == "" {
 			return s.started(p.spec.NewID())
 		}
-		s.id = b.SessionID
+		s.id, s.totals = b.SessionID, b.Totals
+		// The session id file is written after every turn, the blob only
+		// at a suspend: for the same session, the file is never older.
+		if data, err := os.ReadFile(s.idFile()); err == nil {
+			if f, err := decodeBlob(data); err == nil && f.SessionID == b.SessionID && f.Totals != nil {
+				s.totals = f.Totals
+			}
+		}
 		if err := s.saveID(); err != nil {
 			return nil, err
 		}
@@ -198,7 +258,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 	if b.SessionID == "" {
 		return s.started(p.spec.NewID())
 	}
-	s.id = b.SessionID
+	s.id, s.totals = b.SessionID, b.Totals
 	return s, nil
 }
 
@@ -222,6 +282,9 @@ func decodeBlob(data []byte) (blob, error) {
 	}
 	if b.Version != 1 {
 		return b, fmt.Errorf("version %d, want 1", b.Version)
+	}
+	if t := b.Totals; t != nil && (t.InputTokens < 0 || t.OutputTokens < 0 || t.CostUSD < 0) {
+		return b, fmt.Errorf("negative totals %+v", *t)
 	}
 	return b, nil
 }
@@ -250,6 +313,7 @@ type session struct {
 
 	mu      sync.Mutex // guards the fields below
 	id      string
+	totals  *Totals // the CLI's running totals for id as last seen; nil: not known
 	busy    bool
 	stopped bool
 }
@@ -278,6 +342,9 @@ func (s *session) learn(id string) error {
 		}
 	}
 	s.mu.Lock()
+	if id != s.id {
+		s.totals = &Totals{} // a new session counts from zero
+	}
 	s.id = id
 	s.mu.Unlock()
 	return s.saveID()
@@ -285,13 +352,18 @@ func (s *session) learn(id string) error {
 
 func (s *session) saveID() error {
 	s.mu.Lock()
-	id := s.id
+	id, totals := s.id, s.totals
 	s.mu.Unlock()
+	return s.save(id, totals)
+}
+
+// save writes the session id file.
+func (s *session) save(id string, totals *Totals) error {
 	dir := filepath.Dir(s.idFile())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("%s: saving session id: %w", s.p.spec.Name, err)
 	}
-	data, _ := json.Marshal(blob{Version: 1, SessionID: id})
+	data, _ := json.Marshal(blobOf(id, totals))
 	if err := renameio.WriteFile(s.idFile(), append(data, '\n'), 0o600, renameio.WithTempDir(dir)); err != nil {
 		return fmt.Errorf("%s: saving session id: %w", s.p.spec.Name, err)
 	}
@@ -359,6 +431,11 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		c.Env = Minimal(c.Env, c.KeepEnv...)
 		needs := c.Needs
 		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
+	}
+	if c.Fresh {
+		s.mu.Lock()
+		s.totals = &Totals{}
+		s.mu.Unlock()
 	}
 	pr, err := proc.Start(ctx, c.Command, s.p.spec.MaxLine)
 	if err != nil {
@@ -460,7 +537,62 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if final.Text == "" { // a CLI whose last line carries no text: what it said
 		final.Text = strings.Join(texts, s.p.spec.TextSeparator)
 	}
-	return provider.TurnResult{Text: final.Text, Usage: final.Usage}, nil
+	usage, err := s.turnUsage(final)
+	if err != nil {
+		return provider.TurnResult{}, err
+	}
+	return provider.TurnResult{Text: final.Text, Usage: usage}, nil
+}
+
+// turnUsage returns the turn's own usage: for the running totals a CLI
+// reports, the difference from the last ones seen, which it then saves.
+// Only once saved are they remembered: if saving fails, the turn fails,
+// and the next turn's difference counts this one's usage too. When the
+// last totals are not known (a session that began before Substrat kept
+// them), the running parts of this turn's usage are unknown, and its
+// totals become the base of the next.
+func (s *session) turnUsage(f *Final) (provider.Usage, error) {
+	u := f.Usage
+	if !f.CumulativeTokens && !f.CumulativeCost {
+		return u, nil
+	}
+	s.mu.Lock()
+	id, known := s.id, s.totals
+	s.mu.Unlock()
+	var last Totals
+	if known != nil {
+		last = *known
+	}
+	next := last
+	if f.CumulativeTokens && !u.TokensUnknown {
+		next.InputTokens, next.OutputTokens = u.InputTokens, u.OutputTokens
+		switch {
+		case known == nil:
+			u.InputTokens, u.OutputTokens, u.TokensUnknown = 0, 0, true
+		case u.InputTokens < last.InputTokens || u.OutputTokens < last.OutputTokens:
+			// The CLI's count started over: taken whole.
+		default:
+			u.InputTokens -= last.InputTokens
+			u.OutputTokens -= last.OutputTokens
+		}
+	}
+	if f.CumulativeCost && !u.CostUnknown {
+		next.CostUSD = u.CostUSD
+		switch {
+		case known == nil:
+			u.CostUSD, u.CostUnknown = 0, true
+		case u.CostUSD < last.CostUSD:
+		default:
+			u.CostUSD -= last.CostUSD
+		}
+	}
+	if err := s.save(id, &next); err != nil {
+		return provider.Usage{}, fmt.Errorf("saving the usage totals: %w", err)
+	}
+	s.mu.Lock()
+	s.totals = &next
+	s.mu.Unlock()
+	return u, nil
 }
 
 func (s *session) Suspend(ctx context.Context) ([]byte, error) {
@@ -473,7 +605,7 @@ func (s *session) Suspend(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", s.p.spec.Name, provider.ErrBusy)
 	}
 	s.stopped = true
-	return json.Marshal(blob{Version: 1, SessionID: s.id})
+	return json.Marshal(blobOf(s.id, s.totals))
 }
 
 func (s *session) Stop() error {

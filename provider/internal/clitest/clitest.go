@@ -78,3 +78,48 @@ func (r *Recorder) Calls() []provider.ToolCall {
 	defer r.mu.Unlock()
 	return append([]provider.ToolCall(nil), r.calls...)
 }
+
+// Restarts drives a session of p through what a daemon puts it through,
+// calling turn for each turn and check after it with the sum of the
+// usage of the turns so far: three turns; a suspend, a restore from the
+// blob and a turn; a restore from that same blob, now stale (the daemon
+// was killed after it had resumed the session), and a turn; a restore from
+// nothing (killed before any suspend) and a turn.
+func Restarts(t *testing.T, p provider.Provider, cfg provider.Config,
+	turn func(s provider.Session, n int) provider.TurnResult, check func(turns int, sum provider.Usage)) {
+	t.Helper()
+	ctx := context.Background()
+	var sum provider.Usage
+	n := 0
+	run := func(s provider.Session) {
+		t.Helper()
+		n++
+		u := turn(s, n).Usage
+		sum.InputTokens += u.InputTokens
+		sum.OutputTokens += u.OutputTokens
+		sum.CostUSD += u.CostUSD
+		sum.TokensUnknown = sum.TokensUnknown || u.TokensUnknown
+		sum.CostUnknown = sum.CostUnknown || u.CostUnknown
+		t.Logf("turn %d: %+v; sum %+v", n, u, sum)
+		check(n, sum)
+	}
+	s, err := p.Create(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		run(s)
+	}
+	blob, err := s.Suspend(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	for _, state := range [][]byte{blob, blob, nil} {
+		if s, err = p.Restore(ctx, cfg, state); err != nil {
+			t.Fatal(err)
+		}
+		run(s)
+		s.Stop() // no suspend: as a kill -9 of the daemon leaves it
+	}
+}

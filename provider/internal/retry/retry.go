@@ -30,7 +30,15 @@ type Policy struct {
 	Base time.Duration
 	// MaxWait bounds one wait, Retry-After included; default 1 minute.
 	MaxWait time.Duration
+	// ParkAfter: a 429 that asks to wait this long or longer is not
+	// waited for inline, holding the agent's slot: Do returns a
+	// *provider.RateLimited at once, and the daemon parks the agent until
+	// the reset. Default 5 s.
+	ParkAfter time.Duration
 }
+
+// DefaultParkAfter is Policy.ParkAfter's default.
+const DefaultParkAfter = 5 * time.Second
 
 // Default is the policy of the spec: 3 tries, 2 s base.
 var Default = Policy{Tries: 3, Base: 2 * time.Second, MaxWait: time.Minute}
@@ -44,6 +52,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.MaxWait <= 0 {
 		p.MaxWait = Default.MaxWait
+	}
+	if p.ParkAfter <= 0 {
+		p.ParkAfter = DefaultParkAfter
 	}
 	return p
 }
@@ -110,6 +121,14 @@ func (p Policy) Do(ctx context.Context, what string, attempt func(ctx context.Co
 			return err
 		}
 		last = err
+		if t.Status == http.StatusTooManyRequests {
+			switch {
+			case t.RetryAfter >= p.ParkAfter:
+				return fmt.Errorf("%s: %w", what, &provider.RateLimited{Until: time.Now().Add(t.RetryAfter), Reason: err.Error()})
+			case n >= p.Tries:
+				return fmt.Errorf("%s: %w", what, &provider.RateLimited{Reason: fmt.Sprintf("failed %d times in a row; last failure: %v", n, err)})
+			}
+		}
 		if n >= p.Tries {
 			return fmt.Errorf("%w: %s failed %d times in a row; last failure: %w", provider.ErrRetryable, what, n, err)
 		}
@@ -144,22 +163,42 @@ func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 			return time.Duration(f * float64(time.Millisecond))
 		}
 	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			if f <= 0 {
+				return 0
+			}
+			return time.Duration(f * float64(time.Second))
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			if d := t.Sub(now); d > 0 {
+				return d
+			}
+		}
 		return 0
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f <= 0 {
-			return 0
+	return resetHeaders(h, now)
+}
+
+// resetHeaders reads the rate-limit reset headers APIs send beside (or
+// instead of) Retry-After: OpenAI's x-ratelimit-reset-requests and
+// -tokens (a duration: "1s", "6m0s"), Anthropic's
+// anthropic-ratelimit-*-reset (an RFC 3339 time). The latest wins: it is
+// when every limit that was hit has reset.
+func resetHeaders(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	for _, k := range []string{"X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens"} {
+		if v, err := time.ParseDuration(strings.TrimSpace(h.Get(k))); err == nil && v > d {
+			d = v
 		}
-		return time.Duration(f * float64(time.Second))
 	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
+	for _, k := range []string{"Anthropic-Ratelimit-Requests-Reset", "Anthropic-Ratelimit-Tokens-Reset",
+		"Anthropic-Ratelimit-Input-Tokens-Reset", "Anthropic-Ratelimit-Output-Tokens-Reset"} {
+		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get(k))); err == nil && t.Sub(now) > d {
+			d = t.Sub(now)
 		}
 	}
-	return 0
+	return d
 }
 
 // IsOverloaded reports whether a message reads like an "overloaded" or

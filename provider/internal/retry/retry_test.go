@@ -69,6 +69,41 @@ func TestDoGivesUp(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
+	var rl *provider.RateLimited
+	if !errors.As(err, &rl) || !rl.Until.IsZero() {
+		t.Errorf("a 429 without a reset time that outlasts the tries: %v, want a RateLimited without Until", err)
+	}
+}
+
+// TestDoParksALongReset: a 429 whose reset is further off than ParkAfter
+// is not waited for: Do returns at once with the reset time.
+func TestDoParksALongReset(t *testing.T) {
+	p := Policy{Tries: 3, Base: time.Millisecond, ParkAfter: 5 * time.Second}
+	n := 0
+	start := time.Now()
+	err := p.Do(context.Background(), "req", func(context.Context) error {
+		n++
+		return &Transient{Status: 429, RetryAfter: 6 * time.Second, Err: errors.New("slow down")}
+	})
+	var rl *provider.RateLimited
+	if n != 1 || !errors.As(err, &rl) || rl.Until.Before(start.Add(6*time.Second)) || !errors.Is(err, provider.ErrRetryable) {
+		t.Fatalf("after %d attempts: %v", n, err)
+	}
+}
+
+func TestResetHeaders(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	h.Set("X-Ratelimit-Reset-Requests", "1s")
+	h.Set("X-Ratelimit-Reset-Tokens", "6m0s")
+	if d := ParseRetryAfter(h, now); d != 6*time.Minute {
+		t.Errorf("openai reset headers: %v", d)
+	}
+	h = http.Header{}
+	h.Set("Anthropic-Ratelimit-Tokens-Reset", now.Add(90*time.Second).Format(time.RFC3339))
+	if d := ParseRetryAfter(h, now); d != 90*time.Second {
+		t.Errorf("anthropic reset header: %v", d)
+	}
 }
 
 func TestDoPermanentFailure(t *testing.T) {

@@ -102,6 +102,9 @@ type Out struct {
 	Text   string
 	Calls  []Call
 	Status int
+	// Header is sent with an error status (Retry-After, rate-limit
+	// reset headers).
+	Header http.Header
 }
 
 // Server is the fake.
@@ -153,6 +156,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	out := reply(req)
 	if out.Status != 0 && out.Status != http.StatusOK {
 		w.Header().Set("Content-Type", "application/json")
+		for k, v := range out.Header {
+			w.Header()[k] = v
+		}
 		w.WriteHeader(out.Status)
 		fmt.Fprintf(w, `{"error":{"message":"scripted status %d","type":"server_error"}}`, out.Status)
 		return

@@ -1,0 +1,172 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/api"
+)
+
+// Parking.
+//
+// A turn that a provider's usage or rate limit stopped (a
+// provider.RateLimited) is not a failed turn: the agent is PARKED until
+// the limit resets, recorded as a parked event so that a restart keeps
+// it. It gives up its live session and its pool slot, its messages wait
+// in its inbox, and every other agent of the same provider waits for the
+// same reset instead of hammering the API (the provider's credentials are
+// the daemon's, one set per provider). At the reset the parked agents
+// become runnable again and the scheduler runs them within the pool
+// limits, least recently run first. A limit without a reset time backs
+// off exponentially: ParkBase, doubling, up to ParkCap. `agent wake`
+// ends a park early.
+
+// Backoff of a limit without a reset time.
+const (
+	ParkBase = 30 * time.Second
+	ParkCap  = 10 * time.Minute
+)
+
+// parkKey is the provider and credentials a limit of n's applies to.
+func parkKey(s *fsstore.Session) string { return s.Provider }
+
+// parkTurn parks n after its turn hit rl, instead of failing it.
+func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimited) error {
+	now := c.clock.Now()
+	key := parkKey(n.s())
+	c.mu.Lock()
+	until := rl.Until
+	if !until.After(now) {
+		n.parks++
+		until = now.Add(min(ParkBase<<(n.parks-1), ParkCap))
+	} else {
+		n.parks = 0
+	}
+	live := n.live
+	n.live = nil
+	n.woken = false
+	n.mail = len(msgs) > 0
+	n.retryAt = until
+	if until.After(c.parked[key]) {
+		c.parked[key] = until
+	}
+	c.mu.Unlock()
+	if live != nil {
+		live.Stop()
+	}
+	c.log.Warn("agent parked: its provider's limit", "agent", n.id(), "until", until, "reason", rl.Reason)
+	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: fmt.Sprintf("parked until %s: %s; the message is kept and its turn runs then",
+		until.Local().Format("15:04:05"), rl.Reason)})
+	if n.s().SessionState == fsstore.SessionActive {
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "parked"}); err != nil {
+			return err
+		}
+	}
+	if err := c.commit(n, fsstore.EvParked, fsstore.Parked{Until: until.UTC(), Reason: rl.Reason, Key: key}); err != nil {
+		return err
+	}
+	if !n.terminated() {
+		reason := fmt.Sprintf("parked until %s: %s", until.UTC().Format(time.RFC3339), rl.Reason)
+		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: reason}); err != nil {
+			return err
+		}
+	}
+	c.snapshot(n)
+	return nil
+}
+
+// isRateLimited returns the limit that stopped a turn, if one did.
+func isRateLimited(err error) *provider.RateLimited {
+	var rl *provider.RateLimited
+	if errors.As(err, &rl) {
+		return rl
+	}
+	return nil
+}
+
+// parkedLocked returns until when n may start no turn (zero: it may).
+func (c *Core) parkedLocked(n *node, now time.Time) time.Time {
+	if p := n.s().Parked; p != nil && now.Before(p.Until) {
+		return p.Until
+	}
+	if until := c.parked[parkKey(n.s())]; !n.woken && now.Before(until) {
+		return until
+	}
+	return time.Time{}
+}
+
+// loadParkLocked takes in the park of a loaded agent, so that its
+// provider waits for the same reset after a restart.
+func (c *Core) loadParkLocked(n *node) {
+	if p := n.s().Parked; p != nil && p.Until.After(c.parked[p.Key]) {
+		c.parked[p.Key] = p.Until
+	}
+}
+
+// unpark ends the parks that are over at now: the agents' parked events
+// are closed, least recently run first, and the scheduler woken.
+func (c *Core) unpark(now time.Time) {
+	c.mu.Lock()
+	for k, until := range c.parked {
+		if !now.Before(until) {
+			delete(c.parked, k)
+		}
+	}
+	var due []*node
+	for _, n := range c.nodes {
+		if p := n.s().Parked; p != nil && !now.Before(p.Until) {
+			due = append(due, n)
+		}
+	}
+	c.mu.Unlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].s().UpdatedAt.Before(due[j].s().UpdatedAt) })
+	for _, n := range due {
+		if err := c.commit(n, fsstore.EvParked, fsstore.Parked{}); err != nil {
+			c.log.Warn("unparking failed", "agent", n.id(), "err", err)
+		}
+	}
+	if len(due) > 0 {
+		c.signal()
+	}
+}
+
+// WakeParked ends agent ref's park now: its next turn tries the provider again.
+func (c *Core) WakeParked(ctx context.Context, ref string) (api.AgentInfo, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(ref)
+	if err == nil {
+		n.woken, n.retryAt, n.parks = true, time.Time{}, 0
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return api.AgentInfo{}, err
+	}
+	if n.s().Parked != nil {
+		if err := c.commit(n, fsstore.EvParked, fsstore.Parked{}); err != nil {
+			return api.AgentInfo{}, err
+		}
+		c.snapshot(n)
+	}
+	c.signal()
+	return c.infoOf(n), nil
+}
+
+// parkInfoLocked is how n's park shows: its own, or its provider's while
+// it has messages waiting.
+func (c *Core) parkInfoLocked(n *node) *fsstore.Park {
+	now := c.clock.Now()
+	if p := n.s().Parked; p != nil && now.Before(p.Until) {
+		cp := *p
+		return &cp
+	}
+	key := parkKey(n.s())
+	if until := c.parked[key]; !n.woken && n.mail && now.Before(until) {
+		return &fsstore.Park{Until: until, Reason: "its provider " + key + " is rate limited", Key: key}
+	}
+	return nil
+}
