@@ -76,8 +76,8 @@ type Core struct {
 	// subsByTarget indexes subscriptions: target id -> subscriber ids.
 	subsByTarget map[string]map[string]bool
 	// parked maps a provider (park.go's key) to the reset of its limit.
-	parked map[string]time.Time
-	slotWaiters  int // nodes with waitSlot set
+	parked      map[string]time.Time
+	slotWaiters int // nodes with waitSlot set
 
 	outcomes  outcomes  // what became of the messages clients wait on (own lock)
 	approvals approvals // turns waiting for an approval's answer (own lock)

@@ -23,6 +23,10 @@ type Host interface {
 	// in its sandbox (as provider.Config.Sandbox), or nil for an agent
 	// without a workspace.
 	Sandbox(sess *fsstore.Session) provider.SandboxFunc
+	// ToolSocket opens agent id's tool socket, if it is not open, and
+	// returns its path (provider.Config.ToolSocket); "" for a host
+	// without tool sockets.
+	ToolSocket(id string) (string, error)
 	// CloseToolSocket closes agent id's tool socket, if it has one; with
 	// id "", every one, and no new one opens.
 	CloseToolSocket(id string)
@@ -76,6 +80,9 @@ func (NopHost) Track(string) func(int) func() { return nil }
 
 // Sandbox implements Host.
 func (NopHost) Sandbox(*fsstore.Session) provider.SandboxFunc { return nil }
+
+// ToolSocket implements Host: none.
+func (NopHost) ToolSocket(string) (string, error) { return "", nil }
 
 // CloseToolSocket implements Host.
 func (NopHost) CloseToolSocket(string) {}

@@ -167,8 +167,11 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
 		},
 	}
-	if cfg.Sandbox != nil {
-		cfg.ToolSocket = c.store.Layout().ToolSocket(sess.ID)
+	// The agent's MCP server reaches its tools on a socket of its own,
+	// sandboxed or not: the provider's processes run in a PID namespace
+	// of their own, which the daemon's socket refuses.
+	if cfg.ToolSocket, err = c.host.ToolSocket(sess.ID); err != nil {
+		return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
 	}
 	var s provider.Session
 	if sess.SessionState == fsstore.SessionCreated {

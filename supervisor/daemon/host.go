@@ -67,6 +67,9 @@ func (h *host) Track(agent string) func(pid int) func() { return h.procs.track(a
 // Sandbox implements supervisor.Host.
 func (h *host) Sandbox(sess *fsstore.Session) provider.SandboxFunc { return h.sandboxFor(sess) }
 
+// ToolSocket implements supervisor.Host.
+func (h *host) ToolSocket(id string) (string, error) { return h.toolSocket(id) }
+
 // CloseToolSocket implements supervisor.Host.
 func (h *host) CloseToolSocket(id string) {
 	if id == "" {
