@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -314,6 +315,33 @@ func TestTimeoutKillsGroup(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// TestTurnEndsAtResult: a turn ends with the CLI's result line, while the
+// CLI takes its time to exit; the next turn, and Stop, wait for that exit,
+// so the next turn finds the session as the CLI left it.
+func TestTurnEndsAtResult(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	const linger = 1500 * time.Millisecond
+	start := time.Now()
+	if res := send(t, s, fmt.Sprintf("LINGER %d", linger.Milliseconds())); res.Text != "lingering" {
+		t.Fatalf("LINGER answered %q", res.Text)
+	}
+	if took := time.Since(start); took >= linger {
+		t.Errorf("the turn took %v: it waited for the CLI to exit (%v after its result)", took, linger)
+	}
+	if res := send(t, s, "HISTORY"); !strings.HasSuffix(res.Text, "|exited") {
+		t.Errorf("the next turn started before the last one's CLI exited: history %q", res.Text)
+	}
+	send(t, s, fmt.Sprintf("LINGER %d", linger.Milliseconds()))
+	start = time.Now()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < linger/2 {
+		t.Errorf("Stop returned after %v, before the CLI exited", took)
 	}
 }
 
