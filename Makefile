@@ -46,6 +46,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test ./fsstore -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fsstore -run '^$$' -fuzz '^FuzzDecodeSession$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fsstore -run '^$$' -fuzz '^FuzzScanLog$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./supervisor -run '^$$' -fuzz '^FuzzRenderPrompt$$' -fuzztime $(FUZZTIME)
 
 BENCHFLAGS ?=
 .PHONY: bench

@@ -106,16 +106,29 @@ func (d *osAgentDir) readFile(rel, path string, buf []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	return readAll(fd, path, buf, MaxFileSize)
+}
+
+// readAll reads the open file fd (path is its name, for errors) to its end
+// into buf, which it grows as needed: at most max bytes, or it fails with
+// ErrFileTooLarge.
+func readAll(fd int, path string, buf []byte, max int64) ([]byte, error) {
 	f := rawFile{fd: fd, name: path}
 	buf = buf[:0]
 	for {
-		if len(buf) > MaxFileSize {
-			return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (more than %d bytes)", ErrFileTooLarge, MaxFileSize)}
+		if int64(len(buf)) > max {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (more than %d bytes)", ErrFileTooLarge, max)}
 		}
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
+		// Never read more than one byte past max: a file that grows
+		// without end costs max+1 bytes, not more.
+		room := buf[len(buf):cap(buf)]
+		if left := max + 1 - int64(len(buf)); int64(len(room)) > left {
+			room = room[:left]
+		}
+		n, err := f.Read(room)
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			return buf, nil
@@ -187,6 +200,10 @@ func openRaw(dirfd int, rel, path string, flags int) (int, error) {
 		return fd, nil
 	}
 }
+
+// TypeName names the type of a file that is not a regular one, for
+// messages: "a FIFO", "a symlink", "a directory"...
+func TypeName(m fs.FileMode) string { return typeName(m.Type()) }
 
 // typeName names the type bits of a file mode, for messages.
 func typeName(t fs.FileMode) string {

@@ -35,6 +35,7 @@ const (
 	EvWorkDir      = "work_dir"      // data: WorkDirChange
 	EvToolDenied   = "tool_denied"   // data: ToolDenied (history only)
 	EvWork         = "work"          // data: Work, a work tool's call and result (history only)
+	EvLimits       = "limits"        // data: Limits, the whole setting
 )
 
 // WorkDirChange sets the agent's working directory (a migration of an
@@ -172,7 +173,7 @@ func changesSession(typ string) bool {
 	switch typ {
 	case EvCreated, EvState, EvProvider, EvTurn, EvMetadata, EvPool, EvBudget, EvGate, EvWaiting,
 		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited, EvPermissions, EvWorkDir,
-		EvApprovalRequested, EvApprovalAnswered, EvParked:
+		EvLimits, EvApprovalRequested, EvApprovalAnswered, EvParked:
 		return true
 	}
 	return false
@@ -347,6 +348,14 @@ func apply(s *Session, e Event, v any) (*Session, error) {
 		var d Permissions
 		if err = e.Decode(&d); err == nil {
 			n.Permissions = &d
+		}
+	case EvLimits:
+		var d Limits
+		if err = e.Decode(&d); err == nil {
+			n.Limits = &d
+			if d.IsZero() {
+				n.Limits = nil
+			}
 		}
 	case EvWorkDir:
 		var d WorkDirChange

@@ -37,7 +37,9 @@
 // TERMINATED), state_reason, provider_session_id, state_blob (the
 // provider's opaque state, base64), spawn_key (the tool-use id of the spawn
 // that made the agent), metadata, counters {turns, input_tokens,
-// output_tokens, cost_usd}, created_at, updated_at, and last_seq: the seq of
+// output_tokens, cost_usd, and context_tokens and context_window, the
+// tokens of its model's context window its conversation took after its
+// last turn, when the provider says}, created_at, updated_at, and last_seq: the seq of
 // the last event the snapshot reflects. Unknown fields are refused.
 //
 // Where the agent works and what it may do there:
@@ -61,6 +63,15 @@
 //     would prompt for: approver ("parent", the default: the parent, or
 //     USER for a root; "user"; or "deny") and approval_timeout (a Go
 //     duration, "10m" when empty);
+//   - limits {memory_bytes, pids, cpu_weight}: the resources its
+//     provider processes and tool commands may use together (absent: the
+//     daemon's defaults, config.json's "limits"). A zero or absent field
+//     is the default; -1 is none, whatever the default. cpu_weight is
+//     1..10000 as cgroup v2's cpu.weight. Children inherit them. Set at
+//     create ('substrat agent create --memory 512M --pids 256') and
+//     changed by a "limits" event, whose data is the whole setting
+//     ('substrat agent limits'); the daemon enforces them with a cgroup
+//     per agent, or rlimits (see supervisor/daemon/limits);
 //   - approvals: the agent's approval requests that wait ({id, tool,
 //     input, tool_use_id, call_key, batch, approver, requested_at,
 //     deadline}) and the last 20 answered (with answer allow, deny or expired, reason, by,
@@ -101,8 +112,8 @@
 //
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
-// (counters, added), "metadata", "edited" (a hand edit that was adopted),
-// "permissions", "work_dir", "approval_requested", "approval_answered",
+// (counters, added; the context use replaced), "metadata", "edited" (a hand edit that was adopted),
+// "permissions", "limits", "work_dir", "approval_requested", "approval_answered",
 // "parked" (a provider's usage or rate limit: until when, why, and the
 // provider and credentials it applies to; a zero until unparks; the
 // session's "parked" field) and the orchestration events (pool, budget, gate, waiting, reminders,
@@ -112,7 +123,9 @@
 // work tool the daemon ran: tool, args, result cut to a few KiB),
 // "effect" (an agent tool call that acts beyond its turn, recorded before
 // it acts and again with its result, so that a turn run again acts once:
-// see effect.go), and any the daemon adds) are history and leave the
+// see effect.go), "compaction" (a provider replaced the older part of its
+// model's conversation with a summary: see compaction.go; the transcript
+// keeps the whole conversation), and any the daemon adds) are history and leave the
 // snapshot as it is. Replaying every event from "created" on
 // yields the snapshot, so session.json can be rebuilt from the log.
 //
@@ -133,6 +146,8 @@
 // kept out of the live tree, the directory is left untouched, and the error
 // (a *CorruptError) names the file, the line and its byte offset.
 //
+// # Files that are not what they should be
+//
 // Every file of the store is opened without following a symlink and
 // without blocking, and must be a regular file: a FIFO, a device, a socket
 // or a symlink (to /dev/zero, say) where session.json, events.jsonl or a
@@ -140,6 +155,37 @@
 // read up to a size limit (64 MiB). An agent directory in agents/ that is
 // a symlink (to a directory on another disk) is not an agent directory:
 // it is reported and left alone, at start and while the daemon runs.
+//
+// The same holds for every other file of the home that the daemon or the
+// CLI reads and that a person or an agent could replace. Each is read
+// with ReadRegular (or opened with OpenRegular, OpenAppendRegular): never
+// through a symlink (no file of the home is expected to be one; keep
+// config.json itself in HOME, not a link to it), never blocking on a
+// FIFO, only if it is a regular file, and up to a size cap:
+//
+//	file                                     cap        read by
+//	agents/<id>/session.json, messages,      64 MiB     the store (FS.ReadFile),
+//	  workspaces/…/workspace.json                       MaxFileSize
+//	events.jsonl                             1 MiB a line (MaxEventSize)
+//	config.json, recovery.json,              16 MiB     MaxJSONSize
+//	  providers.json, a workspace's git
+//	  marker, providers/<name>/ session ids
+//	providers/openai/ saved conversations    64 MiB     MaxFileSize
+//	daemon.log                               its last 64 KiB (daemon start's error line)
+//	daemon.lock                              its first 64 bytes (the owner's pid)
+//
+// Files appended to (events.jsonl, transcript.txt, daemon.log) are opened
+// the same way, and a directory is fsynced through an O_DIRECTORY open, so
+// a FIFO put in place of either fails at once.
+//
+// Anything else is refused with an error that names the file and says
+// what it is: "open HOME/config.json: fsstore: not a regular file: a
+// FIFO", or "... a symlink", "... a directory", "read ...: fsstore: file
+// too large (more than 16777216 bytes)". A refused config.json is left out
+// (the daemon starts with the other settings, and 'daemon start' and
+// 'config show' say why); a refused daemon.lock or daemon.log stops the
+// start with that error. Neither 'daemon start' nor 'daemon stop' waits on
+// such a file.
 //
 // A session.json that is missing, is not valid JSON, or fails validation
 // keeps the agent out as well; 'substrat fsck --repair' rebuilds it from a

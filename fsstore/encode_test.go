@@ -93,7 +93,7 @@ func TestEncodeDataMatchesMarshal(t *testing.T) {
 	red := "<red>"
 	for _, v := range []any{
 		MessageRef{ID: idMsg1, To: User}, StateChange{AgentState: AgentBusy, Reason: "a & b \u2028 \xff"},
-		Counters{Turns: 1, CostUSD: 0.1 + 0.2}, MetadataChange{Key: "k", Value: &red}, json.RawMessage(` { "a" : 1 } `),
+		Counters{Turns: 1, CostUSD: 0.1 + 0.2}, Counters{Turns: 1, ContextTokens: 2100, ContextWindow: 8192}, MetadataChange{Key: "k", Value: &red}, json.RawMessage(` { "a" : 1 } `),
 		json.RawMessage(nil), "string", 42, nil, map[string]int{"b": 2, "a": 1}, ProviderChange{StateBlob: []byte{0, 1}},
 	} {
 		want, werr := marshal(v, false)
@@ -127,6 +127,7 @@ func TestApplyTyped(t *testing.T) {
 		{EvState, StateChange{AgentState: "NAPPING"}},
 		{EvState, Counters{Turns: 1}}, // the wrong type: decoded
 		{EvTurn, Counters{Turns: 1, InputTokens: 3, OutputTokens: 4, CostUSD: 0.2}},
+		{EvTurn, Counters{Turns: 1, InputTokens: 3, ContextTokens: 5, ContextWindow: 3000}},
 		{EvTurn, Counters{CostUSD: math.SmallestNonzeroFloat64}},
 		{EvTurn, Counters{Turns: -1}},
 		{EvTurn, StateChange{Reason: "x"}},
@@ -238,6 +239,7 @@ func FuzzAppendData(f *testing.F) {
 			StateChange{Reason: s3},
 			StateChange{SessionState: SessionState(s2)},
 			Counters{Turns: n1, InputTokens: n2, OutputTokens: n1 ^ n2, CostUSD: x},
+			Counters{Turns: n1, ContextTokens: n2, ContextWindow: n1 ^ n2},
 			Counters{CostUSD: float64(float32(x)) * 1e-9},
 			Spawned{ChildID: s1, Name: s2, SpawnKey: s3},
 		} {

@@ -239,6 +239,14 @@ func appendData(b []byte, v any) (out []byte, ok bool) {
 		w.b = strconv.AppendInt(w.b, d.OutputTokens, 10)
 		w.raw(`,"cost_usd":`)
 		w.float(d.CostUSD)
+		if d.ContextTokens != 0 {
+			w.raw(`,"context_tokens":`)
+			w.b = strconv.AppendInt(w.b, d.ContextTokens, 10)
+		}
+		if d.ContextWindow != 0 {
+			w.raw(`,"context_window":`)
+			w.b = strconv.AppendInt(w.b, d.ContextWindow, 10)
+		}
 	case Spawned:
 		w.raw(`{"child_id":`)
 		w.str(d.ChildID)

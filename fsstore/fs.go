@@ -2,6 +2,7 @@ package fsstore
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -71,17 +72,99 @@ type OS struct{}
 
 var _ FS = OS{}
 
-// MaxFileSize bounds what ReadFile reads of one file of the store
-// (session.json with its state blob, a message): a file that grows without
-// end cannot make a reader take all memory.
-const MaxFileSize = 64 << 20
+// The size caps of the files read from the home (see the package
+// comment, "Files that are not what they should be"): a file that grows
+// without end cannot make a reader take all memory.
+const (
+	// MaxFileSize bounds what ReadFile reads of one file of the store
+	// (session.json with its state blob, a message, workspace.json).
+	MaxFileSize = 64 << 20
+	// MaxJSONSize bounds the other JSON files of the home: config.json,
+	// recovery.json, providers.json, a workspace's git marker and the
+	// session-id files of providers/<name>/.
+	MaxJSONSize = 16 << 20
+)
 
-// ReadFile reads a regular file: never through a symlink, never from a
-// FIFO or a device (ErrNotRegular), and at most MaxFileSize bytes
-// (ErrFileTooLarge).
-func (OS) ReadFile(name string) ([]byte, error) {
-	d := osAgentDir{fd: unix.AT_FDCWD}
-	return d.readFile(name, name, nil)
+// ReadFile reads a regular file as ReadRegular does, at most MaxFileSize
+// bytes.
+func (OS) ReadFile(name string) ([]byte, error) { return ReadRegular(name, MaxFileSize) }
+
+// ReadRegular reads the file at path as the daemon and the CLI read every
+// file of the home that a person or an agent could replace: opened
+// without following a symlink and without blocking (a FIFO would block
+// open and read forever), it must be a regular file, or the error wraps
+// ErrNotRegular and says what it is ("a FIFO", "a symlink", "a
+// directory"...); and it is read up to max bytes, or the error wraps
+// ErrFileTooLarge. Errors are *fs.PathError naming path; a missing file
+// satisfies errors.Is(err, fs.ErrNotExist).
+func ReadRegular(path string, max int64) ([]byte, error) {
+	fd, err := openRaw(unix.AT_FDCWD, path, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return readAll(fd, path, nil, max)
+}
+
+// OpenAppendRegular opens the file at path for appending, creating it
+// with perm if it is missing, as a log is opened: without following a
+// symlink and without blocking (a FIFO with no reader would block open),
+// and it must be a regular file (ErrNotRegular).
+func OpenAppendRegular(path string, perm fs.FileMode) (*os.File, error) {
+	return openAppend(path, unix.O_CREAT, perm)
+}
+
+// openAppend is OpenAppendRegular, creating the file only with flags
+// O_CREAT.
+func openAppend(path string, flags int, perm fs.FileMode) (*os.File, error) {
+	var fd int
+	for {
+		var err error
+		fd, err = unix.Open(path, unix.O_WRONLY|unix.O_APPEND|flags|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, uint32(perm.Perm()))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.ELOOP:
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a symlink", ErrNotRegular)}
+		case err == unix.ENXIO: // a FIFO without a reader
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a FIFO", ErrNotRegular)}
+		case err == unix.EISDIR:
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a directory", ErrNotRegular)}
+		case err != nil:
+			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		break
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %s", ErrNotRegular, typeName(modeType(st.Mode)))}
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// OpenRegular opens the file at path for reading as ReadRegular does,
+// for a reader that wants only part of it (the end of a log).
+func OpenRegular(path string) (*os.File, error) {
+	fd, err := openRaw(unix.AT_FDCWD, path, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	// A regular file: reads never block, so the descriptor can go back
+	// to blocking mode and be an ordinary *os.File.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // Open opens a regular file for reading, as ReadFile would.
@@ -99,8 +182,16 @@ func (OS) Create(name string, perm fs.FileMode) (File, error) {
 	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 }
 
+// OpenAppend opens an existing regular file for appending, as
+// OpenAppendRegular does: a FIFO (which would block the open), a device or
+// a symlink put in place of events.jsonl or transcript.txt is refused
+// (ErrNotRegular).
 func (OS) OpenAppend(name string) (File, error) {
-	return os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := openAppend(name, 0, 0)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return f, nil
 }
 
 func (OS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
@@ -136,8 +227,10 @@ func (OS) RenameNoReplace(oldname, newname string) error {
 	return os.Remove(oldname)
 }
 
+// SyncDir fsyncs a directory. It is opened with O_DIRECTORY: a FIFO put
+// where the directory was fails at once (ENOTDIR) instead of blocking.
 func (OS) SyncDir(name string) error {
-	d, err := os.Open(name)
+	d, err := os.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}

@@ -53,22 +53,33 @@ func (s AgentState) valid() bool {
 	return false
 }
 
-// Counters are an agent's running totals. They only grow.
+// Counters are an agent's running totals. They only grow, but for the
+// context use: ContextTokens of the model's context window ContextWindow
+// (in tokens) that its conversation took after its last turn, when its
+// provider reports them (zero: unknown).
 type Counters struct {
-	Turns        int64   `json:"turns"`
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	CostUSD      float64 `json:"cost_usd"`
+	Turns         int64   `json:"turns"`
+	InputTokens   int64   `json:"input_tokens"`
+	OutputTokens  int64   `json:"output_tokens"`
+	CostUSD       float64 `json:"cost_usd"`
+	ContextTokens int64   `json:"context_tokens,omitempty"`
+	ContextWindow int64   `json:"context_window,omitempty"`
 }
 
-// Add returns c plus d.
+// Add returns c plus d, with d's context use if d has one, else c's.
 func (c Counters) Add(d Counters) Counters {
-	return Counters{
-		Turns:        c.Turns + d.Turns,
-		InputTokens:  c.InputTokens + d.InputTokens,
-		OutputTokens: c.OutputTokens + d.OutputTokens,
-		CostUSD:      c.CostUSD + d.CostUSD,
+	sum := Counters{
+		Turns:         c.Turns + d.Turns,
+		InputTokens:   c.InputTokens + d.InputTokens,
+		OutputTokens:  c.OutputTokens + d.OutputTokens,
+		CostUSD:       c.CostUSD + d.CostUSD,
+		ContextTokens: c.ContextTokens,
+		ContextWindow: c.ContextWindow,
 	}
+	if d.ContextWindow > 0 {
+		sum.ContextTokens, sum.ContextWindow = d.ContextTokens, d.ContextWindow
+	}
+	return sum
 }
 
 // Session is the content of session.json: an agent and its provider
@@ -84,6 +95,7 @@ type Session struct {
 	Workspace         string            `json:"workspace,omitempty"`
 	WorkDir           string            `json:"work_dir,omitempty"`
 	Permissions       *Permissions      `json:"permissions,omitempty"`
+	Limits            *Limits           `json:"limits,omitempty"`
 	AgentState        AgentState        `json:"agent_state"`
 	SessionState      SessionState      `json:"session_state"`
 	StateReason       string            `json:"state_reason,omitempty"`
@@ -337,11 +349,16 @@ func (s *Session) Validate() error {
 			return err
 		}
 	}
+	if s.Limits != nil {
+		if err := s.Limits.Validate(); err != nil {
+			return err
+		}
+	}
 	if err := validateApprovals(s); err != nil {
 		return err
 	}
 	c := s.Counters
-	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 {
+	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 || c.ContextTokens < 0 || c.ContextWindow < 0 {
 		return fmt.Errorf("%w: negative counter", ErrInvalid)
 	}
 	return nil
@@ -364,6 +381,10 @@ func (s *Session) Clone() *Session {
 		c.Parked = &p
 	}
 	c.Permissions = s.Permissions.Clone()
+	if s.Limits != nil {
+		l := *s.Limits
+		c.Limits = &l
+	}
 	if s.Metadata != nil {
 		c.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {

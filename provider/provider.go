@@ -120,6 +120,12 @@ type Turn struct {
 	// request carries these (a CLI's system prompt or instructions block,
 	// openai's system message). Nil: those of Config.
 	Instructions *string
+	// ContextWindow, if not 0, is the model's context window in tokens as
+	// configured (config.json's context_windows), and CompactAt, if not
+	// 0, the share of it that triggers a compaction: for a provider that
+	// manages its model's context (openai).
+	ContextWindow int
+	CompactAt     float64
 }
 
 // InstructionsOf returns the instructions a turn runs with: the turn's,
@@ -135,7 +141,46 @@ func InstructionsOf(cfg Config, turn Turn) string {
 type TurnResult struct {
 	Text  string `json:"text"` // the final assistant text
 	Usage Usage  `json:"usage"`
+	// Compactions are the compactions of the model's context the turn
+	// made (a provider that manages the context itself), in order.
+	Compactions []Compaction `json:"compactions,omitempty"`
+	// ContextTokens is how many tokens of its context window
+	// (ContextWindow) the model's conversation takes after the turn; 0
+	// when the provider does not know.
+	ContextTokens int `json:"context_tokens,omitempty"`
+	ContextWindow int `json:"context_window,omitempty"`
 }
+
+// Compaction is one compaction of a model's context: the older part of
+// its conversation replaced by a summary.
+type Compaction struct {
+	// Reason is CompactThreshold or CompactOverflow, or a CLI's own word
+	// for what made it compact ("manual": claude's /compact).
+	Reason string `json:"reason"`
+	// Replaced says what was replaced, for people ("turns 1-12").
+	Replaced string `json:"replaced"`
+	// FirstTurn and LastTurn are the provider's numbers of the turns the
+	// summary replaced (its own count of the session's turns, from 1);
+	// Dropped of them, the oldest, were dropped without a summary.
+	FirstTurn int    `json:"first_turn,omitempty"`
+	LastTurn  int    `json:"last_turn,omitempty"`
+	Dropped   int    `json:"dropped,omitempty"`
+	Summary   string `json:"summary,omitempty"`
+	// TokensBefore and TokensAfter are the context's tokens, estimated;
+	// TokensAfter is 0 where the provider does not know it (a CLI).
+	TokensBefore int `json:"tokens_before"`
+	TokensAfter  int `json:"tokens_after"`
+}
+
+// Compaction reasons.
+const (
+	// CompactThreshold: a request would have passed the share of the
+	// window that triggers a compaction.
+	CompactThreshold = "threshold"
+	// CompactOverflow: the server answered that the request was over the
+	// context window; the request was retried after the compaction.
+	CompactOverflow = "context_length_exceeded"
+)
 
 // Config describes the agent a session is for.
 type Config struct {
@@ -188,7 +233,19 @@ type Config struct {
 	// returned func when it has been waited for. The daemon records them
 	// so that after a kill -9 of the daemon the next start reaps them.
 	Track func(pid int) (done func())
+	// Limit, if set, puts a process the session is about to start under
+	// the agent's resource limits (memory, processes: its cgroup, or
+	// rlimits). Adapters that run processes call it on every command
+	// last, after Sandbox (or the containment of an unsandboxed one) and
+	// before Start; it rewrites cmd in place (its Path and Args), so that
+	// the process is under the limits before it runs anything, and fails
+	// if they cannot be had.
+	Limit LimitFunc
 }
+
+// LimitFunc puts a process about to start under an agent's resource
+// limits (see Config.Limit).
+type LimitFunc func(cmd *exec.Cmd) error
 
 // SandboxFunc wraps a process about to start in an agent's sandbox (see
 // Config.Sandbox).

@@ -226,7 +226,9 @@ func pathErr(op, path string, err error) error {
 	return &fs.PathError{Op: op, Path: path, Err: err}
 }
 
-// ReadFile returns the (volatile) content of a file.
+// ReadFile returns the (volatile) content of a file. As fsstore.OS's, it
+// refuses a file of more than fsstore.MaxFileSize bytes (the model has no
+// FIFOs, devices or symlinks to refuse).
 func (f *FS) ReadFile(name string) ([]byte, error) {
 	if err := f.read("open", name); err != nil {
 		return nil, err
@@ -238,6 +240,9 @@ func (f *FS) ReadFile(name string) ([]byte, error) {
 	}
 	if n.dir {
 		return nil, pathErr("read", name, syscall.EISDIR)
+	}
+	if len(n.data) > fsstore.MaxFileSize {
+		return nil, pathErr("read", name, fmt.Errorf("%w (more than %d bytes)", fsstore.ErrFileTooLarge, fsstore.MaxFileSize))
 	}
 	return bytes.Clone(n.data), nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/permrule"
 
@@ -122,11 +123,11 @@ func (t *turnTools) requestApproval(ctx context.Context, call provider.ToolCall)
 		a.Input = json.RawMessage(`{}`)
 	}
 	allow := func() (string, error) {
-		b, err := json.Marshal(promptAnswer{Behavior: "allow", UpdatedInput: a.Input})
+		b, err := jsontext.Marshal(promptAnswer{Behavior: "allow", UpdatedInput: a.Input})
 		return string(b), err
 	}
 	deny := func(why string) (string, error) {
-		b, err := json.Marshal(promptAnswer{Behavior: "deny", Message: why})
+		b, err := jsontext.Marshal(promptAnswer{Behavior: "deny", Message: why})
 		return string(b), err
 	}
 	c, n := t.c, t.n
@@ -198,7 +199,7 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 func approvalText(req fsstore.Approval, who string, opts permrule.Options, user bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Approval request %s: %s wants to use %s. It waits until %s, then it is denied.\n",
-		req.ID, who, req.Tool, req.Deadline.Local().Format("15:04:05"))
+		req.ID, who, agentName(req.Tool), req.Deadline.Local().Format("15:04:05"))
 	input, whole := api.InputHeadTail(req.Input, api.MaxApprovalInput)
 	size := len(api.InputText(req.Input))
 	if whole {

@@ -211,7 +211,7 @@ func (c *Core) replayNote(n *node, turn string) string {
 	}
 	sort.Slice(done, func(i, j int) bool { return done[i].Key < done[j].Key })
 	var b strings.Builder
-	b.WriteString("\n[SYSTEM] This turn was cut short and runs again. These calls of it already took effect; " +
+	b.WriteString("This turn was cut short and runs again. These calls of it already took effect; " +
 		"calling one again with the same arguments returns its result and does not act twice:\n")
 	for _, e := range done {
 		fmt.Fprintf(&b, "- %s %s -> %s\n", e.Tool, e.Args, cut(e.Result, 300))

@@ -23,13 +23,24 @@ type Host interface {
 	// in its sandbox (as provider.Config.Sandbox), or nil for an agent
 	// without a workspace.
 	Sandbox(sess *fsstore.Session) provider.SandboxFunc
-	// ToolSocket opens agent id's tool socket, if it is not open, and
-	// returns its path (provider.Config.ToolSocket); "" for a host
-	// without tool sockets.
+	// ToolSocket returns the path of agent id's own tool socket, listening,
+	// or "" where there are none (NopHost). An agent's MCP server reaches
+	// its tools there: its processes run in a PID namespace of their own,
+	// sandboxed or not, and the daemon's socket refuses such peers.
 	ToolSocket(id string) (string, error)
-	// CloseToolSocket closes agent id's tool socket, if it has one; with
-	// id "", every one, and no new one opens.
+	// CloseToolSocket closes agent id's tool socket, if it has one, and
+	// removes its resource-limit group (killing what is left in it): the
+	// agent runs nothing more. With id "", every one, and no new one
+	// opens.
 	CloseToolSocket(id string)
+	// Limit returns the hook that puts agent's provider processes and
+	// tool commands under limits l (as provider.Config.Limit), or nil
+	// when l limits nothing.
+	Limit(agent string, l fsstore.Limits) provider.LimitFunc
+	// LimitReached says which of agent's limits its processes reached
+	// since the last call ("memory limit 512M reached"), or "" if none
+	// (or the host cannot tell).
+	LimitReached(agent string) string
 	// Reap kills the provider processes a daemon that died left running,
 	// and says which.
 	Reap() []string
@@ -60,6 +71,9 @@ type Workplace struct {
 	ShellState bwrap.Source
 	// Env is the environment of shell commands outside a sandbox.
 	Env []string
+	// Limit, if set, puts shell commands under the agent's resource
+	// limits (Host.Limit).
+	Limit provider.LimitFunc
 }
 
 // WorkTools run the work tools in a Workplace; the daemon's are package
@@ -89,6 +103,12 @@ func (NopHost) CloseToolSocket(string) {}
 
 // Reap implements Host.
 func (NopHost) Reap() []string { return nil }
+
+// Limit implements Host: none.
+func (NopHost) Limit(string, fsstore.Limits) provider.LimitFunc { return nil }
+
+// LimitReached implements Host.
+func (NopHost) LimitReached(string) string { return "" }
 
 // Notify implements Host.
 func (NopHost) Notify([]string, *fsstore.Message) {}

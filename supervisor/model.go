@@ -243,7 +243,7 @@ func (c *Core) infoLocked(n *node) api.AgentInfo {
 		ID: n.id(), Name: n.s().Name, Path: c.pathLocked(n), ParentID: n.s().ParentID,
 		Provider: n.s().Provider, Model: n.s().Model, AgentState: n.s().AgentState,
 		SessionState: n.s().SessionState, StateReason: n.s().StateReason,
-		Counters: n.s().Counters, Subtree: c.subtreeCountersLocked(n, map[string]bool{}),
+		Counters: n.s().Counters, Subtree: subtreeTotals(c.subtreeCountersLocked(n, map[string]bool{})),
 		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
 		Gated: n.s().Gated, Pending: n.pending, Budget: n.s().Budget, Pool: poolOf(n.s()), Workspace: n.s().Workspace,
 		Failing: len(n.failures), Parked: c.parkInfoLocked(n),
@@ -254,6 +254,13 @@ func (c *Core) infoLocked(n *node) api.AgentInfo {
 		}
 	}
 	return info
+}
+
+// subtreeTotals is a subtree's sum without a context use, which is each
+// agent's own.
+func subtreeTotals(sum fsstore.Counters) fsstore.Counters {
+	sum.ContextTokens, sum.ContextWindow = 0, 0
+	return sum
 }
 
 func (c *Core) subtreeCountersLocked(n *node, seen map[string]bool) fsstore.Counters {

@@ -177,7 +177,7 @@ func (c *Core) Tick(now time.Time) {
 	c.signal() // failed turns may be due for their retry
 	sort.Slice(dues, func(i, j int) bool { return dues[i].r.ID < dues[j].r.ID })
 	for _, d := range dues {
-		text := fmt.Sprintf("[reminder %s] %s", d.r.ID, d.r.Reason)
+		text := fmt.Sprintf("[reminder %s] %s", d.r.ID, agentText(d.r.Reason))
 		if late := now.Sub(d.r.Due); late > time.Minute {
 			text += fmt.Sprintf(" (due %s ago)", late.Round(time.Second))
 		}

@@ -52,6 +52,7 @@ func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimit
 	n.woken = false
 	n.mail = len(msgs) > 0
 	n.retryAt = until
+	fresh := !now.Before(c.parked[key]) // the provider was not parked: tell USER
 	if until.After(c.parked[key]) {
 		c.parked[key] = until
 	}
@@ -77,7 +78,20 @@ func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimit
 		}
 	}
 	c.snapshot(n)
+	if fresh {
+		c.tellUser(fmt.Sprintf("Provider %s is rate limited until %s (%s); its agents wait for the reset and then resume by themselves "+
+			"(substrat daemon status; substrat agent wake REF tries one now).", key, until.Local().Format("2006-01-02 15:04:05"), rl.Reason))
+	}
 	return nil
+}
+
+// tellUser sends USER a message from SYSTEM (notify_command runs for it);
+// a failure is logged.
+func (c *Core) tellUser(text string) {
+	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
+	if err := c.sendUser(m); err != nil {
+		c.log.Warn("telling USER failed", "err", err, "text", text)
+	}
 }
 
 // isRateLimited returns the limit that stopped a turn, if one did.
@@ -112,9 +126,11 @@ func (c *Core) loadParkLocked(n *node) {
 // are closed, least recently run first, and the scheduler woken.
 func (c *Core) unpark(now time.Time) {
 	c.mu.Lock()
+	var reset []string
 	for k, until := range c.parked {
 		if !now.Before(until) {
 			delete(c.parked, k)
+			reset = append(reset, k)
 		}
 	}
 	var due []*node
@@ -132,6 +148,10 @@ func (c *Core) unpark(now time.Time) {
 	}
 	if len(due) > 0 {
 		c.signal()
+	}
+	sort.Strings(reset)
+	for _, k := range reset {
+		c.tellUser(fmt.Sprintf("Provider %s's limit has reset; its parked agents resume.", k))
 	}
 }
 

@@ -2,13 +2,13 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 )
 
 // RecoveryPrompt is the message root agents get after an unclean stop.
@@ -117,7 +117,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	// Step 8.
 	rep.FinishedAt = c.clock.Now().UTC()
 	rep.DurationMS = rep.FinishedAt.Sub(rep.StartedAt).Milliseconds()
-	data, err := json.MarshalIndent(rep, "", "  ")
+	data, err := jsontext.MarshalIndent(rep, "  ")
 	if err != nil {
 		return nil, err
 	}

@@ -157,6 +157,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 		Home:        c.store.Layout().Home,
 		Sandbox:     c.host.Sandbox(sess),
 		Track:       c.host.Track(sess.ID),
+		Limit:       c.host.Limit(sess.ID, c.limitsOf(sess)),
 		SessionID: func(id string) error {
 			c.mu.Lock()
 			known := n.s().ProviderSessionID
@@ -167,9 +168,8 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
 		},
 	}
-	// The agent's MCP server reaches its tools on a socket of its own,
-	// sandboxed or not: the provider's processes run in a PID namespace
-	// of their own, which the daemon's socket refuses.
+	// The agent's own tool socket, sandboxed or not: a provider process
+	// runs in a PID namespace of its own either way.
 	if cfg.ToolSocket, err = c.host.ToolSocket(sess.ID); err != nil {
 		return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
 	}

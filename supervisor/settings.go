@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -45,6 +46,24 @@ type Settings struct {
 	// finds them all running are coalesced into one notification.
 	Notify            []string
 	NotifyConcurrency int
+	// ContextWindows are models' context windows in tokens, by provider
+	// and model ("*": the provider's other models), for the providers
+	// that manage their model's context (openai); CompactAt is the share
+	// of the window that triggers a compaction (0: the provider's
+	// default). Each turn is told them (provider.Turn).
+	ContextWindows map[string]map[string]int
+	CompactAt      float64
+	// Limits are the resource limits of agents that set none (zero
+	// fields: none).
+	Limits fsstore.Limits
+}
+
+// contextWindow is the configured window of an agent's model, or 0.
+func (s *Settings) contextWindow(prov, model string) int {
+	if n := s.ContextWindows[prov][model]; n > 0 && model != "" {
+		return n
+	}
+	return s.ContextWindows[prov]["*"]
 }
 
 // DefaultNotifyConcurrency is how many notify commands run at once
@@ -81,6 +100,9 @@ func (s Settings) Check() error {
 		return fmt.Errorf("retry limit must be at least 1")
 	case s.NotifyConcurrency < 1:
 		return fmt.Errorf("notify_concurrency must be at least 1")
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits: %s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
 	}
 	for name, n := range s.Pools {
 		if n <= 0 {

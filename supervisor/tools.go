@@ -18,6 +18,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/provider"
 )
 
@@ -583,7 +584,7 @@ func (t *turnTools) checkInbox(ctx context.Context, call provider.ToolCall, a ch
 	if len(picked) == 0 {
 		return "no new messages", nil
 	}
-	return RenderPrompt(picked), nil
+	return RenderPrompt(t.c.promptTag(), picked), nil
 }
 
 func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a completeArgs) (string, error) {
@@ -643,7 +644,7 @@ func (t *turnTools) inspectAgent(ctx context.Context, call provider.ToolCall, a 
 }
 
 func toolJSON(v any) (string, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := jsontext.MarshalIndent(v, "  ") // read by a model and a person: "&&", not "\u0026\u0026"
 	return string(b), err
 }
 

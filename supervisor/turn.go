@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/prompt"
 )
 
 // RunTurn runs one turn of agent id if it has undelivered messages and is
@@ -53,22 +57,54 @@ func (c *Core) CallTool(ctx context.Context, agentID string, call provider.ToolC
 	return t.CallTool(ctx, call)
 }
 
-// RenderPrompt is the wake prompt for a batch of messages: each one under a
-// header line "[message <id> from <sender>]".
-func RenderPrompt(msgs []*fsstore.Message) string {
-	var b strings.Builder
+// RenderPrompt is the wake prompt for a batch of messages, framed with tag
+// (package prompt): a preamble, then each message between a header line
+// "[<tag> message <id> from <sender>]" and an end line, its body escaped
+// so that no line of it can pose as framing. A new tag for every prompt
+// comes from Core.promptTag.
+func RenderPrompt(tag string, msgs []*fsstore.Message) string {
+	out := make([]prompt.Message, len(msgs))
 	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString("\n")
-		}
-		from := m.FromName
-		if from == "" {
-			from = m.From
-		}
-		fmt.Fprintf(&b, "[message %s from %s]\n%s\n", m.ID, from, strings.TrimRight(m.Text, "\n"))
+		out[i] = promptMessage(m)
 	}
-	return b.String()
+	return prompt.Render(tag, out)
 }
+
+// promptMessage is m as a prompt shows it: from SYSTEM, from USER, or
+// from an agent by its name (an agent named SYSTEM still reads as one).
+func promptMessage(m *fsstore.Message) prompt.Message {
+	switch m.From {
+	case fsstore.System, fsstore.User:
+		return prompt.Message{ID: m.ID, Sender: m.From, Text: m.Text}
+	}
+	name := m.FromName
+	if name == "" {
+		name = m.From
+	}
+	return prompt.Message{ID: m.ID, Sender: name, Agent: true, Text: m.Text}
+}
+
+// agentText renders s, which an agent wrote (a reminder's reason, an
+// error its provider gave), inside a text of the daemon's: as a Go quoted
+// string on one line, so that no part of it can pose as more of the
+// daemon's text or as a line of its own.
+func agentText(s string) string { return strconv.Quote(s) }
+
+// agentName renders a name an agent chose (a tool's name) inside a text of
+// the daemon's: as is if it is a plain identifier, else quoted.
+func agentName(s string) string {
+	if plainName.MatchString(s) {
+		return s
+	}
+	return agentText(s)
+}
+
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+
+// promptTag is a new tag for a prompt (package prompt): unpredictable to
+// the agents, drawn from the store's id generator so that the simulation,
+// which seeds that generator, replays the same prompts.
+func (c *Core) promptTag() string { return prompt.Tag(c.store.NewID()) }
 
 // turnHeld runs a turn of n, which the caller holds. A store error after
 // the turn took its messages (a commit that failed: a full or read-only
@@ -125,8 +161,13 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		c.mu.Unlock()
 	}()
 	c.effects(n) // a turn run again is told what it did before
-	prompt := RenderPrompt(msgs) + c.replayNote(n, tools.turnKey)
-	res, err := c.runTurn(ctx, n, live, prompt, tools)
+	shown := msgs
+	if note := c.replayNote(n, tools.turnKey); note != "" {
+		shown = append(slices.Clone(msgs), &fsstore.Message{ID: "replay-" + tools.turnKey, From: fsstore.System,
+			FromName: fsstore.System, Kind: fsstore.KindSystem, Text: note})
+	}
+	text := RenderPrompt(c.promptTag(), shown)
+	res, err := c.runTurn(ctx, n, live, text, tools)
 	if err != nil {
 		return msgs, err
 	}
@@ -143,7 +184,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		return msgs, err
 	}
 	c.snapshot(n)
-	c.transcript(n, prompt, res.Text)
+	c.transcript(n, text, res.Text, res.Compactions)
 	c.mu.Lock()
 	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
@@ -182,15 +223,24 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
 	instructions := n.s().Instructions
-	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions, Output: func(ch provider.Chunk) {
+	output := func(ch provider.Chunk) {
 		c.mu.Lock()
 		if ch.Kind == provider.ChunkDenied {
 			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
 		}
 		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
-	}})
+	}
+	set := c.settings()
+	res, err := live.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, ToolList: c.toolList(n.s()), Instructions: &instructions,
+		ContextWindow: set.contextWindow(n.s().Provider, n.s().Model), CompactAt: set.CompactAt, Output: output})
 	tools.finish() // no approval wait changes the agent's state after this
+	// A limit reached during the turn is why it failed, rather than the
+	// bare exit status or signal the provider saw; asked after every
+	// turn, so that a turn that survived its limit is not blamed later.
+	if why := c.host.LimitReached(n.id()); why != "" && err != nil {
+		err = fmt.Errorf("%s: %w", why, err)
+	}
 	c.mu.Lock()
 	refused := denied
 	c.mu.Unlock()
@@ -202,8 +252,18 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	if err != nil {
 		return nil, c.turnFailed(ctx, n, tools.prompt(), err)
 	}
+	// Its compactions, then its counters (their usage includes that of the
+	// summary requests).
+	for _, cp := range res.Compactions {
+		if err := c.commit(n, fsstore.EvCompaction, fsstore.Compaction{Provider: n.s().Provider, Reason: cp.Reason,
+			Replaced: cp.Replaced, FirstTurn: cp.FirstTurn, LastTurn: cp.LastTurn, Dropped: cp.Dropped, Summary: cp.Summary,
+			TokensBefore: cp.TokensBefore, TokensAfter: cp.TokensAfter, Window: res.ContextWindow}); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.commit(n, fsstore.EvTurn, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
-		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}); err != nil {
+		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD,
+		ContextTokens: int64(res.ContextTokens), ContextWindow: int64(res.ContextWindow)}); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -326,11 +386,11 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 	path := c.pathLocked(n)
 	parent := c.nodes[n.s().ParentID]
 	c.mu.Unlock()
-	text := fmt.Sprintf("The turn of %s failed: %v. Its %d message(s) are kept in its inbox; "+
-		"it is retried with a growing delay, and gated after %d failures within %s.", path, cause, pending, restartLimit, restartWindow)
+	text := fmt.Sprintf("The turn of %s failed: %s. Its %d message(s) are kept in its inbox; "+
+		"it is retried with a growing delay, and gated after %d failures within %s.", path, agentText(fmt.Sprint(cause)), pending, restartLimit, restartWindow)
 	if limit {
-		text = fmt.Sprintf("%s failed %d times within %s (the last: %v) and is now gated; its %d message(s) are kept. "+
-			"Fix the cause, then ungate it (from the CLI: substrat agent ungate %s).", path, streak, restartWindow, cause, pending, path)
+		text = fmt.Sprintf("%s failed %d times within %s (the last: %s) and is now gated; its %d message(s) are kept. "+
+			"Fix the cause, then ungate it (from the CLI: substrat agent ungate %s).", path, streak, restartWindow, agentText(fmt.Sprint(cause)), pending, path)
 	}
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {
@@ -342,8 +402,13 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 
 // transcript appends a readable record of a turn to transcript.txt. It is
 // for people only and not fsynced; failures are logged.
-func (c *Core) transcript(n *node, prompt, out string) {
+func (c *Core) transcript(n *node, prompt, out string, compactions []provider.Compaction) {
 	var b strings.Builder
+	for _, cp := range compactions {
+		// The transcript keeps the whole conversation; this says what the
+		// model sees no more.
+		fmt.Fprintf(&b, "=== context compacted (%s): %s replaced by a summary, %d -> %d tokens\n", cp.Reason, cp.Replaced, cp.TokensBefore, cp.TokensAfter)
+	}
 	fmt.Fprintf(&b, "=== %s turn %d\n%s--- %s\n%s\n\n", c.clock.Now().UTC().Format("2006-01-02T15:04:05Z"),
 		n.s().Counters.Turns, prompt, n.s().Name, strings.TrimRight(out, "\n"))
 	path := n.agent.Files().Transcript()

@@ -79,6 +79,18 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 		p.WorkDir = c.store.Layout().ScratchDir(id)
 	}
 	switch {
+	case p.Limits != nil:
+		if err := p.Limits.Validate(); err != nil {
+			return api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		}
+		if p.Limits.IsZero() {
+			p.Limits = nil
+		}
+	case parent != nil && parent.Limits != nil:
+		l := *parent.Limits
+		p.Limits = &l
+	}
+	switch {
 	case p.Permissions != nil:
 		perm := *p.Permissions
 		if perm.Mode == "" {
@@ -271,4 +283,58 @@ func PermissionSummary(s *fsstore.Session) string {
 func providerPermissions(s *fsstore.Session) provider.Permissions {
 	p := new(effectivePermissions(s))
 	return *p.Clone()
+}
+
+// limitsOf is what agent s's processes run under: its limits over the
+// configured defaults, with "none" made zero.
+func (c *Core) limitsOf(s *fsstore.Session) fsstore.Limits {
+	var l fsstore.Limits
+	if s.Limits != nil {
+		l = *s.Limits
+	}
+	return l.Over(c.settings().Limits).Enforced()
+}
+
+// SetLimits changes an agent's resource limits (a "limits" event). They
+// take effect at the agent's next session start: a live session is
+// suspended (its state saved) and resumes under them at the next turn.
+func (c *Core) SetLimits(ctx context.Context, p api.LimitsParams) (api.AgentInfo, error) {
+	n, err := c.hold(ctx, p.Ref)
+	if err != nil {
+		return api.AgentInfo{}, err
+	}
+	defer c.release(n)
+	var l fsstore.Limits
+	if s := n.s(); s.Limits != nil {
+		l = *s.Limits
+	}
+	old := l
+	for _, f := range []struct {
+		to   *int64
+		from *int64
+	}{{&l.MemoryBytes, p.MemoryBytes}, {&l.Pids, p.Pids}, {&l.CPUWeight, p.CPUWeight}} {
+		if f.from != nil {
+			*f.to = *f.from
+		}
+	}
+	if err := l.Validate(); err != nil {
+		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	if l == old {
+		return c.infoOf(n), nil
+	}
+	if err := c.commit(n, fsstore.EvLimits, l); err != nil {
+		return api.AgentInfo{}, err
+	}
+	c.mu.Lock()
+	live := n.live != nil
+	c.mu.Unlock()
+	if live {
+		// The provider's hooks take the limits when a session starts.
+		if err := c.suspendHeld(ctx, n, "resource limits changed"); err != nil {
+			return api.AgentInfo{}, err
+		}
+	}
+	c.snapshot(n)
+	return c.infoOf(n), nil
 }

@@ -87,7 +87,7 @@ func (c *Core) toolList(s *fsstore.Session) []provider.ToolInfo {
 // place returns where agent s works, for the work tools.
 func (c *Core) place(s *fsstore.Session) (Workplace, error) {
 	l := c.store.Layout()
-	pl := Workplace{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}}
+	pl := Workplace{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}, Limit: c.host.Limit(s.ID, c.limitsOf(s))}
 	spec, _, ok, err := c.agentSpec(s)
 	if err != nil {
 		return pl, err

@@ -81,6 +81,7 @@ func fail(msg, hint string) error { return &benchError{msg: msg, hint: hint} }
 func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 

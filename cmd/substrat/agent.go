@@ -32,6 +32,7 @@ type AgentCmd struct {
 	Archive      AgentArchiveCmd      `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
 	Budget       AgentBudgetCmd       `cmd:"" help:"Set the token or cost budget of an agent's subtree (0 removes it)."`
 	Permissions  AgentPermissionsCmd  `cmd:"" help:"Show or change what an agent may do: its permission mode and tool rules."`
+	Limits       AgentLimitsCmd       `cmd:"" help:"Show or change an agent's resource limits: memory, processes, CPU weight."`
 	Instructions AgentInstructionsCmd `cmd:"" help:"Show or change an agent's instructions (its next turn carries them, with any provider)."`
 	Wake         AgentWakeCmd         `cmd:"" help:"End an agent's park (a provider's usage or rate limit) now: its next turn tries again."`
 	Gate         AgentGateCmd         `cmd:"" help:"Stop an agent from starting turns until permitted or ungated."`
@@ -56,6 +57,9 @@ type AgentCreateCmd struct {
 	Pool         string   `help:"Slot pool of the agent's session (default: the default pool)."`
 	BudgetTokens int64    `help:"Token budget for the agent's subtree."`
 	BudgetCost   float64  `help:"Cost budget (USD) for the agent's subtree."`
+	Memory       string   `help:"Memory limit of its processes together: 512M, 2G, or none (default: its parent's, else config.json's)." placeholder:"SIZE"`
+	Pids         string   `help:"How many processes it may run at once, or none (default: its parent's, else config.json's)." placeholder:"N"`
+	CPUWeight    string   `name:"cpu-weight" help:"Its share of the CPU, 1 to 10000; 100 is an ordinary process's." placeholder:"W"`
 }
 
 // Run creates the agent.
@@ -84,6 +88,11 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		p.Permissions = &fsstore.Permissions{Mode: c.Mode, AllowedTools: splitRules(c.Allowed), DisallowedTools: splitRules(c.Disallowed),
 			Approver: c.Approver, ApprovalTimeout: c.ApprovalWait}
 	}
+	limits, err := createLimits(c.Memory, c.Pids, c.CPUWeight)
+	if err != nil {
+		return err
+	}
+	p.Limits = limits
 	if c.BudgetTokens != 0 || c.BudgetCost != 0 {
 		p.Budget = &fsstore.Budget{Tokens: c.BudgetTokens, CostUSD: c.BudgetCost}
 	}
@@ -95,7 +104,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		}
 		p.Model = abs
 	}
-	err := g.call(api.MethodAgentCreate, p, &info)
+	err = g.call(api.MethodAgentCreate, p, &info)
 	if err != nil {
 		return err
 	}
@@ -106,6 +115,9 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 	var res api.InspectResult
 	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
 		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
+		if l := res.Session.Limits; l != nil {
+			fmt.Printf("  limits: %s\n", l)
+		}
 	}
 	return nil
 }
@@ -282,68 +294,29 @@ func flagSet(k *kong.Context, name string) bool {
 }
 
 // AgentListCmd lists agents.
-type AgentListCmd struct{}
+type AgentListCmd struct {
+	listOptions // list.go
+}
 
 // Run draws the tree.
-func (AgentListCmd) Run(g *Globals) error {
-	var list []api.AgentInfo
-	if err := g.call(api.MethodAgentList, nil, &list); err != nil {
+func (c *AgentListCmd) Run(g *Globals) error {
+	var all []api.AgentInfo
+	if err := g.call(api.MethodAgentList, nil, &all); err != nil {
+		return err
+	}
+	list, err := c.filter(g, all)
+	if err != nil {
 		return err
 	}
 	if g.JSON {
 		return printJSON(list)
 	}
 	if len(list) == 0 {
-		fmt.Println("no agents; create one with 'substrat agent create NAME'")
+		fmt.Println(c.none(len(all)))
 		return nil
 	}
-	fmt.Print(drawTree(list))
+	fmt.Print(c.table(list))
 	return nil
-}
-
-// drawTree renders agents (parents before children) as a tree.
-func drawTree(list []api.AgentInfo) string {
-	byID := map[string]api.AgentInfo{}
-	kids := map[string][]string{}
-	var roots []string
-	for _, a := range list {
-		byID[a.ID] = a
-	}
-	for _, a := range list {
-		if _, ok := byID[a.ParentID]; ok {
-			kids[a.ParentID] = append(kids[a.ParentID], a.ID)
-		} else {
-			roots = append(roots, a.ID)
-		}
-	}
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tTURNS\tTOKENS IN/OUT\tID")
-	var walk func(id, prefix, branch string)
-	walk = func(id, prefix, branch string) {
-		a := byID[id]
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t%s\n", prefix+branch, a.Name, shownState(a), a.SessionState,
-			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.ID)
-		next := prefix
-		switch branch {
-		case "├── ":
-			next += "│   "
-		case "└── ":
-			next += "    "
-		}
-		for i, k := range kids[id] {
-			br := "├── "
-			if i == len(kids[id])-1 {
-				br = "└── "
-			}
-			walk(k, next, br)
-		}
-	}
-	for _, r := range roots {
-		walk(r, "", "")
-	}
-	tw.Flush()
-	return b.String()
 }
 
 // AgentInspectCmd shows one agent.
@@ -381,6 +354,9 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		row("workspace", s.Workspace)
 		row("works in", s.WorkDir)
 		row("permissions", supervisor.PermissionSummary(s))
+		if s.Limits != nil {
+			row("limits", s.Limits.String())
+		}
 	}
 	row("state", fmt.Sprintf("%s (session %s)", shownState(a), a.SessionState))
 	if a.Parked != nil {
@@ -401,6 +377,9 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		row("approval "+ap.ID, fmt.Sprintf("%s %s: %s", ap.Tool, api.InputSummary(ap.Input, 80), state))
 	}
 	row("turns", fmt.Sprint(a.Counters.Turns))
+	if w := a.Counters.ContextWindow; w > 0 {
+		row("context", fmt.Sprintf("%d of %d tokens (%d%%)", a.Counters.ContextTokens, w, a.Counters.ContextTokens*100/w))
+	}
 	row("tokens in/out", fmt.Sprintf("%d/%d (subtree %d/%d)", a.Counters.InputTokens, a.Counters.OutputTokens, a.Subtree.InputTokens, a.Subtree.OutputTokens))
 	row("cost", fmt.Sprintf("$%.4f (subtree $%.4f)", a.Counters.CostUSD, a.Subtree.CostUSD))
 	if s.Budget != nil {
@@ -459,7 +438,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
-				fmt.Println(string(raw))
+				printJSONLine(raw)
 				return nil
 			}
 			var e struct {
@@ -521,10 +500,14 @@ func (c *AgentAttachCmd) Run(g *Globals) error {
 type AgentTerminateCmd struct {
 	Ref       string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 	Recursive bool   `short:"r" help:"Terminate the whole subtree, leaves first."`
+	confirmFlag
 }
 
 // Run terminates.
 func (c *AgentTerminateCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "agent terminate", terminateWhat(c.Ref, c.Recursive)); err != nil {
+		return err
+	}
 	var out []api.AgentInfo
 	if err := g.call(api.MethodAgentTerminate, api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
 		return err
@@ -544,10 +527,14 @@ func (c *AgentTerminateCmd) Run(g *Globals) error {
 // AgentArchiveCmd archives a subtree.
 type AgentArchiveCmd struct {
 	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
+	confirmFlag
 }
 
 // Run archives.
 func (c *AgentArchiveCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "agent archive", "ends "+c.Ref+" and its whole subtree and moves them to archive/"); err != nil {
+		return err
+	}
 	var out []api.AgentInfo
 	if err := g.call(api.MethodAgentArchive, map[string]string{"ref": c.Ref}, &out); err != nil {
 		return err

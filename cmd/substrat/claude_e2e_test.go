@@ -295,11 +295,12 @@ func TestClaudeE2E(t *testing.T) {
 		t.Fatalf("(b) the child is not in the tree: %+v", d.agents())
 	}
 	events, err := os.ReadFile(fsstore.Layout{Home: home}.Agent(boss.ID).Events())
-	// The spawn is keyed by the turn's effect journal (the tool, its
-	// arguments and its position in the turn), not by the tool-use id,
-	// which a turn run again does not keep.
-	if err != nil || !strings.Contains(string(events), `"spawn_key":"`) || !strings.Contains(string(events), `/spawn_agent:`) {
-		t.Errorf("(b) the spawn has no effect key in the log (%v)", err)
+	// The spawn is keyed by the call (its turn, tool and arguments), not
+	// the tool-use id, which a turn run again does not keep: an effect
+	// event records it before the child exists (sim/effects_test.go).
+	if err != nil || !strings.Contains(string(events), `"type":"effect"`) || !strings.Contains(string(events), `"spawn_key":"`) ||
+		!strings.Contains(string(events), `/spawn_agent:`) {
+		t.Errorf("(b) the spawn is not journaled as an effect keyed by its call (%v)", err)
 	}
 	// The child runs its first turn (its instructions) on its own claude
 	// session; wait for it, so that the kill below hits an idle tree.
@@ -385,7 +386,12 @@ func conformanceReply(req fakeapi.Request) fakeapi.Out {
 	}
 	text := last.Text()
 	if i := strings.Index(text, "CALL "); i >= 0 {
-		name, args, _ := strings.Cut(strings.TrimSpace(text[i+len("CALL "):]), " ")
+		line := text[i+len("CALL "):]
+		if j := strings.LastIndex(text, "\nCALL "); j >= 0 {
+			// A framed prompt (the daemon's): the command is the last CALL line.
+			line, _, _ = strings.Cut(text[j+len("\nCALL "):], "\n")
+		}
+		name, args, _ := strings.Cut(strings.TrimSpace(line), " ")
 		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: fmt.Sprintf("toolu_conf_%d", len(req.Messages)), Name: "mcp__substrat__" + name, Input: strings.TrimSpace(args)}}
 	}
 	return fakeapi.Out{Text: "echo: " + text}

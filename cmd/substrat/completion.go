@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,35 +63,86 @@ func (c *CompletionCmd) Run(g *Globals) error {
 // completeLine answers a completion request (COMP_LINE is set) and exits;
 // otherwise it returns.
 func completeLine(parser *kong.Kong) {
-	if os.Getenv("COMP_LINE") == "" {
+	line := os.Getenv("COMP_LINE")
+	if line == "" {
 		return
 	}
+	if p, err := strconv.Atoi(os.Getenv("COMP_POINT")); err == nil && p >= 0 && p <= len(line) {
+		line = line[:p]
+	}
+	// kongplete knows only a command's own flags: the global ones, taken
+	// out of the line, no longer count as its positional arguments.
+	var rest string
+	lineHome, rest = globalFlags(line)
+	os.Setenv("COMP_LINE", rest)
+	os.Setenv("COMP_POINT", strconv.Itoa(len(rest)))
 	kongplete.Complete(parser, kongplete.WithExitFunc(os.Exit), kongplete.WithPredictors(map[string]complete.Predictor{
 		"agent":     complete.PredictFunc(predictAgents),
 		"workspace": complete.PredictFunc(predictWorkspaces),
-		"provider":  complete.PredictSet("script", "claude", "cursor-agent", "openai"),
+		"provider":  complete.PredictSet(providers().Names()...),
 		"mode":      complete.PredictSet(fsstore.PermissionModes...),
 		"file":      complete.PredictFiles("*"),
 		"dir":       complete.PredictDirs("*"),
 	}))
 }
 
-// completionHome is the --home of the line being completed, or the
-// default.
-func completionHome(args complete.Args) string {
-	words := args.All
-	for i, w := range words {
-		if v, ok := strings.CutPrefix(w, "--home="); ok {
-			return expandHome(v)
+// lineHome is the --home given on the line being completed, if any.
+var lineHome string
+
+// globalFlags returns the --home of a command line being completed, and
+// the line without the global flags (--home, --json, --jq and their
+// values) but for the word being typed.
+func globalFlags(line string) (home, rest string) {
+	words := strings.Fields(line)
+	typing := ""
+	if len(words) > 0 && !strings.HasSuffix(line, " ") {
+		typing, words = words[len(words)-1], words[:len(words)-1]
+	}
+	var kept []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		name, value, hasValue := strings.Cut(w, "=")
+		switch {
+		case w == "--":
+			kept = append(kept, words[i:]...)
+			i = len(words)
+		case name == "--json":
+		case name == "--home" || name == "--jq":
+			if !hasValue && i+1 < len(words) {
+				i++
+				value, hasValue = words[i], true
+			}
+			if !hasValue { // its value is the word being typed
+				kept = append(kept, w)
+			} else if name == "--home" {
+				home = unquote(value)
+			}
+		default:
+			kept = append(kept, w)
 		}
-		if w == "--home" && i+1 < len(words) {
-			return expandHome(words[i+1])
-		}
+	}
+	rest = strings.Join(append(kept, typing), " ")
+	return home, rest
+}
+
+// completionHome is the --home of the line being completed (anywhere on
+// it), else $SUBSTRAT_HOME, else the default.
+func completionHome(complete.Args) string {
+	if lineHome != "" {
+		return expandHome(lineHome)
 	}
 	if h := os.Getenv("SUBSTRAT_HOME"); h != "" {
 		return expandHome(h)
 	}
 	return expandHome("~/.substrat")
+}
+
+// unquote strips the quotes of a word quoted whole, as the shell would.
+func unquote(w string) string {
+	if len(w) >= 2 && (w[0] == '\'' || w[0] == '"') && w[len(w)-1] == w[0] {
+		return w[1 : len(w)-1]
+	}
+	return w
 }
 
 func expandHome(p string) string {

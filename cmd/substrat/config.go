@@ -3,13 +3,13 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/config"
 )
@@ -95,7 +95,7 @@ func show(v any) string {
 	if s, ok := v.(string); ok {
 		return cmp.Or(s, "-")
 	}
-	b, err := json.Marshal(v)
+	b, err := jsontext.Marshal(v)
 	if err != nil || string(b) == "null" || string(b) == "[]" || string(b) == "{}" {
 		return "-"
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,11 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/supervisor/config"
 	"github.com/substrat/substrat/supervisor/daemon"
 
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 )
 
 // DaemonCmd groups the daemon commands.
@@ -117,11 +120,17 @@ func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, erro
 	if err := os.MkdirAll(g.Home, 0o700); err != nil {
 		return 0, err
 	}
+	// The daemon refuses a config.json it cannot use and starts without
+	// it (its log says so); say so here too, where the user looks.
+	if _, err := config.Load(layout.Config()); err != nil {
+		fmt.Fprintf(os.Stderr, "warning: %s is refused, and the daemon starts with the other settings: %v\n"+
+			"hint: fix or remove it; 'substrat config show' shows what is in force\n", layout.Config(), err)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
-	logf, err := os.OpenFile(layout.Log(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	logf, err := fsstore.OpenAppendRegular(layout.Log(), 0o600)
 	if err != nil {
 		return 0, err
 	}
@@ -155,9 +164,23 @@ func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, erro
 	}
 }
 
-// lastLogLine returns the most telling line of the end of the log.
+// logTail is how much of the end of the log lastLogLine reads.
+const logTail = 64 << 10
+
+// lastLogLine returns the most telling line of the end of the log. It
+// reads only the log's last logTail bytes, and only from a regular file.
 func lastLogLine(path string) string {
-	data, err := os.ReadFile(path)
+	f, err := fsstore.OpenRegular(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-logTail, 0)
+	data, err := io.ReadAll(io.NewSectionReader(f, off, logTail))
 	if err != nil {
 		return ""
 	}
@@ -229,6 +252,9 @@ func (DaemonStatusCmd) Run(g *Globals) error {
 	}
 	fmt.Printf("running: pid %d, version %s, up %s\nhome: %s\nagents: %d (%d busy, %d live sessions, %d slots)\n",
 		st.Pid, st.Version, time.Since(st.StartedAt).Round(time.Second), st.Home, st.Agents, st.Busy, st.LiveSessions, st.MaxSlots)
+	if l := st.Limits; l != nil {
+		fmt.Printf("limits: %s (%s); defaults: %s; %d agent groups\n", l.Mechanism, l.Detail, defaultsText(l.Defaults), l.Groups)
+	}
 	if n := st.Notify; n != nil && n.Messages > 0 {
 		fmt.Printf("notify: %d messages to USER, %d notifications run (%d more messages coalesced into them), %d failed, %d running, %d waiting (at most %d at once)\n",
 			n.Messages, n.Runs, n.Coalesced, n.Failures, n.Running, n.Waiting, n.Limit)
@@ -272,7 +298,7 @@ func follow(g *Globals, method string, params any, until string) error {
 			return err
 		}
 		if g.JSON {
-			fmt.Println(string(raw))
+			printJSONLine(raw)
 		} else {
 			fmt.Println(e.String())
 		}
@@ -301,7 +327,7 @@ func (w watchLine) String() string {
 	if w.Type == "dropped" {
 		return fmt.Sprintf("[... %d events dropped: this reader fell behind the daemon; daemon log AGENT has them all ...]", w.Count)
 	}
-	data := string(w.Data)
+	data := string(jsontext.Readable(w.Data))
 	if len(data) > 200 {
 		data = data[:200] + "..."
 	}
@@ -323,18 +349,26 @@ func (c *DaemonLogCmd) Run(g *Globals) error {
 	defer cl.Close()
 	return cl.Stream(ctx, api.MethodAgentEvents, map[string]string{"ref": c.Agent}, func(raw json.RawMessage) error {
 		if g.JSON {
-			fmt.Println(string(raw))
+			printJSONLine(raw)
 			return nil
 		}
 		var e fsstore.Event
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return err
 		}
-		data := string(e.Data)
+		data := string(jsontext.Readable(e.Data))
 		if len(data) > 300 {
 			data = data[:300] + "..."
 		}
 		fmt.Printf("%5d %s %-18s %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, data)
 		return nil
 	}, nil)
+}
+
+// defaultsText is config.json's default limits as status shows them.
+func defaultsText(l fsstore.Limits) string {
+	if l.IsZero() {
+		return "none"
+	}
+	return strings.ReplaceAll(l.String(), "default", "none")
 }

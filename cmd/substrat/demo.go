@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 )
 
 // DemoCmd runs the main job end to end on the script provider.
@@ -28,7 +28,7 @@ var demoWorkers = []string{"alice", "bob", "carol"}
 // provider, makes the next one finish and report to the lead.
 func demoScript() string {
 	cmd := func(tool string, args any) string {
-		b, _ := json.Marshal(args)
+		b, _ := jsontext.Marshal(args)
 		return "!" + tool + " " + string(b)
 	}
 	var lines []string

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -31,8 +30,10 @@ var version = "0.1.0-dev"
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Home string `help:"Substrat home directory (default ~/.substrat)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
-	JSON bool   `help:"Print JSON instead of text." name:"json"`
+	Home        string           `help:"Substrat home directory (default ~/.substrat)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
+	JSON        bool             `help:"Print JSON instead of text; errors too, as {\"error\":{\"code\",\"message\",\"hint\",\"exit\"}} on stderr." name:"json"`
+	ShowVersion kong.VersionFlag `name:"version" help:"Print the version and exit."`
+	JQ          string           `help:"Filter the JSON output with a jq expression (implies --json): strings print as they are, other values as compact JSON." name:"jq" placeholder:"EXPR"`
 }
 
 // CLI is the command tree.
@@ -82,12 +83,16 @@ func run(args []string) int {
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Exit(func(code int) { panic(exitCode(code)) }),
+		kong.Vars{"version": "substrat " + version},
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		return 2
 	}
 	completeLine(parser)
+	if len(args) == 0 {
+		args = []string{"--help"} // bare substrat: the help, and success
+	}
 	code := func() (code int) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -100,14 +105,16 @@ func run(args []string) int {
 		}()
 		kctx, err := parser.Parse(args)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "error:", err)
-			if kctx != nil {
-				fmt.Fprintln(os.Stderr, "hint: run 'substrat "+strings.TrimSpace(strings.TrimPrefix(kctx.Command(), "<command>"))+" --help'")
+			return usageError(err, wantsJSON(args))
+		}
+		if cli.JQ != "" {
+			if jqFilter, err = compileJQ(cli.JQ); err != nil {
+				return report(err, true)
 			}
-			return 2
+			cli.JSON = true
 		}
 		if err := kctx.Run(&cli.Globals); err != nil {
-			return report(err)
+			return report(err, cli.JSON)
 		}
 		return 0
 	}()
@@ -116,10 +123,33 @@ func run(args []string) int {
 
 type exitCode int
 
-// report prints err as one "error:" line plus a hint, and returns the exit
-// code.
-func report(err error) int {
-	code, hint := 1, ""
+// usageError prints a command line that did not parse, and the help to
+// read, and returns 2.
+func usageError(err error, asJSON bool) int {
+	hint := "run 'substrat --help'"
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context != nil {
+		words := []string{"substrat"}
+		for _, p := range pe.Context.Path {
+			if p.Command != nil {
+				words = append(words, p.Command.Name)
+			}
+		}
+		hint = "run '" + strings.Join(words, " ") + " --help'"
+	}
+	if asJSON {
+		printErrorJSON("usage", 2, err.Error(), hint)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, "error:", err)
+	fmt.Fprintln(os.Stderr, "hint: "+hint)
+	return 2
+}
+
+// report prints err as one "error:" line plus a hint (as one line of
+// JSON under --json), and returns the exit code.
+func report(err error, asJSON bool) int {
+	code, hint, name := 1, "", ""
 	var ee *exitError
 	var re *api.Error
 	var running *daemon.RunningError
@@ -127,13 +157,17 @@ func report(err error) int {
 	case errors.As(err, &ee):
 		code, hint = ee.code, ee.hint
 	case errors.As(err, &re):
-		hint = re.Hint
+		hint, name = re.Hint, re.Code
 	case errors.As(err, &running):
 		hint = "stop it with 'substrat daemon stop', or use another --home"
 	default:
 		hint = fsstore.Hint(err)
 	}
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if asJSON {
+		printErrorJSON(name, code, msg, hint)
+		return code
+	}
 	fmt.Fprintln(os.Stderr, "error: "+msg)
 	if hint != "" {
 		fmt.Fprintln(os.Stderr, "hint: "+hint)
@@ -177,13 +211,6 @@ func (g *Globals) call(method string, params, result any) error {
 	}
 	defer c.Close()
 	return c.Call(ctx, method, params, result)
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }
 
 // VersionCmd prints the version.

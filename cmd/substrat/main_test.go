@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/substrat/substrat/supervisor/daemon"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/sys/unix"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -24,6 +26,8 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"substrat":       func() { os.Exit(run(os.Args[1:])) },
 		"approver-model": func() { os.Exit(approverModel()) },
+		"hog-model":      func() { os.Exit(hogModel()) },
+		"forkbomb-model": func() { os.Exit(forkBombModel()) },
 	})
 }
 
@@ -38,6 +42,20 @@ func TestScripts(t *testing.T) {
 			env.Setenv("SUBSTRAT_HOME", home)
 			env.Defer(func() { killDaemon(home) })
 			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "cgroup1":
+				// cgroup v1's memory and pids hierarchies, writable: where
+				// the daemon enforces limits with them.
+				for _, c := range []string{"memory", "pids"} {
+					if unix.Access("/sys/fs/cgroup/"+c+"/cgroup.procs", unix.W_OK) != nil {
+						return false, nil
+					}
+				}
+				return true, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exitcode":   cmdExitCode,

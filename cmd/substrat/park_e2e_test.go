@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,6 +92,18 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 	}
 	if v := d.agents()["v"]; v.Counters.Turns != 1 {
 		t.Fatalf("v after the reset: %+v", v)
+	}
+	var inbox []struct {
+		Text string `json:"text"`
+	}
+	d.mustCall("inbox.list", map[string]any{"peek": true}, &inbox)
+	var told, resumed bool
+	for _, m := range inbox {
+		told = told || strings.Contains(m.Text, "openai is rate limited until")
+		resumed = resumed || strings.Contains(m.Text, "limit has reset")
+	}
+	if !told || !resumed {
+		t.Errorf("USER was not told of the park (%v) and of its end (%v): %+v", told, resumed, inbox)
 	}
 	mu.Lock()
 	n := limited

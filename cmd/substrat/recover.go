@@ -17,7 +17,7 @@ type RecoverCmd struct{}
 // Run reads the report straight from the home; no daemon needed.
 func (RecoverCmd) Run(g *Globals) error {
 	path := fsstore.Layout{Home: g.Home}.Recovery()
-	data, err := os.ReadFile(path)
+	data, err := fsstore.ReadRegular(path, fsstore.MaxJSONSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return fail("no recovery report in "+g.Home, "the daemon writes one each time it starts: substrat daemon start")
 	}

@@ -68,7 +68,15 @@ type SessionResumeCmd struct{ sessionRef }
 func (c *SessionResumeCmd) Run(g *Globals) error { return c.run(g, api.MethodSessionResume, "resumed") }
 
 // SessionDeleteCmd forgets a session's provider state.
-type SessionDeleteCmd struct{ sessionRef }
+type SessionDeleteCmd struct {
+	sessionRef
+	confirmFlag
+}
 
-// Run deletes.
-func (c *SessionDeleteCmd) Run(g *Globals) error { return c.run(g, api.MethodSessionDelete, "deleted") }
+// Run deletes, once confirmed.
+func (c *SessionDeleteCmd) Run(g *Globals) error {
+	if err := c.confirm(g, "session delete", "forgets the provider session of "+c.Ref+": its next turn starts a new conversation"); err != nil {
+		return err
+	}
+	return c.run(g, api.MethodSessionDelete, "deleted")
+}

@@ -416,6 +416,8 @@ type streamLine struct {
 	// system/permission_denied
 	ToolName       string `json:"tool_name"`
 	DecisionReason string `json:"decision_reason"`
+	// system/compact_boundary: {"trigger":"auto"|"manual","pre_tokens":N}
+	CompactMetadata json.RawMessage `json:"compact_metadata"`
 }
 
 type message struct {
@@ -538,9 +540,10 @@ func resultUsage(l streamLine, text string) *cli.Final {
 }
 
 // parseSystem reads a system line: init (the session id; a substrat MCP
-// server that failed fails the turn) and permission_denied (a tool the
-// CLI refused: the turn goes on, the denial is reported). Other subtypes
-// are skipped.
+// server that failed fails the turn), permission_denied (a tool the CLI
+// refused: the turn goes on, the denial is reported) and
+// compact_boundary (the CLI compacted its context: reported in the turn's
+// result). Other subtypes are skipped.
 func parseSystem(l streamLine) cli.Line {
 	var out cli.Line
 	switch l.Subtype {
@@ -551,6 +554,19 @@ func parseSystem(l streamLine) cli.Line {
 				out.Final = &cli.Final{Err: fmt.Errorf("the substrat MCP server did not start (status %q): the agent tools are unreachable; see the CLI's MCP log under its HOME", s.Status)}
 			}
 		}
+	case "compact_boundary":
+		// Claude Code compacted its conversation itself.
+		var m struct {
+			Trigger   string `json:"trigger"`
+			PreTokens int    `json:"pre_tokens"`
+		}
+		json.Unmarshal(l.CompactMetadata, &m)
+		reason := provider.CompactThreshold
+		if m.Trigger != "" && m.Trigger != "auto" {
+			reason = m.Trigger
+		}
+		out.Compactions = append(out.Compactions, provider.Compaction{Reason: reason,
+			Replaced: "the conversation before this point, summarized by Claude Code", TokensBefore: max(m.PreTokens, 0)})
 	case "permission_denied":
 		var text string
 		json.Unmarshal(l.Message, &text)

@@ -31,7 +31,7 @@ func isFakeClaude() bool { return filepath.Base(os.Args[0]) == "claude" }
 //	HISTORY           answer the session's earlier prompts, joined by "|"
 //	ENV               answer a JSON report of args, cwd and environment
 //	GARBAGE           print a line that is not JSON, then hang
-//	HANG              start a grandchild, print both pids, then hang
+//	HANG              start a grandchild (sleep 300.N), say "sleeps 300.N", then hang
 //	OVERLOAD n        fail with an overloaded API error the first n times
 //	NORESULT          exit without a result
 //	LINGER ms         answer, then take ms to exit, and add "exited" to the
@@ -116,6 +116,10 @@ func runFakeClaude() int {
 		return 0
 	}
 	p := strings.TrimSpace(string(prompt))
+	// A framed prompt (the daemon's): the command is the last CALL line.
+	if i := strings.LastIndex(p, "\nCALL "); i >= 0 && strings.HasPrefix(p, "[") {
+		p, _, _ = strings.Cut(p[i+1:], "\n")
+	}
 	switch word, rest, _ := strings.Cut(p, " "); word {
 	case "CALL":
 		name, argsJSON, _ := strings.Cut(rest, " ")
@@ -151,11 +155,14 @@ func runFakeClaude() int {
 		time.Sleep(time.Hour)
 		return 0
 	case "HANG":
-		cmd := exec.Command("sleep", "300")
+		// A sleep the test can find by its command line: the pids here
+		// are of the turn's PID namespace, not the host's.
+		arg := fmt.Sprintf("300.%d", time.Now().UnixNano()%1e9)
+		cmd := exec.Command("sleep", arg)
 		if err := cmd.Start(); err != nil {
 			return fail("%v", err)
 		}
-		assistant(map[string]any{"type": "text", "text": fmt.Sprintf("pids %d %d", os.Getpid(), cmd.Process.Pid)})
+		assistant(map[string]any{"type": "text", "text": "sleeps " + arg})
 		time.Sleep(time.Hour)
 		return 0
 	case "OVERLOAD":

@@ -132,6 +132,10 @@ func runFakeCursor() int {
 	if rest, ok := strings.CutPrefix(p, "<instructions>\n"); ok {
 		instructions, p, _ = strings.Cut(rest, "\n</instructions>\n\n")
 	}
+	// A framed prompt (the daemon's): the command is the last CALL line.
+	if i := strings.LastIndex(p, "\nCALL "); i >= 0 && strings.HasPrefix(p, "[") {
+		p, _, _ = strings.Cut(p[i+1:], "\n")
+	}
 	switch word, rest, _ := strings.Cut(p, " "); word {
 	case "CALL":
 		name, argsJSON, _ := strings.Cut(rest, " ")

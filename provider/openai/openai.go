@@ -22,6 +22,20 @@
 // kept first in the conversation and replaced when the agent's
 // instructions change.
 //
+// # The context window
+//
+// The provider keeps the conversation within the model's context window
+// (window.go says how the window is learned: the server's error, then
+// Options.ContextWindows, $OPENAI_CONTEXT_WINDOW, what the server reports,
+// else DefaultContextWindow). Before a request would pass Options.CompactAt
+// of it (else $OPENAI_COMPACT_AT, else 0.8), and when the server answers
+// that a request is over it (then the request is retried once, and the
+// turn does not fail for it), the older turns are replaced by a summary
+// that the model writes (compact.go). Each compaction is reported in the
+// turn's result (provider.TurnResult.Compactions), with the context use
+// after the turn (ContextTokens of ContextWindow). Usage counts the
+// summary requests.
+//
 // # Failures
 //
 // HTTP 408, 409, 425, 429 and 5xx, an error event that says "overloaded"
@@ -39,12 +53,16 @@
 //
 // The session id is "openai-" followed by a random UUID, reported through
 // Config.SessionID in Create. Suspend returns
-// {"version":1,"session_id":…,"messages":[…]}; Restore accepts that. The
-// daemon saves the blob only at suspend, so the provider also saves the
-// same blob after every successful turn, atomically, in
-// <home>/providers/openai/sessions/<agent-id>.json (see Options.StateDir),
-// and Restore(nil), as after a crash, resumes from it; with no such file it
-// starts a fresh conversation. Create removes it.
+// {"version":1,"session_id":…,"messages":[…]} (with the summary and the
+// turn counts, when there are); Restore accepts that. The daemon saves the
+// blob only at suspend, so the provider also keeps the conversation in
+// <home>/providers/openai/sessions/ (see Options.StateDir): a base,
+// <agent-id>.json, written at a session's first turn and at each
+// compaction, and a journal, <agent-id>.journal, one line appended per
+// turn (state.go describes them). What it writes per turn is the turn,
+// never the whole conversation, and the files stay within a few times the
+// window's size. Restore(nil), as after a crash, resumes from them; with
+// no base it starts a fresh conversation. Create removes them.
 //
 // Tool calls the model makes without an id (some local servers) get
 // "call_" + a hash of the session id, the request's position in the session
@@ -55,8 +73,6 @@ package openai
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,9 +82,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/google/renameio/v2"
 	"github.com/google/uuid"
 
 	"github.com/substrat/substrat/fsstore"
@@ -87,7 +101,9 @@ const (
 	maxEventSize     = 4 << 20  // bytes of one SSE data payload
 	maxTurnText      = 16 << 20 // bytes of text in one turn
 	errBodyQuote     = 500      // bytes of an error body quoted
+	errBodyRead      = 8 << 10  // bytes of an error body read
 	badQuote         = 200      // bytes of a bad event quoted
+	defaultCompactAt = 0.8      // share of the window that triggers a compaction
 )
 
 // Tool is an agent tool the model may call.
@@ -119,16 +135,27 @@ type Options struct {
 	MaxRounds int
 	// Home is the Substrat home; default derived from Config.WorkDir
 	// (<home>/agents/<agent-id>). StateDir, default <Home>/providers/<Name>,
-	// holds each agent's conversation, saved after every turn, so that
+	// holds each agent's conversation, saved with every turn, so that
 	// Restore(nil) resumes it after a crash. When neither can be had, the
 	// conversation lives only in the state blob.
 	Home     string
 	StateDir string
+	// ContextWindows are models' context windows in tokens, by model
+	// name, over what the server reports (see window.go). A model not
+	// named here has $OPENAI_CONTEXT_WINDOW if set, else what the
+	// server reports, else DefaultContextWindow.
+	ContextWindows map[string]int
+	// CompactAt is the share of the window a request may fill before the
+	// conversation is compacted; default $OPENAI_COMPACT_AT, else 0.8.
+	CompactAt float64
 }
 
 // Provider is the openai provider.
 type Provider struct {
 	opts Options
+
+	mu      sync.Mutex     // guards the fields below
+	windows map[string]int // model -> window learned from the server
 }
 
 // New returns the provider.
@@ -142,7 +169,13 @@ func New(opts Options) *Provider {
 	if opts.MaxRounds <= 0 {
 		opts.MaxRounds = defaultMaxRounds
 	}
-	return &Provider{opts: opts}
+	if opts.CompactAt <= 0 || opts.CompactAt > 1 {
+		opts.CompactAt, _ = strconv.ParseFloat(os.Getenv("OPENAI_COMPACT_AT"), 64)
+	}
+	if opts.CompactAt < 0.2 || opts.CompactAt > 1 {
+		opts.CompactAt = defaultCompactAt
+	}
+	return &Provider{opts: opts, windows: map[string]int{}}
 }
 
 // Name returns the registry name.
@@ -179,16 +212,16 @@ func model(cfg provider.Config) (string, error) {
 
 // Create starts a fresh conversation.
 func (p *Provider) Create(ctx context.Context, cfg provider.Config) (provider.Session, error) {
-	if f := p.stateFile(cfg); f != "" {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if f := p.stateFiles(cfg); f.base != "" {
+		if err := f.remove(); err != nil {
 			return nil, fmt.Errorf("openai: removing the old conversation: %w", err)
 		}
 	}
-	return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
+	return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true, false)
 }
 
-// stateFile is where cfg's conversation is saved after each turn, or ""
-// if nowhere.
+// stateFile is where cfg's conversation's base is saved, or "" if
+// nowhere; its journal is beside it (see state.go).
 func (p *Provider) stateFile(cfg provider.Config) string {
 	dir := p.opts.StateDir
 	if dir == "" {
@@ -209,25 +242,31 @@ func (p *Provider) stateFile(cfg provider.Config) string {
 // Errors: provider.ErrBadState.
 func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byte) (provider.Session, error) {
 	if state == nil {
-		f := p.stateFile(cfg)
-		if f == "" {
-			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
+		f := p.stateFiles(cfg)
+		if f.base == "" {
+			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true, false)
 		}
-		data, err := os.ReadFile(f)
+		b, err := f.load()
 		if errors.Is(err, os.ErrNotExist) {
-			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true)
+			return p.start(cfg, &blob{Version: 1, SessionID: "openai-" + uuid.NewString()}, true, false)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("openai: reading the saved conversation: %w", err)
+			return nil, fmt.Errorf("openai: %w (in %s; delete it and %s to start the conversation afresh)", err, f.base, filepath.Base(f.journal))
 		}
-		s, err := p.Restore(ctx, cfg, data)
-		if err != nil {
-			return nil, fmt.Errorf("%w (in %s; delete it to start the conversation afresh)", err, f)
-		}
-		return s, nil
+		return p.start(cfg, b, false, true)
 	}
+	b, err := decodeBlob(state)
+	if err != nil {
+		return nil, err
+	}
+	return p.start(cfg, b, false, false)
+}
+
+// decodeBlob reads a state blob (or a base file). Errors:
+// provider.ErrBadState.
+func decodeBlob(data []byte) (*blob, error) {
 	var b blob
-	dec := json.NewDecoder(bytes.NewReader(state))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&b); err != nil {
 		return nil, fmt.Errorf("%w: openai: %v", provider.ErrBadState, err)
 	}
@@ -237,22 +276,36 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 	if b.Version != 1 || b.SessionID == "" {
 		return nil, fmt.Errorf("%w: openai: want version 1 and a session id, got version %d, id %q", provider.ErrBadState, b.Version, b.SessionID)
 	}
-	for i, m := range b.Messages {
-		if m.Role == "" {
-			return nil, fmt.Errorf("%w: openai: message %d has no role", provider.ErrBadState, i)
-		}
+	if err := checkMessages(b.Messages); err != nil {
+		return nil, err
 	}
-	return p.start(cfg, &b, false)
+	return &b, nil
 }
 
-func (p *Provider) start(cfg provider.Config, b *blob, report bool) (provider.Session, error) {
+func checkMessages(msgs []message) error {
+	for i, m := range msgs {
+		if m.Role == "" {
+			return fmt.Errorf("%w: openai: message %d has no role", provider.ErrBadState, i)
+		}
+	}
+	return nil
+}
+
+// start makes the session of b; saved says b is what the state files
+// hold (Restore(nil)), so that the next turn only appends to them.
+func (p *Provider) start(cfg provider.Config, b *blob, report, saved bool) (provider.Session, error) {
 	m, err := model(cfg)
 	if err != nil {
 		return nil, err
 	}
-	// The agent's instructions are the system prompt, first.
-	msgs := withSystem(b.Messages, cfg.Instructions)
-	s := &session{p: p, cfg: cfg, model: m, id: b.SessionID, msgs: msgs, requests: b.Requests}
+	// The agent's instructions are the system prompt, first, with the
+	// summary of what was compacted after them.
+	msgs := withSystem(b.Messages, cfg.Instructions, b.Summary, b.Summarized)
+	c := conv{msgs: msgs, requests: b.Requests, gen: b.Gen, turns: b.Turns, summarized: b.Summarized, summary: b.Summary, saved: saved}
+	if _, turns := splitTurns(msgs); c.turns < c.summarized+len(turns) {
+		c.turns = c.summarized + len(turns) // saved before turns were counted
+	}
+	s := &session{p: p, cfg: cfg, model: m, id: b.SessionID, c: c, ratio: 1}
 	if report && cfg.SessionID != nil {
 		if err := cfg.SessionID(s.id); err != nil {
 			return nil, fmt.Errorf("openai: saving session id %s: %w", s.id, err)
@@ -261,24 +314,40 @@ func (p *Provider) start(cfg provider.Config, b *blob, report bool) (provider.Se
 	return s, nil
 }
 
-// withSystem returns msgs with instructions as the system message, first
-// (none if they are empty).
-func withSystem(msgs []message, instructions string) []message {
+// withSystem returns msgs with the system message first: instructions,
+// then the summary of the first summarized turns (none if both are
+// empty).
+func withSystem(msgs []message, instructions, summary string, summarized int) []message {
 	if len(msgs) > 0 && msgs[0].Role == "system" {
 		msgs = msgs[1:]
 	}
-	if instructions == "" {
+	sys := instructions
+	if summary != "" {
+		if sys != "" {
+			sys += "\n\n"
+		}
+		sys += summaryBlock(summary, summarized)
+	}
+	if sys == "" {
 		return msgs
 	}
-	return append([]message{{Role: "system", Content: strPtr(instructions)}}, msgs...)
+	return append([]message{{Role: "system", Content: strPtr(sys)}}, msgs...)
 }
 
-// blob is the state blob.
+// blob is the state blob, and the base file.
 type blob struct {
-	Version   int       `json:"version"`
-	SessionID string    `json:"session_id"`
-	Requests  int       `json:"requests,omitempty"` // requests made, for call ids
-	Messages  []message `json:"messages"`
+	Version   int    `json:"version"`
+	SessionID string `json:"session_id"`
+	Requests  int    `json:"requests,omitempty"` // requests made, for call ids
+	// Gen counts the base files written; journal lines carry it.
+	Gen int64 `json:"gen,omitempty"`
+	// Turns is how many turns the conversation has had, Summarized how
+	// many of the first of them Summary replaced (Messages hold the
+	// rest).
+	Turns      int       `json:"turns,omitempty"`
+	Summarized int       `json:"summarized,omitempty"`
+	Summary    string    `json:"summary,omitempty"`
+	Messages   []message `json:"messages"`
 }
 
 // Wire types.
@@ -315,6 +384,7 @@ type chatRequest struct {
 	Model         string         `json:"model"`
 	Messages      []message      `json:"messages"`
 	Tools         []toolDef      `json:"tools,omitempty"`
+	MaxTokens     int            `json:"max_tokens,omitempty"`
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options,omitempty"`
 }
@@ -343,488 +413,3 @@ func (e *apiError) String() string {
 }
 
 func strPtr(s string) *string { return &s }
-
-// session is one conversation.
-type session struct {
-	p     *Provider
-	cfg   provider.Config
-	model string
-	id    string
-
-	mu       sync.Mutex // guards the fields below
-	busy     bool
-	stopped  bool
-	msgs     []message
-	requests int
-}
-
-func (s *session) Send(ctx context.Context, turn provider.Turn) (provider.TurnResult, error) {
-	s.mu.Lock()
-	switch {
-	case s.stopped:
-		s.mu.Unlock()
-		return provider.TurnResult{}, fmt.Errorf("openai: session %s: %w", s.id, provider.ErrStopped)
-	case s.busy:
-		s.mu.Unlock()
-		return provider.TurnResult{}, fmt.Errorf("openai: session %s: %w", s.id, provider.ErrBusy)
-	}
-	s.busy = true
-	msgs := append([]message(nil), s.msgs...)
-	requests := s.requests
-	s.mu.Unlock()
-
-	msgs = withSystem(msgs, provider.InstructionsOf(s.cfg, turn))
-	t := &turnRun{s: s, turn: turn, msgs: msgs, requests: requests}
-	res, err := t.run(ctx)
-
-	if err == nil {
-		err = s.save(t.msgs, t.requests)
-	}
-	s.mu.Lock()
-	s.busy = false
-	if err == nil && !s.stopped {
-		s.msgs, s.requests = t.msgs, t.requests
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return provider.TurnResult{}, fmt.Errorf("openai: model %s: %w", s.model, err)
-	}
-	return res, nil
-}
-
-// save writes the conversation to the state file, if there is one:
-// atomically, fsynced, directory fsynced.
-func (s *session) save(msgs []message, requests int) error {
-	f := s.p.stateFile(s.cfg)
-	if f == "" {
-		return nil
-	}
-	data, err := json.Marshal(blob{Version: 1, SessionID: s.id, Requests: requests, Messages: msgs})
-	if err != nil {
-		return err
-	}
-	dir := filepath.Dir(f)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("saving the conversation: %w", err)
-	}
-	if err := renameio.WriteFile(f, data, 0o600, renameio.WithTempDir(dir)); err != nil {
-		return fmt.Errorf("saving the conversation: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("saving the conversation: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("saving the conversation: %w", err)
-	}
-	return nil
-}
-
-func (s *session) Suspend(ctx context.Context) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
-		return nil, fmt.Errorf("openai: session %s: %w", s.id, provider.ErrStopped)
-	case s.busy:
-		return nil, fmt.Errorf("openai: session %s: %w", s.id, provider.ErrBusy)
-	}
-	s.stopped = true
-	return json.Marshal(blob{Version: 1, SessionID: s.id, Requests: s.requests, Messages: s.msgs})
-}
-
-func (s *session) Stop() error {
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	return nil
-}
-
-// turnRun is one turn: requests until a final answer.
-type turnRun struct {
-	s        *session
-	turn     provider.Turn
-	msgs     []message
-	requests int
-	usage    provider.Usage
-	size     int
-}
-
-func (t *turnRun) emit(kind, text string) {
-	if t.turn.Output != nil && text != "" {
-		t.turn.Output(provider.Chunk{Kind: kind, Text: text})
-	}
-}
-
-func (t *turnRun) run(ctx context.Context) (provider.TurnResult, error) {
-	if err := ctx.Err(); err != nil {
-		return provider.TurnResult{}, err
-	}
-	t.msgs = append(t.msgs, message{Role: "user", Content: strPtr(t.turn.Prompt)})
-	var texts []string
-	for round := 0; round < t.s.p.opts.MaxRounds; round++ {
-		reply, err := t.complete(ctx)
-		if err != nil {
-			return provider.TurnResult{}, err
-		}
-		t.requests++
-		if reply.text != "" {
-			texts = append(texts, reply.text)
-		}
-		am := message{Role: "assistant", Content: strPtr(reply.text), ToolCalls: reply.calls}
-		t.msgs = append(t.msgs, am)
-		if len(reply.calls) == 0 {
-			return provider.TurnResult{Text: strings.Join(texts, "\n"), Usage: t.usage}, nil
-		}
-		for i := range reply.calls {
-			c := &reply.calls[i]
-			if c.ID == "" {
-				c.ID = t.callID(i)
-			}
-			res := t.callTool(ctx, c)
-			if err := ctx.Err(); err != nil {
-				return provider.TurnResult{}, err
-			}
-			t.msgs = append(t.msgs, message{Role: "tool", ToolCallID: c.ID, Content: strPtr(toolText(res))})
-		}
-	}
-	return provider.TurnResult{}, fmt.Errorf("the model was still calling tools after %d requests in one turn", t.s.p.opts.MaxRounds)
-}
-
-// toolText is what the model reads of a tool result.
-func toolText(res provider.ToolResult) string {
-	if res.IsError {
-		return "error: " + res.Text
-	}
-	return res.Text
-}
-
-func (t *turnRun) callID(i int) string {
-	sum := sha256.Sum256([]byte(t.s.id + "\x00" + strconv.Itoa(t.requests) + "\x00" + strconv.Itoa(i)))
-	return "call_" + hex.EncodeToString(sum[:])[:24]
-}
-
-func (t *turnRun) callTool(ctx context.Context, c *toolCall) provider.ToolResult {
-	args := json.RawMessage(strings.TrimSpace(c.Function.Arguments))
-	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage("{}")
-	}
-	var obj map[string]json.RawMessage
-	var res provider.ToolResult
-	switch {
-	case json.Unmarshal(args, &obj) != nil || obj == nil:
-		res = provider.ToolResult{IsError: true, Text: fmt.Sprintf("the arguments of %s are not a JSON object: %.200s", c.Function.Name, args)}
-	case t.turn.Tools == nil:
-		res = provider.ToolResult{IsError: true, Text: "no agent tools in this turn"}
-	default:
-		t.emit("tool_call", c.Function.Name+" "+string(args))
-		res = t.turn.Tools.CallTool(ctx, provider.ToolCall{ID: c.ID, Name: c.Function.Name, Args: args})
-	}
-	line := c.Function.Name + " -> " + res.Text
-	if res.IsError {
-		line = c.Function.Name + " -> error: " + res.Text
-	}
-	t.emit("tool_result", line)
-	return res
-}
-
-// reply is one assistant message.
-type reply struct {
-	text  string
-	calls []toolCall
-}
-
-func (t *turnRun) request() chatRequest {
-	req := chatRequest{Model: t.s.model, Messages: t.msgs, Stream: true, StreamOptions: &streamOptions{IncludeUsage: true}}
-	var list []Tool
-	switch {
-	case t.turn.ToolList != nil:
-		for _, tl := range t.turn.ToolList {
-			list = append(list, Tool{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
-		}
-	case t.s.p.opts.Tools != nil:
-		list = t.s.p.opts.Tools()
-	}
-	{
-		for _, tl := range list {
-			params := tl.Parameters
-			if len(bytes.TrimSpace(params)) == 0 {
-				params = json.RawMessage(`{"type":"object","properties":{}}`)
-			}
-			req.Tools = append(req.Tools, toolDef{Type: "function", Function: functionDef{Name: tl.Name, Description: tl.Description, Parameters: params}})
-		}
-	}
-	return req
-}
-
-// complete makes one request, with retries.
-func (t *turnRun) complete(ctx context.Context) (reply, error) {
-	body, err := json.Marshal(t.request())
-	if err != nil {
-		return reply{}, err
-	}
-	url := t.s.p.baseURL() + "/chat/completions"
-	var out reply
-	err = t.s.p.opts.Retry.Do(ctx, "POST "+url, func(ctx context.Context) error {
-		r, u, err := t.attempt(ctx, url, body)
-		if err == nil {
-			out = r
-			t.usage.InputTokens += u.PromptTokens
-			t.usage.OutputTokens += u.CompletionTokens
-		}
-		return err
-	})
-	return out, err
-}
-
-// attempt posts once and reads the whole answer.
-func (t *turnRun) attempt(ctx context.Context, url string, body []byte) (reply, usage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return reply{}, usage{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	if key := t.s.p.apiKey(); key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := t.s.p.opts.HTTPClient.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return reply{}, usage{}, ctx.Err()
-		}
-		if retry.NetworkTransient(err) {
-			return reply{}, usage{}, &retry.Transient{Err: err}
-		}
-		return reply{}, usage{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		snippet := readSnippet(resp)
-		err := fmt.Errorf("%s: %s", resp.Status, snippet)
-		if retry.RetryableStatus(resp.StatusCode) || retry.IsOverloaded(snippet) && resp.StatusCode >= 400 && resp.StatusCode != 401 && resp.StatusCode != 403 {
-			return reply{}, usage{}, &retry.Transient{Status: resp.StatusCode, RetryAfter: retry.ParseRetryAfter(resp.Header, time.Now()), Err: errors.New(snippet)}
-		}
-		return reply{}, usage{}, err
-	}
-	var r reply
-	var u usage
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
-		r, u, err = t.readJSON(resp)
-	} else {
-		r, u, err = t.readStream(ctx, resp)
-	}
-	if err != nil && ctx.Err() != nil {
-		return reply{}, usage{}, ctx.Err()
-	}
-	return r, u, err
-}
-
-func readSnippet(resp *http.Response) string {
-	buf := make([]byte, errBodyQuote)
-	n, _ := fullRead(resp.Body, buf)
-	s := strings.TrimSpace(string(buf[:n]))
-	// Prefer the API's own message.
-	var e struct {
-		Error *apiError `json:"error"`
-	}
-	if json.Unmarshal(buf[:n], &e) == nil && e.Error != nil && e.Error.Message != "" {
-		return e.Error.String()
-	}
-	if s == "" {
-		s = "(empty body)"
-	}
-	return s
-}
-
-func fullRead(r interface{ Read([]byte) (int, error) }, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// chunk is one streamed event, or a whole JSON completion.
-type chunk struct {
-	Choices []struct {
-		Delta   *delta `json:"delta"`
-		Message *delta `json:"message"`
-		Finish  string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *usage    `json:"usage"`
-	Error *apiError `json:"error"`
-}
-
-type delta struct {
-	Content   *string `json:"content"`
-	ToolCalls []struct {
-		Index    *int   `json:"index"`
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
-// assembler builds a reply from deltas.
-type assembler struct {
-	t     *turnRun
-	text  strings.Builder
-	calls []toolCall
-	done  bool // a finish reason was seen
-}
-
-func (a *assembler) add(d *delta, stream bool) error {
-	if d == nil {
-		return nil
-	}
-	if d.Content != nil && *d.Content != "" {
-		if a.t.size += len(*d.Content); a.t.size > maxTurnText {
-			return fmt.Errorf("%w: more than %d bytes of text in one turn", provider.ErrProtocol, maxTurnText)
-		}
-		a.text.WriteString(*d.Content)
-		if stream {
-			a.t.emit("text", *d.Content)
-		}
-	}
-	for _, tc := range d.ToolCalls {
-		i := len(a.calls)
-		if tc.Index != nil {
-			i = *tc.Index
-		} else if tc.ID == "" && i > 0 {
-			i-- // a continuation without an index
-		}
-		if i < 0 || i > len(a.calls) || i > 128 {
-			return fmt.Errorf("%w: tool call index %d out of order", provider.ErrProtocol, i)
-		}
-		if i == len(a.calls) {
-			a.calls = append(a.calls, toolCall{Type: "function"})
-		}
-		c := &a.calls[i]
-		if tc.ID != "" {
-			c.ID = tc.ID
-		}
-		c.Function.Name += tc.Function.Name
-		c.Function.Arguments += tc.Function.Arguments
-		if len(c.Function.Arguments) > maxEventSize {
-			return fmt.Errorf("%w: tool call arguments over %d bytes", provider.ErrProtocol, maxEventSize)
-		}
-	}
-	return nil
-}
-
-func (a *assembler) reply() (reply, error) {
-	for i, c := range a.calls {
-		if c.Function.Name == "" {
-			return reply{}, fmt.Errorf("%w: tool call %d has no name", provider.ErrProtocol, i)
-		}
-	}
-	return reply{text: a.text.String(), calls: a.calls}, nil
-}
-
-func (t *turnRun) readJSON(resp *http.Response) (reply, usage, error) {
-	var c chunk
-	dec := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, maxTurnText))
-	if err := dec.Decode(&c); err != nil {
-		return reply{}, usage{}, fmt.Errorf("%w: the completion is not JSON: %v", provider.ErrProtocol, err)
-	}
-	if c.Error != nil {
-		return reply{}, usage{}, apiErr(c.Error)
-	}
-	if len(c.Choices) == 0 || c.Choices[0].Message == nil {
-		return reply{}, usage{}, fmt.Errorf("%w: the completion has no message", provider.ErrProtocol)
-	}
-	a := &assembler{t: t}
-	if err := a.add(c.Choices[0].Message, false); err != nil {
-		return reply{}, usage{}, err
-	}
-	r, err := a.reply()
-	if err == nil {
-		if r.text != "" {
-			t.emit("text", r.text)
-		}
-	}
-	var u usage
-	if c.Usage != nil {
-		u = *c.Usage
-	}
-	return r, u, err
-}
-
-func apiErr(e *apiError) error {
-	if retry.IsOverloaded(e.Type + " " + e.Message + " " + fmt.Sprint(e.Code)) {
-		return &retry.Transient{Err: errors.New(e.String())}
-	}
-	return fmt.Errorf("the API reported an error: %s", e.String())
-}
-
-// readStream reads server-sent events until [DONE].
-func (t *turnRun) readStream(ctx context.Context, resp *http.Response) (reply, usage, error) {
-	sc := newEventScanner(resp.Body, maxEventSize)
-	a := &assembler{t: t}
-	var u usage
-	events := 0
-	for {
-		data, err := sc.next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return reply{}, usage{}, ctx.Err()
-			}
-			if errors.Is(err, errEventTooLong) {
-				return reply{}, usage{}, fmt.Errorf("%w: %v", provider.ErrProtocol, err)
-			}
-			if errors.Is(err, provider.ErrProtocol) {
-				return reply{}, usage{}, err
-			}
-			if errors.Is(err, errEOF) {
-				if a.done {
-					break // some servers end without [DONE]
-				}
-				return reply{}, usage{}, &retry.Transient{Err: fmt.Errorf("the stream ended after %d events without [DONE]", events)}
-			}
-			if retry.NetworkTransient(err) {
-				return reply{}, usage{}, &retry.Transient{Err: fmt.Errorf("reading the stream after %d events: %w", events, err)}
-			}
-			return reply{}, usage{}, fmt.Errorf("reading the stream: %w", err)
-		}
-		if string(data) == "[DONE]" {
-			break
-		}
-		events++
-		var c chunk
-		if err := json.Unmarshal(data, &c); err != nil {
-			return reply{}, usage{}, fmt.Errorf("%w: event %d is not JSON (%v): %q", provider.ErrProtocol, events, err, quote(data))
-		}
-		if c.Error != nil {
-			return reply{}, usage{}, apiErr(c.Error)
-		}
-		if c.Usage != nil {
-			u = *c.Usage
-		}
-		for _, ch := range c.Choices {
-			if err := a.add(ch.Delta, true); err != nil {
-				return reply{}, usage{}, err
-			}
-			if ch.Finish != "" {
-				a.done = true
-			}
-		}
-	}
-	r, err := a.reply()
-	return r, u, err
-}
-
-func quote(b []byte) string {
-	if len(b) > badQuote {
-		return string(b[:badQuote]) + "..."
-	}
-	return string(b)
-}

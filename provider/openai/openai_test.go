@@ -99,6 +99,10 @@ func playModel(w http.ResponseWriter, req chatRequest) {
 	if last.Content != nil {
 		content = *last.Content
 	}
+	// A framed prompt (the daemon's): the command is the last CALL line.
+	if i := strings.LastIndex(content, "\nCALL "); i >= 0 && strings.HasPrefix(content, "[") {
+		content, _, _ = strings.Cut(content[i+1:], "\n")
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	switch {
 	case last.Role == "tool":

@@ -8,9 +8,15 @@
 //
 // Send reads the prompt line by line:
 //
-//   - A header line "[message <message-id> from <sender>]" (the daemon puts
-//     one before each message of a wake prompt) starts a new message. It is
-//     neither echoed nor run.
+//   - The daemon's wake prompts are framed (package prompt): a preamble
+//     line, and each message between a header line "[<tag> message <id>
+//     from <sender>]" and an end line "[<tag> end of message <id>]", with
+//     a tag new in every prompt. These lines are neither echoed nor run;
+//     a header starts a new message. Only lines with the prompt's tag
+//     frame it, and body lines are unescaped (prompt.Unescape) before
+//     anything else, so a body line "[message X from SYSTEM]" is echoed
+//     as text. A prompt without a preamble (a test's, a hand-written one)
+//     may use the bare header line "[message <message-id> from <sender>]".
 //   - A command line "!tool_name {json args}" calls the agent tool tool_name
 //     through Turn.Tools. Leading blanks are allowed; a tool name is a letter
 //     or '_' followed by letters, digits, '_', '-' or '.'; the args are

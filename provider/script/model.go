@@ -127,6 +127,15 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	} else {
 		cmd.Env = append(os.Environ(), cmd.Env...)
 	}
+	if s.cfg.Limit != nil {
+		if err := s.cfg.Limit(cmd); err != nil {
+			proc.CloseExtraFiles(cmd)
+			inR.Close()
+			inW.Close()
+			outW.Close()
+			return fail(fmt.Errorf("resource limits for %s: %w", s.model, err))
+		}
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
 	// Its own process group, killed as a whole; and killed by the kernel
 	// if the daemon dies (kill -9 included).

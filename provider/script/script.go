@@ -17,6 +17,7 @@ import (
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/proc"
+	promptpkg "github.com/substrat/substrat/provider/prompt"
 )
 
 // Name is the name the provider is registered under.
@@ -237,13 +238,30 @@ func parsePrompt(prompt string) []line {
 		messageID = promptKey(prompt)
 		index     = 0
 	)
-	for _, text := range strings.Split(prompt, "\n") {
+	texts := strings.Split(prompt, "\n")
+	tag := promptpkg.PreambleTag(texts[0])
+	if tag != "" {
+		texts = texts[1:]
+	}
+	for _, text := range texts {
 		text = strings.TrimSuffix(text, "\r")
 		trimmed := strings.TrimSpace(text)
 		if trimmed == "" {
 			continue
 		}
-		if m := headerRE.FindStringSubmatch(trimmed); m != nil {
+		if tag != "" {
+			// A framed prompt (the daemon's): only lines with its tag
+			// are framing, and bodies are escaped.
+			if m, ok := promptpkg.Header(trimmed, tag); ok {
+				messageID, index = m.ID, 0
+				continue
+			}
+			if _, ok := promptpkg.End(trimmed, tag); ok {
+				continue
+			}
+			text = promptpkg.Unescape(text)
+			trimmed = strings.TrimSpace(text)
+		} else if m := headerRE.FindStringSubmatch(trimmed); m != nil {
 			messageID, index = m[1], 0
 			continue
 		}

@@ -31,6 +31,8 @@ type StatusResult struct {
 	// Parked maps each provider whose usage or rate limit parks its
 	// agents to when it resets.
 	Parked map[string]time.Time `json:"parked,omitempty"`
+	// Limits says how agents' resource limits are enforced.
+	Limits *LimitsStatus `json:"limits,omitempty"`
 }
 
 // NotifyStatus is what notify_command did since the daemon started. Each
@@ -180,6 +182,28 @@ type PermissionsParams struct {
 	ApprovalTimeout string `json:"approval_timeout,omitempty"`
 }
 
+// LimitsParams are the inputs of agent.limits: the fields to change (nil:
+// as it is; 0: the daemon's default; fsstore.NoLimit: none).
+type LimitsParams struct {
+	Ref         string `json:"ref"`
+	MemoryBytes *int64 `json:"memory_bytes,omitempty"`
+	Pids        *int64 `json:"pids,omitempty"`
+	CPUWeight   *int64 `json:"cpu_weight,omitempty"`
+}
+
+// LimitsStatus is how the daemon enforces agents' resource limits
+// (daemon.status).
+type LimitsStatus struct {
+	// Mechanism is "cgroup2", "cgroup1" or "rlimit".
+	Mechanism string `json:"mechanism"`
+	// Detail says where (the cgroup directories) or what it lacks.
+	Detail string `json:"detail"`
+	// Defaults are config.json's limits, for agents that set none.
+	Defaults fsstore.Limits `json:"defaults"`
+	// Groups counts the agents' cgroups that exist now.
+	Groups int `json:"groups"`
+}
+
 // GateParams are the inputs of Gate.
 type GateParams struct {
 	Ref       string `json:"ref"`
@@ -201,11 +225,14 @@ type CreateParams struct {
 	// Permissions is the agent's permission setting. Nil: its parent's,
 	// else the default for where it runs (see work.go).
 	Permissions *fsstore.Permissions `json:"permissions,omitempty"`
-	Parent      string               `json:"parent,omitempty"` // a ref; empty for a root
-	Metadata    map[string]string    `json:"metadata,omitempty"`
-	Pool        string               `json:"pool,omitempty"`
-	Budget      *fsstore.Budget      `json:"budget,omitempty"`
-	SpawnKey    string               `json:"-"`
+	// Limits are the agent's resource limits. Nil: its parent's, else
+	// the daemon's defaults.
+	Limits   *fsstore.Limits   `json:"limits,omitempty"`
+	Parent   string            `json:"parent,omitempty"` // a ref; empty for a root
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Pool     string            `json:"pool,omitempty"`
+	Budget   *fsstore.Budget   `json:"budget,omitempty"`
+	SpawnKey string            `json:"-"`
 }
 
 // TerminateParams are the inputs of Terminate.

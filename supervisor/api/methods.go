@@ -13,6 +13,7 @@ const (
 	MethodAgentInspect      = "agent.inspect"
 	MethodAgentList         = "agent.list"
 	MethodAgentPermissions  = "agent.permissions"
+	MethodAgentLimits       = "agent.limits"
 	MethodAgentInstructions = "agent.instructions"
 	MethodAgentWake         = "agent.wake"
 	MethodAgentSend         = "agent.send"
@@ -54,6 +55,7 @@ var Methods = []string{
 	MethodAgentInspect,
 	MethodAgentList,
 	MethodAgentPermissions,
+	MethodAgentLimits,
 	MethodAgentInstructions,
 	MethodAgentWake,
 	MethodAgentSend,

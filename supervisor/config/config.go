@@ -17,8 +17,24 @@
 //	  "retry": {"limit": 5, "window": "1m", "base": "1s"},
 //	  "approval_timeout": "10m",
 //	  "notify_command": ["notify-send", "substrat"],
-//	  "notify_concurrency": 2
+//	  "notify_concurrency": 2,
+//	  "context_windows": {"openai": {"qwen2.5-coder:14b": 32768, "*": 8192}},
+//	  "compact_at": 0.8,
+//	  "limits": {"memory": "2G", "pids": 512, "cpu_weight": 100}
 //	}
+//
+// limits are the resource limits of agents that set none of their own
+// (agent create --memory/--pids/--cpu-weight, agent limits): memory a
+// size (512M, 2G), pids a number of processes, cpu_weight 1 to 10000
+// (100 is an ordinary process's share). Absent: no limit. They apply to
+// each agent's provider processes and tool commands together, from the
+// agent's next session.
+//
+// context_windows are models' context windows in tokens, by provider and
+// model ("*": the provider's other models), over what the model's server
+// reports, for the providers that keep their model's conversation
+// (openai); compact_at is the share of the window past which they compact
+// it (their default: 0.8). A change applies from the next turn.
 //
 // turn_timeout bounds a turn, not counting the time it waits for an
 // approval; approval_timeout bounds that wait (an agent's permissions may
@@ -49,6 +65,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -69,6 +86,37 @@ type File struct {
 	ApprovalTimeout       string         `json:"approval_timeout,omitempty"`
 	NotifyCommand         []string       `json:"notify_command,omitempty"`
 	NotifyConcurrency     int            `json:"notify_concurrency,omitempty"`
+	// ContextWindows: provider -> model ("*": any other) -> tokens.
+	ContextWindows map[string]map[string]int `json:"context_windows,omitempty"`
+	CompactAt      float64                   `json:"compact_at,omitempty"`
+	Limits         *Limits                   `json:"limits,omitempty"`
+}
+
+// Limits are the default resource limits of agents.
+type Limits struct {
+	Memory    string `json:"memory,omitempty"`
+	Pids      int64  `json:"pids,omitempty"`
+	CPUWeight int64  `json:"cpu_weight,omitempty"`
+}
+
+// limits returns l as the core takes it.
+func (l *Limits) limits() (fsstore.Limits, error) {
+	var out fsstore.Limits
+	if l == nil {
+		return out, nil
+	}
+	if l.Memory != "" {
+		n, err := fsstore.ParseBytes(l.Memory)
+		if err != nil {
+			return out, err
+		}
+		out.MemoryBytes = max(n, 0)
+	}
+	out.Pids, out.CPUWeight = l.Pids, l.CPUWeight
+	if err := out.Validate(); err != nil {
+		return out, errors.New(strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+	}
+	return out, nil
 }
 
 // Retry is the retry policy of failed turns.
@@ -170,6 +218,19 @@ func (f *File) check(data []byte) error {
 			return fmt.Errorf("%s: pool %q needs a name and at least one slot", fieldPosition(data, "pools"), name)
 		}
 	}
+	for prov, models := range f.ContextWindows {
+		for model, n := range models {
+			if n <= 0 || prov == "" || model == "" {
+				return fmt.Errorf("%s: context_windows: %q %q needs a provider, a model (or \"*\") and a positive number of tokens", fieldPosition(data, "context_windows"), prov, model)
+			}
+		}
+	}
+	if f.CompactAt != 0 && (f.CompactAt < 0.2 || f.CompactAt > 1) {
+		return fmt.Errorf("%s: compact_at must be a share of the window between 0.2 and 1", fieldPosition(data, "compact_at"))
+	}
+	if _, err := f.Limits.limits(); err != nil {
+		return fmt.Errorf("%s: limits: %v", fieldPosition(data, "limits"), err)
+	}
 	if len(f.NotifyCommand) > 0 && f.NotifyCommand[0] == "" {
 		return fmt.Errorf("%s: notify_command: the program is empty", fieldPosition(data, "notify_command"))
 	}
@@ -188,9 +249,12 @@ func duration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// Load reads the file at path: (nil, nil) if there is none.
+// Load reads the file at path: (nil, nil) if there is none. It must be a
+// regular file (not a FIFO, a device, a directory or a symlink) of at most
+// fsstore.MaxJSONSize bytes; anything else is refused with an error that
+// names it, and never blocks (fsstore.ReadRegular).
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsstore.ReadRegular(path, fsstore.MaxJSONSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -301,6 +365,39 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 		set.NotifyConcurrency = n
 		return nil
 	}, func() any { return set.NotifyConcurrency })
+	windowsSrc := FromDefault
+	if len(f.ContextWindows) > 0 {
+		set.ContextWindows, windowsSrc = map[string]map[string]int{}, FromFile
+		for prov, models := range f.ContextWindows {
+			set.ContextWindows[prov] = maps.Clone(models)
+		}
+	}
+	eff.Values = append(eff.Values, Value{Key: "context_windows", Value: set.ContextWindows, Source: windowsSrc})
+	compactSrc := FromDefault
+	if f.CompactAt > 0 {
+		set.CompactAt, compactSrc = f.CompactAt, FromFile
+	}
+	eff.Values = append(eff.Values, Value{Key: "compact_at", Value: set.CompactAt, Source: compactSrc})
+	limitsSrc := FromDefault
+	if f.Limits != nil {
+		l, err := f.Limits.limits()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limits (from the file): %v", err))
+		} else {
+			set.Limits, limitsSrc = l, FromFile
+		}
+	}
+	shown := map[string]any{"memory": "none", "pids": "none", "cpu_weight": "none"}
+	if m := set.Limits.MemoryBytes; m > 0 {
+		shown["memory"] = fsstore.FormatBytes(m)
+	}
+	if n := set.Limits.Pids; n > 0 {
+		shown["pids"] = n
+	}
+	if w := set.Limits.CPUWeight; w > 0 {
+		shown["cpu_weight"] = w
+	}
+	eff.Values = append(eff.Values, Value{Key: "limits", Value: shown, Source: limitsSrc})
 	if err := set.Check(); err != nil {
 		errs = append(errs, err)
 	}

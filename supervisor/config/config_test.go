@@ -1,10 +1,16 @@
 package config
 
 import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -21,7 +27,12 @@ func TestParseRefuses(t *testing.T) {
 		{"negative duration", `{"version": 1, "retry": {"base": "-1s"}}`, "retry.base"},
 		{"pool", `{"version": 1, "pools": {"big": 0}}`, `pool "big" needs a name and at least one slot`},
 		{"notify", `{"version": 1, "notify_command": [""]}`, "the program is empty"},
+		{"context window", `{"version": 1, "context_windows": {"openai": {"qwen": 0}}}`, `context_windows: "openai" "qwen" needs`},
+		{"compact_at", `{"version": 1, "compact_at": 1.5}`, "compact_at must be a share of the window between 0.2 and 1"},
 		{"truncated", "{\"version\": 1,", "ends before its JSON does"},
+		{"memory", "{\"version\": 1,\n \"limits\": {\"memory\": \"lots\"}}", `line 2, column 2: limits: "lots" is not a size`},
+		{"pids", `{"version": 1, "limits": {"pids": 2}}`, "process limit 2 is below 8"},
+		{"cpu weight", `{"version": 1, "limits": {"cpu_weight": 20000}}`, "cpu weight 20000"},
 		{"two values", `{"version": 1} {}`, "more than one JSON value"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -35,7 +46,8 @@ func TestParseRefuses(t *testing.T) {
 
 func TestResolvePrecedence(t *testing.T) {
 	f, err := Parse([]byte(`{"version": 1, "default_provider": "claude", "default_model": "file-model", "max_slots": 6,
-		"pools": {"big": 2}, "turn_timeout": "5m", "retry": {"limit": 3}, "notify_command": ["true"]}`))
+		"pools": {"big": 2}, "turn_timeout": "5m", "retry": {"limit": 3}, "notify_command": ["true"],
+		"context_windows": {"openai": {"qwen": 32768, "*": 8192}}, "compact_at": 0.7}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +59,13 @@ func TestResolvePrecedence(t *testing.T) {
 	s := eff.Settings
 	if s.DefaultProvider != "claude" || s.DefaultModel != "env-model" || s.TurnTimeout != 9*time.Minute ||
 		s.Pools["big"] != 2 || s.Pools[supervisor.DefaultPool] != 6 || eff.MaxSlots != 6 || s.RetryLimit != 3 ||
-		s.RetryWindow != time.Minute || len(s.Notify) != 1 || s.ApprovalTimeout != 10*time.Minute {
+		s.RetryWindow != time.Minute || len(s.Notify) != 1 || s.ApprovalTimeout != 10*time.Minute ||
+		s.ContextWindows["openai"]["qwen"] != 32768 || s.ContextWindows["openai"]["*"] != 8192 || s.CompactAt != 0.7 {
 		t.Errorf("settings %+v, max slots %d", s, eff.MaxSlots)
 	}
 	want := map[string]string{"default_provider": FromFile, "default_model": FromEnv, "turn_timeout": FromFlag,
-		"max_slots": FromFile, "pools": FromFile, "retry": FromFile, "approval_timeout": FromDefault, "permission_mode": FromDefault}
+		"max_slots": FromFile, "pools": FromFile, "retry": FromFile, "approval_timeout": FromDefault, "permission_mode": FromDefault,
+		"context_windows": FromFile, "compact_at": FromFile}
 	for _, v := range eff.Values {
 		if w, ok := want[v.Key]; ok && v.Source != w {
 			t.Errorf("%s from %s, want %s", v.Key, v.Source, w)
@@ -83,6 +97,75 @@ func TestResolveRefuses(t *testing.T) {
 		_, err = Resolve(f, func(k string) string { return c.env[k] }, c.flags)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v %v: %v, want %q", c.file, c.env, c.flags, err, c.want)
+		}
+	}
+}
+
+// Load refuses, at once and naming the file, a config.json that is not a
+// regular file within the cap: a FIFO (which used to block the daemon's
+// start and, replaced while it ran, its stop), a symlink to /dev/zero
+// (which it used to read without end), a directory, or a file over
+// fsstore.MaxJSONSize (valid JSON padded with blanks).
+func TestLoadRefusesSpecialFiles(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		make func(p string) error
+		want string
+		is   error
+	}{
+		{"a FIFO", func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file: a FIFO", fsstore.ErrNotRegular},
+		{"a symlink to /dev/zero", func(p string) error { return os.Symlink("/dev/zero", p) }, "not a regular file: a symlink", fsstore.ErrNotRegular},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file: a directory", fsstore.ErrNotRegular},
+		{"oversized", func(p string) error {
+			return os.WriteFile(p, append([]byte(`{"version": 1}`), bytes.Repeat([]byte(" "), fsstore.MaxJSONSize)...), 0o600)
+		}, "file too large", fsstore.ErrFileTooLarge},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "config.json")
+			if err := c.make(p); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := Load(p)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
+					t.Fatalf("Load: %v, want an error naming %s and saying %q", err, p, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Load blocked")
+			}
+		})
+	}
+	// A regular file at the cap is read.
+	p := filepath.Join(t.TempDir(), "config.json")
+	big := append([]byte(`{"version": 1}`), bytes.Repeat([]byte(" "), fsstore.MaxJSONSize-len(`{"version": 1}`))...)
+	if err := os.WriteFile(p, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := Load(p); err != nil || f == nil {
+		t.Fatalf("Load of a file at the cap: %v", err)
+	}
+}
+
+func TestResolveLimits(t *testing.T) {
+	f, err := Parse([]byte(`{"version": 1, "limits": {"memory": "2G", "pids": 512, "cpu_weight": 50}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := Resolve(f, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := eff.Settings.Limits; l != (fsstore.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUWeight: 50}) {
+		t.Fatalf("limits %+v", l)
+	}
+	for _, v := range eff.Values {
+		if v.Key == "limits" && (v.Source != FromFile || v.Value.(map[string]any)["memory"] != "2G") {
+			t.Fatalf("shown as %+v", v)
 		}
 	}
 }

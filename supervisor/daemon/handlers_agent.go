@@ -75,6 +75,9 @@ func (d *Daemon) registerAgent() {
 	handle(d, api.MethodAgentInstructions, func(ctx context.Context, p api.InstructionsParams, _ func(any) error) (any, error) {
 		return c.SetInstructions(ctx, p)
 	})
+	handle(d, api.MethodAgentLimits, func(ctx context.Context, p api.LimitsParams, _ func(any) error) (any, error) {
+		return c.SetLimits(ctx, p)
+	})
 	handle(d, api.MethodAgentPermissions, func(ctx context.Context, p api.PermissionsParams, _ func(any) error) (any, error) {
 		return c.SetPermissions(ctx, p)
 	})

@@ -15,6 +15,8 @@ func (d *Daemon) registerDaemon() {
 		st.Pid, st.Home, st.Version, st.StartedAt, st.MaxSlots = os.Getpid(), d.store.Layout().Home, d.opts.Version, d.started.UTC(), d.opts.MaxSlots
 		ns := d.host.notify.status()
 		st.Notify = &ns
+		ls := d.host.limits.Status()
+		st.Limits = &api.LimitsStatus{Mechanism: ls.Mechanism, Detail: ls.Detail, Groups: ls.Groups, Defaults: c.Settings().Limits}
 		return st, nil
 	})
 	handle(d, api.MethodDaemonStop, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {

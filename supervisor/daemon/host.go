@@ -3,18 +3,21 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"os/exec"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/daemon/limits"
 	"github.com/substrat/substrat/supervisor/workspace"
 	"github.com/substrat/substrat/supervisor/workspace/gitws"
 	"github.com/substrat/substrat/supervisor/worktools"
 )
 
 // host is the core's Host in the daemon: the pid table of provider
-// processes, their bwrap sandboxes, and the agents' tool sockets.
+// processes, their bwrap sandboxes, their resource limits (a cgroup per
+// agent), and the agents' tool sockets.
 type host struct {
 	core    *supervisor.Core // set once the core exists
 	store   *fsstore.Store
@@ -23,10 +26,12 @@ type host struct {
 	sockets toolSockets
 	git     *gitws.Runner
 	notify  *notifier
+	limits  *limits.Manager
 }
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
-	h := &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout())}
+	h := &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout()),
+		limits: limits.New(store.Layout().Home, log)}
 	h.notify = newNotifier(store.Layout().Home, log, func() int {
 		if h.core == nil {
 			return supervisor.DefaultSettings().NotifyConcurrency
@@ -38,6 +43,17 @@ func newHost(store *fsstore.Store, log *slog.Logger) *host {
 
 // Work implements supervisor.Host.
 func (h *host) Work() supervisor.WorkTools { return workTools{} }
+
+// Limit implements supervisor.Host.
+func (h *host) Limit(agent string, l fsstore.Limits) provider.LimitFunc {
+	if l.IsZero() {
+		return nil
+	}
+	return func(cmd *exec.Cmd) error { return h.limits.Wrap(agent, l, cmd) }
+}
+
+// LimitReached implements supervisor.Host.
+func (h *host) LimitReached(agent string) string { return h.limits.Reached(agent) }
 
 // workTools are the core's work tools: package worktools.
 type workTools struct{}
@@ -71,16 +87,25 @@ func (h *host) Sandbox(sess *fsstore.Session) provider.SandboxFunc { return h.sa
 func (h *host) ToolSocket(id string) (string, error) { return h.toolSocket(id) }
 
 // CloseToolSocket implements supervisor.Host.
+// The agent's cgroup goes with its socket: it runs nothing more.
 func (h *host) CloseToolSocket(id string) {
 	if id == "" {
 		h.closeToolSockets()
+		h.limits.Close()
 		return
 	}
 	h.closeToolSocket(id)
+	if err := h.limits.Remove(id); err != nil {
+		h.log.Warn("agent cgroup not removed", "agent", id, "err", err)
+	}
 }
 
 // Reap implements supervisor.Host.
-func (h *host) Reap() []string { return reap(h.store.Layout().Procs(), h.log) }
+// The groups of agents' processes a daemon that died left behind are
+// emptied and removed too.
+func (h *host) Reap() []string {
+	return append(reap(h.store.Layout().Procs(), h.log), h.limits.RemoveAll()...)
+}
 
 // Notify implements supervisor.Host: argv runs for m, at most
 // Settings.NotifyConcurrency at a time, a burst coalesced (notify.go).

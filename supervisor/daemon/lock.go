@@ -3,11 +3,14 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/substrat/substrat/fsstore"
 )
 
 // ErrAlreadyRunning means another daemon holds the home's lock.
@@ -52,7 +55,7 @@ func TryLock(path, home string) (*Lock, error) { return TryLockAs(path, home, Ro
 
 // TryLockAs takes the lock in role or returns a *RunningError.
 func TryLockAs(path, home, role string) (*Lock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openLock(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}
@@ -79,9 +82,9 @@ func Held(path string) (bool, int) {
 // HeldBy reports whether some process holds the lock at path, its pid and
 // its role.
 func HeldBy(path string) (held bool, pid int, role string) {
-	f, err := os.Open(path)
+	f, err := openLock(path, os.O_RDONLY)
 	if err != nil {
-		return false, 0, ""
+		return false, 0, "" // missing, or not a regular file: TryLock refuses it too
 	}
 	defer f.Close()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
@@ -90,6 +93,33 @@ func HeldBy(path string) (held bool, pid int, role string) {
 	}
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	return false, 0, ""
+}
+
+// openLock opens the lock file with flag (os.O_RDONLY, or os.O_RDWR with
+// os.O_CREATE), without following a symlink and without blocking: the
+// lock must be a regular file, and a FIFO, a device or a symlink put in
+// its place is refused (fsstore.ErrNotRegular) rather than blocking the
+// open, or the daemon writing its pid through the link.
+func openLock(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a symlink", fsstore.ErrNotRegular)}
+	case errors.Is(err, unix.EISDIR):
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: a directory", fsstore.ErrNotRegular)}
+	case err != nil:
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %s", fsstore.ErrNotRegular, fsstore.TypeName(fi.Mode()))}
+	}
+	return f, nil
 }
 
 // readOwner reads "pid role" (a lock written before roles: "pid").

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strconv"
@@ -71,8 +73,12 @@ func (t *procTable) saveLocked() {
 // reap kills, by process group, the provider processes recorded by a
 // daemon that died without stopping them, and returns what it killed.
 func reap(path string, log *slog.Logger) []string {
-	data, err := os.ReadFile(path)
+	data, err := fsstore.ReadRegular(path, fsstore.MaxJSONSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
+		log.Warn("providers.json unreadable; nothing reaped", "err", err)
 		return nil
 	}
 	var f struct {

@@ -119,7 +119,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	logOut := opts.LogOutput
 	if logOut == nil {
-		f, err := os.OpenFile(layout.Log(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := fsstore.OpenAppendRegular(layout.Log(), 0o600)
 		if err != nil {
 			return err
 		}

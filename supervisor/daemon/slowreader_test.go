@@ -34,6 +34,7 @@ func TestSlowReaderGetsItsReply(t *testing.T) {
 		res             api.SendResult
 	)
 	rc.c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	var parts strings.Builder // a result longer than a line comes in parts (package rpc)
 	for {
 		line, err := rc.br.ReadBytes('\n')
 		if err != nil {
@@ -43,12 +44,21 @@ func TestSlowReaderGetsItsReply(t *testing.T) {
 			Frame  json.RawMessage `json:"frame"`
 			Result json.RawMessage `json:"result"`
 			Error  json.RawMessage `json:"error"`
+			Part   string          `json:"part"`
+			Parts  int             `json:"parts"`
 		}
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Error != nil {
 			t.Fatalf("error: %s", r.Error)
+		}
+		if r.Part != "" {
+			parts.WriteString(r.Part)
+			continue
+		}
+		if r.Parts > 0 {
+			r.Result = json.RawMessage(parts.String())
 		}
 		if r.Result != nil {
 			if err := json.Unmarshal(r.Result, &res); err != nil {

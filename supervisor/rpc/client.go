@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -57,13 +59,13 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 	c.next++
 	req := Request{ID: c.next, Method: method}
 	if params != nil {
-		b, err := json.Marshal(params)
+		b, err := jsontext.Marshal(params) // what a person typed, as typed: "&&" stays "&&"
 		if err != nil {
 			return err
 		}
 		req.Params = b
 	}
-	line, err := json.Marshal(req)
+	line, err := jsontext.Marshal(req)
 	if err != nil {
 		return err
 	}
@@ -83,6 +85,8 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 		}
 		return c.connErr(ctx, err)
 	}
+	var parts strings.Builder
+	nparts := 0
 	for {
 		raw, err := readLine(c.br)
 		if err != nil {
@@ -104,6 +108,20 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onFrame 
 					return err
 				}
 			}
+		case resp.Part != "":
+			if parts.Len()+len(resp.Part) > MaxResult {
+				return fmt.Errorf("daemon sent a result of more than %d bytes", MaxResult)
+			}
+			parts.WriteString(resp.Part)
+			nparts++
+		case resp.Parts > 0:
+			if resp.Parts != nparts {
+				return fmt.Errorf("daemon sent %d parts of a result and said %d", nparts, resp.Parts)
+			}
+			if result != nil {
+				return json.Unmarshal([]byte(parts.String()), result)
+			}
+			return nil
 		default:
 			if result != nil && resp.Result != nil {
 				return json.Unmarshal(resp.Result, result)

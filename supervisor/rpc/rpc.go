@@ -11,8 +11,11 @@
 //
 // Methods that stream (agent.send, agent.attach, daemon.watch) first write
 // any number of frames, {"id":1,"frame":{...}}, then the final line. A
-// request line longer than MaxLine gets an error reply and the connection
-// is closed. Requests on one connection are handled one at a time; clients
+// result too long for one line (a list of 10,000 agents) comes in parts:
+// lines {"id":1,"part":"<a piece of the result's JSON text>"}, then the
+// final {"id":1,"parts":N}; the client joins the pieces. No answer is
+// bounded by the line limit. A request line longer than MaxLine gets an
+// error reply and the connection is closed. Requests on one connection are handled one at a time; clients
 // that want concurrency open more connections.
 package rpc
 
@@ -39,4 +42,15 @@ type Response struct {
 	Frame  json.RawMessage `json:"frame,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *api.Error      `json:"error,omitempty"`
+	// Part is a piece of a result sent in parts; Parts, on the final
+	// line, says how many there were.
+	Part  string `json:"part,omitempty"`
+	Parts int    `json:"parts,omitempty"`
 }
+
+// PartSize is the most result bytes one part line carries: escaped as a
+// JSON string (at most six bytes for one) it stays under MaxLine.
+const PartSize = 128 << 10
+
+// MaxResult bounds a result a client takes in parts.
+const MaxResult = 1 << 30

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"golang.org/x/sys/unix"
@@ -224,9 +225,9 @@ type connWriter struct {
 }
 
 func (cw *connWriter) write(r *Response) error {
-	b, err := json.Marshal(r)
+	b, err := jsontext.Marshal(r)
 	if err != nil {
-		b, _ = json.Marshal(&Response{ID: r.ID, Error: &api.Error{Code: api.CodeInternal, Message: "cannot encode response: " + err.Error()}})
+		b, _ = jsontext.Marshal(&Response{ID: r.ID, Error: &api.Error{Code: api.CodeInternal, Message: "cannot encode response: " + err.Error()}})
 	}
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
@@ -322,7 +323,7 @@ func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handl
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	send := func(frame any) error {
-		b, err := json.Marshal(frame)
+		b, err := jsontext.Marshal(frame)
 		if err != nil {
 			return err
 		}
@@ -349,10 +350,21 @@ func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handl
 	if err != nil {
 		resp.Error = api.AsError(err)
 	} else {
-		b, merr := json.Marshal(result)
-		if merr != nil {
+		b, merr := jsontext.Marshal(result)
+		switch {
+		case merr != nil:
 			resp.Error = api.Errorf(api.CodeInternal, "cannot encode result: %v", merr)
-		} else {
+		case len(b) > PartSize:
+			// Too long for one line: in parts (see package doc).
+			for len(b) > 0 {
+				n := min(len(b), PartSize)
+				if err := cw.write(&Response{ID: req.ID, Part: string(b[:n])}); err != nil {
+					return
+				}
+				b = b[n:]
+				resp.Parts++
+			}
+		default:
 			resp.Result = b
 		}
 	}

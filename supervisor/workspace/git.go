@@ -127,7 +127,7 @@ func (s *Store) finishGit(dir string) error {
 // branch, if no commit was published on it. The directory itself is the
 // caller's to remove.
 func (s *Store) undoGit(dir string) error {
-	data, err := os.ReadFile(filepath.Join(dir, gitMarker))
+	data, err := fsstore.ReadRegular(filepath.Join(dir, gitMarker), fsstore.MaxJSONSize)
 	if err != nil {
 		return nil // made nothing in the repository
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 )
 
 // Permission of the directories the store makes.
@@ -570,7 +571,7 @@ func encode(w *Workspace) ([]byte, error) {
 	if c.Links == nil {
 		c.Links = []Link{}
 	}
-	data, err := json.MarshalIndent(&c, "", "  ")
+	data, err := jsontext.MarshalIndent(&c, "  ")
 	if err != nil {
 		return nil, err
 	}

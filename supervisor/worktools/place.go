@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/provider"
 )
 
 // Errors. Test for them with errors.Is.
@@ -59,6 +60,9 @@ type Place struct {
 	// Env is the environment of shell commands outside a sandbox (inside,
 	// it is the sandbox's own).
 	Env []string
+	// Limit, if set, puts shell commands under the agent's resource
+	// limits (provider.Config.Limit).
+	Limit provider.LimitFunc
 }
 
 // target is a resolved request for a path: the grant it lies in and the

@@ -47,6 +47,12 @@ func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration
 	if err != nil {
 		return "", err
 	}
+	if pl.Limit != nil {
+		if err := pl.Limit(cmd); err != nil {
+			bwrap.CloseFiles(cmd)
+			return "", fmt.Errorf("resource limits: %w", err)
+		}
+	}
 	out := &capped{max: MaxShellOutput}
 	cmd.Stdout, cmd.Stderr = out, out
 	err = cmd.Start()

@@ -74,10 +74,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/renameio/v2"
 
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/proc"
 	"github.com/substrat/substrat/provider/internal/retry"
@@ -111,6 +113,9 @@ type Line struct {
 	SessionID string
 	// Chunks are streamed output.
 	Chunks []provider.Chunk
+	// Compactions are the CLI's compactions of its context the line
+	// tells of (claude's compact_boundary), reported in the turn's result.
+	Compactions []provider.Compaction
 	// Final, if set, ends the turn.
 	Final *Final
 }
@@ -251,7 +256,7 @@ func (p *Provider) Restore(ctx context.Context, cfg provider.Config, state []byt
 		}
 		return s, nil
 	}
-	data, err := os.ReadFile(s.idFile())
+	data, err := fsstore.ReadRegular(s.idFile(), fsstore.MaxJSONSize)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return s.started(p.spec.NewID())
@@ -410,7 +415,7 @@ func (s *session) save(id string, totals *Totals) error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0) // never blocks on a FIFO
 	if err != nil {
 		return err
 	}
@@ -471,6 +476,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		needs := c.Needs
 		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
 	}
+	c.Limit = s.cfg.Limit
 	if c.Fresh {
 		s.mu.Lock()
 		s.totals = &Totals{}
@@ -499,12 +505,13 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		untrack()
 	}
 	var (
-		final   *Final
-		texts   []string // the streamed text, for a final line without any
-		readErr error
-		lines   int
-		last    []byte
-		size    int
+		final       *Final
+		compactions []provider.Compaction
+		texts       []string // the streamed text, for a final line without any
+		readErr     error
+		lines       int
+		last        []byte
+		size        int
 	)
 	for final == nil && readErr == nil {
 		b, err := pr.Line()
@@ -554,6 +561,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 				texts = append(texts, ch.Text)
 			}
 		}
+		compactions = append(compactions, l.Compactions...)
 		final = l.Final
 	}
 	var waitErr error
@@ -597,7 +605,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if err != nil {
 		return provider.TurnResult{}, err
 	}
-	return provider.TurnResult{Text: final.Text, Usage: usage}, nil
+	return provider.TurnResult{Text: final.Text, Usage: usage, Compactions: compactions}, nil
 }
 
 // turnUsage returns the turn's own usage: for the running totals a CLI

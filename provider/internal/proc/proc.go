@@ -47,6 +47,9 @@ type Command struct {
 	// attached. The ExtraFiles of the command it returns are closed once
 	// it has started.
 	Wrap func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error)
+	// Limit, if set, puts the command to start (wrapped, or contained)
+	// under the agent's resource limits (provider.Config.Limit).
+	Limit func(cmd *exec.Cmd) error
 }
 
 // String is the command line, for messages.
@@ -89,6 +92,15 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 		}
 	} else {
 		cmd = bwrap.Contain(runCtx, cmd) // the turn's processes die with it, setsid or not
+	}
+	if c.Limit != nil {
+		if err := c.Limit(cmd); err != nil {
+			CloseExtraFiles(cmd)
+			outR.Close()
+			outW.Close()
+			kill()
+			return nil, fmt.Errorf("resource limits: %w", err)
+		}
 	}
 	cmd.Stdin = strings.NewReader(c.Stdin)
 	cmd.Stdout, cmd.Stderr = outW, stderr

@@ -5,6 +5,11 @@
 // scripts, as server-sent events the way OpenAI streams them: the role,
 // content deltas, tool calls in pieces (index, id, name, then the
 // arguments), a finish reason, a usage event, and [DONE].
+//
+// With a context window set (SetWindow), it plays a server with a small
+// model: a request over the window (its bytes / 4) is answered 400 with
+// OpenAI's context_length_exceeded, not recorded, and counted
+// (Overflows); the usage it reports counts prompt tokens the same way.
 package fakeapi
 
 import (
@@ -112,9 +117,25 @@ type Server struct {
 	URL string // the base URL, with /v1
 	srv *httptest.Server
 
-	mu       sync.Mutex
-	reply    func(Request) Out
-	requests []Request
+	mu        sync.Mutex
+	reply     func(Request) Out
+	requests  []Request
+	window    int
+	overflows int
+}
+
+// SetWindow sets the context window, in tokens (0: none).
+func (s *Server) SetWindow(tokens int) {
+	s.mu.Lock()
+	s.window = tokens
+	s.mu.Unlock()
+}
+
+// Overflows returns how many requests were over the window.
+func (s *Server) Overflows() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overflows
 }
 
 // New starts a fake answering with reply. Close it when done.
@@ -149,7 +170,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	prompt := 50
 	s.mu.Lock()
+	if s.window > 0 {
+		prompt = len(body) / 4
+		if prompt > s.window {
+			s.overflows++
+			window := s.window
+			s.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, window, prompt)
+			return
+		}
+	}
 	s.requests = append(s.requests, req)
 	reply := s.reply
 	s.mu.Unlock()
@@ -193,6 +227,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		finish = "tool_calls"
 	}
 	ev(chunk(map[string]any{}, finish))
-	ev(map[string]any{"choices": []any{}, "usage": map[string]int{"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}})
+	ev(map[string]any{"choices": []any{}, "usage": map[string]int{"prompt_tokens": prompt, "completion_tokens": 10, "total_tokens": prompt + 10}})
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }

@@ -6,7 +6,15 @@ the prompt, skips message headers, and turns each "!tool {json args}" line
 into a tool call. See the doc comment of package script for the protocol.
 """
 import json
+import re
 import sys
+
+# The daemon frames its prompts (Go package prompt): a preamble, and each
+# message between a header and an end line, all three starting with a tag
+# new in every prompt. A line of a body that began with "[" carries an
+# added backslash.
+PREAMBLE = re.compile(r"^\[([0-9a-f]{16}) substrat\] ")
+ESCAPED = re.compile(r"^(\s*)\\(\\*\[)")
 
 
 def send(msg):
@@ -25,9 +33,22 @@ def main():
     turn = receive()
     assert turn["type"] == "turn", turn
     echoed, results = [], []
-    for line in turn["prompt"].splitlines():
+    lines = turn["prompt"].split("\n")
+    m = PREAMBLE.match(lines[0])
+    tag = m.group(1) if m else None
+    if tag:
+        lines = lines[1:]
+    for line in lines:
+        line = line.rstrip("\r")
         text = line.strip()
-        if not text or (text.startswith("[message ") and text.endswith("]")):
+        if not text:
+            continue
+        if tag:
+            if text.startswith("[" + tag + " ") and text.endswith("]"):
+                continue
+            line = ESCAPED.sub(r"\1\2", line)
+            text = line.strip()
+        elif text.startswith("[message ") and text.endswith("]"):
             continue
         if text.startswith("!") and len(text) > 1:
             name, _, raw = text[1:].partition(" ")

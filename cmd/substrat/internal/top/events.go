@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/provider"
 )
 
@@ -75,12 +76,22 @@ func describe(e Event) (line, now string) {
 		return "state " + what, now
 	case fsstore.EvCreated:
 		return "created", ""
+	case fsstore.EvCompaction:
+		var d fsstore.Compaction
+		json.Unmarshal(e.Data, &d)
+		line := "context compacted: " + oneLine(d.Replaced)
+		if d.TokensAfter > 0 {
+			line += fmt.Sprintf(", %d → %d tokens", d.TokensBefore, d.TokensAfter)
+		} else if d.TokensBefore > 0 {
+			line += fmt.Sprintf(", from %d tokens", d.TokensBefore)
+		}
+		return line, ""
 	case fsstore.EvTurnFailed:
 		var d fsstore.TurnFailed
 		json.Unmarshal(e.Data, &d)
 		return "turn failed: " + oneLine(d.Error), "failed: " + oneLine(d.Error)
 	}
-	data := oneLine(string(e.Data))
+	data := oneLine(string(jsontext.Readable(e.Data)))
 	if data == "" || data == "null" {
 		return e.Type, ""
 	}

@@ -250,6 +250,9 @@ func (m *Model) detailPane() []string {
 	kids := a.Children // their names
 	figures := fmt.Sprintf("turns %d · tokens %s in / %s out · $%.4f · pending %d", a.Counters.Turns, count(a.Counters.InputTokens),
 		count(a.Counters.OutputTokens), a.Counters.CostUSD, a.Pending)
+	if w := a.Counters.ContextWindow; w > 0 {
+		figures += fmt.Sprintf(" · context %s of %s (%d%%)", count(a.Counters.ContextTokens), count(w), a.Counters.ContextTokens*100/w)
+	}
 	if a.Budget != nil {
 		figures += " · budget " + budgetUse(a)
 	}

@@ -1,0 +1,56 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLargeResultsComeInParts: a result far longer than MaxLine (the list
+// of 10,000 agents is about 8 MiB) reaches the client whole, in parts
+// each under the line limit, hostile characters included.
+func TestLargeResultsComeInParts(t *testing.T) {
+	type agent struct {
+		ID, Name, Path string
+		Counters       map[string]float64
+	}
+	var list []agent
+	for i := range 10000 {
+		name := fmt.Sprintf("agent-%05d \"\\\x01\u2028<&>", i)
+		list = append(list, agent{ID: fmt.Sprintf("01a2%028d", i), Name: name, Path: "root/" + name,
+			Counters: map[string]float64{"turns": float64(i), "cost_usd": 0.0024}})
+	}
+	s := newTestServer()
+	s.Handle("big", func(ctx context.Context, params json.RawMessage, send func(any) error) (any, error) {
+		return list, nil
+	})
+	sock := serve(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got []agent
+	if err := c.Call(ctx, "big", nil, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(list) || got[9999].Name != list[9999].Name || got[1].Counters["turns"] != 1 {
+		t.Fatalf("got %d agents; the last %q", len(got), got[len(got)-1].Name)
+	}
+	b, _ := json.Marshal(list)
+	if len(b) < MaxLine+PartSize {
+		t.Fatalf("the result is only %d bytes: the test proves nothing", len(b))
+	}
+	// The connection serves the next call as usual.
+	if err := c.Call(ctx, "echo", "hi", new(string)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "agent-09999") {
+		t.Fatal("bad fixture")
+	}
+}
