@@ -482,8 +482,10 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop()
 	send(t, s, "hello")
+	// The process may still be exiting when Send returns; Stop waits for
+	// it, and so for the hook's done.
+	s.Stop()
 	if len(tracked) != 1 || !slices.Equal(tracked, done) {
 		t.Errorf("tracked %v, done %v", tracked, done)
 	}
