@@ -26,7 +26,7 @@ func TestBenchTiny(t *testing.T) {
 	}
 	cfg := benchConfig{Quick: true, Duration: 50 * time.Millisecond, Workers: 4, Recovery: []int{30}, Events: 20,
 		Rounds: 1, RPCSamples: 3, EditSamples: 2, EditProbe: 3 * time.Second, MaxPrepared: 200, Exe: exe,
-		CLIDir: t.TempDir()} // no CLI there: each is skipped (TestBenchCLIs runs them)
+		CLITurns: 1, CLIDir: t.TempDir()} // no CLI there: each is skipped (TestBenchCLIs runs them)
 	var progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

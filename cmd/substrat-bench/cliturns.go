@@ -120,30 +120,34 @@ func cliFake(name string) (env []string, stop func()) {
 	return nil, func() {}
 }
 
-// findCLI returns the CLI called name: in dir if given, else in the
-// pinned tools of the repository around the working directory
+// findCLI returns the CLI called name: in dir if given (and only there),
+// else in the pinned tools of the repository around the working directory
 // (.tools/npm/node_modules/.bin), else in PATH.
 func findCLI(dir, name string) (string, error) {
-	var tried []string
-	if dir == "" {
-		if wd, err := os.Getwd(); err == nil {
-			for d := wd; ; d = filepath.Dir(d) {
-				if bin := filepath.Join(d, ".tools", "npm", "node_modules", ".bin"); isDir(bin) {
-					dir = bin
-					break
-				}
-				if filepath.Dir(d) == d {
-					break
-				}
-			}
-		}
+	isCLI := func(p string) bool {
+		fi, err := os.Stat(p)
+		return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 	}
 	if dir != "" {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		if p := filepath.Join(dir, name); isCLI(p) {
 			return p, nil
 		}
-		tried = append(tried, dir)
+		return "", fmt.Errorf("not installed (no %s in %s)", name, dir)
+	}
+	var tried []string
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if bin := filepath.Join(d, ".tools", "npm", "node_modules", ".bin"); isDir(bin) {
+				if p := filepath.Join(bin, name); isCLI(p) {
+					return p, nil
+				}
+				tried = append(tried, bin)
+				break
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
