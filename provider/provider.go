@@ -221,9 +221,12 @@ type Config struct {
 	Sandbox SandboxFunc
 	// ToolSocket, if set, is a Unix socket that serves this agent's
 	// tool.list and tool.call and nothing else. The daemon sets it for
-	// sandboxed agents and the Sandbox hook binds it at the same path; an
-	// MCP server started inside the sandbox must use it (`substrat mcp
-	// --socket`), since the daemon's own socket is not visible there.
+	// every agent, and the Sandbox hook binds it at the same path; the
+	// MCP server a CLI starts must use it (`substrat mcp --socket`): the
+	// daemon's own socket is not visible in a sandbox, and refuses a
+	// client in another PID namespace, where the daemon contains every
+	// provider process. Without it (no daemon), the MCP server reaches
+	// the daemon of Config.Home.
 	ToolSocket string
 	// Track, if set, is told the pid of every process the session starts
 	// (after Start; the process leads its own process group), and the

@@ -31,6 +31,8 @@ type benchConfig struct {
 	MaxPrepared int           // messages prepared for deliver, all workers together
 	OpRounds    int           // slices of each operation figure, in alternating order
 	Settle      time.Duration // idle time before RSS is read
+	CLITurns    int           // turns of each agent CLI, bare and through Substrat (0: none)
+	CLIDir      string        // where the CLIs are (default: the repository's .tools, else PATH)
 	Exe         string        // the substrat binary the daemon runs from
 	ProfileDir  string
 }
@@ -38,10 +40,10 @@ type benchConfig struct {
 func defaultBenchConfig(quick bool) benchConfig {
 	if quick {
 		return benchConfig{Quick: true, Duration: 300 * time.Millisecond, Workers: 64, Recovery: []int{1000}, Events: 100,
-			Rounds: 2, RPCSamples: 40, EditSamples: 20, EditProbe: 2 * time.Second, Settle: 300 * time.Millisecond, MaxPrepared: 3000, OpRounds: 1}
+			Rounds: 2, RPCSamples: 40, EditSamples: 20, EditProbe: 2 * time.Second, Settle: 300 * time.Millisecond, MaxPrepared: 3000, OpRounds: 1, CLITurns: 3}
 	}
 	return benchConfig{Duration: 2 * time.Second, Workers: 64, Recovery: []int{1000, 10000}, Events: 100,
-		Rounds: 3, RPCSamples: 200, EditSamples: 100, EditProbe: 5 * time.Second, Settle: time.Second, MaxPrepared: 20000, OpRounds: 2}
+		Rounds: 3, RPCSamples: 200, EditSamples: 100, EditProbe: 5 * time.Second, Settle: time.Second, MaxPrepared: 20000, OpRounds: 2, CLITurns: 10}
 }
 
 // sqlBackend opens a fresh SQLite database at path with at most conns
@@ -196,6 +198,7 @@ type benchResult struct {
 	RPC        benchLatency    `json:"rpc_send"`
 	HandEdit   benchLatency    `json:"hand_edit"`
 	RSS        benchRSS        `json:"rss"`
+	CLIs       []benchCLI      `json:"cli_turns"`
 	Targets    []benchTarget   `json:"targets"`
 }
 
@@ -244,6 +247,7 @@ func runBench(ctx context.Context, cfg benchConfig, dir string, log io.Writer) (
 		{"substrat", b.substratOps},
 		{"daemon", b.daemonLatency},
 		{"recovery", b.recovery},
+		{"clis", b.cliTurns},
 	}
 	for _, p := range phases {
 		f := p.f

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,8 @@ func TestBenchTiny(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cfg := benchConfig{Quick: true, Duration: 50 * time.Millisecond, Workers: 4, Recovery: []int{30}, Events: 20,
-		Rounds: 1, RPCSamples: 3, EditSamples: 2, EditProbe: 3 * time.Second, MaxPrepared: 200, Exe: exe}
+		Rounds: 1, RPCSamples: 3, EditSamples: 2, EditProbe: 3 * time.Second, MaxPrepared: 200, Exe: exe,
+		CLITurns: 1, CLIDir: t.TempDir()} // no CLI there: each is skipped (TestBenchCLIs runs them)
 	var progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -42,6 +45,7 @@ func TestBenchTiny(t *testing.T) {
 		"create agent", "send message", "deliver message", "append event", "full turn",
 		"START-UP RECOVERY", "30 agents x 20 events",
 		"agent send, waiting for the turn", "hand edit of session.json", "RSS with 30 idle agents", "daemon start with 30 agents",
+		"claude: not installed (no claude in ", "codex: not installed", "gemini: not installed",
 		"TARGETS: ",
 	} {
 		if !strings.Contains(report, row) {
@@ -81,6 +85,66 @@ func TestBenchTiny(t *testing.T) {
 	if t.Failed() {
 		t.Logf("report:\n%s\nprogress:\n%s", report, progress.String())
 	}
+}
+
+// TestBenchCLIs runs the CLI TURNS phase for each pinned agent CLI that is
+// installed (make tools), with one turn each, and checks its rows. It
+// asserts nothing about speed.
+func TestBenchCLIs(t *testing.T) {
+	exe := os.Getenv("BENCH_SUBSTRAT") // by hand: another daemon's binary
+	if exe == "" {
+		exe = filepath.Join(t.TempDir(), "substrat")
+		if out, err := exec.Command("go", "build", "-o", exe, "github.com/substrat/substrat/cmd/substrat").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	turns := 1
+	if n, err := strconv.Atoi(os.Getenv("BENCH_CLI_TURNS")); err == nil {
+		turns = n // by hand: more turns, for figures
+	}
+	cfg := benchConfig{Quick: true, CLITurns: turns, Exe: exe}
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b := &benchRun{ctx: ctx, cfg: cfg, dir: shortTemp(t), log: &progress, start: time.Now(), res: &benchResult{}}
+	if err := b.cliTurns(); err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	var out bytes.Buffer
+	writeBenchReport(&out, b.res)
+	report := out.String()
+	if len(b.res.CLIs) != len(cliProviders) {
+		t.Fatalf("%d CLI rows: %+v", len(b.res.CLIs), b.res.CLIs)
+	}
+	for _, c := range b.res.CLIs {
+		switch {
+		case strings.HasPrefix(c.Skipped, "not installed"):
+			if !strings.Contains(report, c.Name+": not installed") {
+				t.Errorf("%s: no line saying it was skipped", c.Name)
+			}
+		case c.Skipped != "":
+			t.Errorf("%s: %s", c.Name, c.Skipped)
+		default:
+			if c.Turns != turns || c.BareP50MS <= 0 || c.SubstratP50MS <= 0 || c.Ratio <= 0 || c.RSSMB <= 0 || c.BareRSSMB <= 0 {
+				t.Errorf("%s: %+v", c.Name, c)
+			}
+			if !strings.Contains(report, "\n"+c.Name+" ") {
+				t.Errorf("the report has no %s row", c.Name)
+			}
+		}
+	}
+	t.Logf("report:\n%s\nprogress:\n%s", report, progress.String())
+}
+
+// shortTemp is a temporary directory with a short path: the daemon's
+// sockets must fit in a Unix socket address.
+func shortTemp(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "sbb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // BenchmarkRecover times Core.Recover of a home of 1,000 and 10,000

@@ -27,9 +27,10 @@ type benchDaemon struct {
 	done chan error
 }
 
-// startBenchDaemon starts `substrat daemon run` on home and waits until it
-// answers, that is until its recovery is done.
-func startBenchDaemon(ctx context.Context, exe, home string, timeout time.Duration) (*benchDaemon, error) {
+// startBenchDaemon starts `substrat daemon run` on home, with env added to
+// this program's environment, and waits until it answers, that is until
+// its recovery is done.
+func startBenchDaemon(ctx context.Context, exe, home string, timeout time.Duration, env ...string) (*benchDaemon, error) {
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return nil, err
 	}
@@ -40,7 +41,7 @@ func startBenchDaemon(ctx context.Context, exe, home string, timeout time.Durati
 	defer out.Close()
 	cmd := exec.Command(exe, "daemon", "run", "--home", home)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "SUBSTRAT_HOME="+home)
+	cmd.Env = append(append(os.Environ(), "SUBSTRAT_HOME="+home), env...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

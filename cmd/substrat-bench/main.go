@@ -47,6 +47,8 @@ type BenchCmd struct {
 	Profile  string        `help:"Write a CPU profile of each in-process phase into this directory (go tool pprof)." type:"path" placeholder:"DIR"`
 	Keep     bool          `help:"Keep the bench directory instead of removing it."`
 	Daemon   string        `help:"The substrat binary the measured daemons run from (default: substrat beside this program, else in PATH)." type:"path" placeholder:"FILE"`
+	CLITurns *int          `name:"cli-turns" help:"Turns of each agent CLI (claude, codex, gemini), bare and through Substrat (default 10; 3 with --quick; 0 skips them)." placeholder:"N"`
+	CLIDir   string        `name:"cli-dir" help:"Where the agent CLIs are, and only there (default: .tools/npm/node_modules/.bin of the repository around the working directory, else PATH)." type:"path" placeholder:"DIR"`
 	Procs    int           `name:"gomaxprocs" help:"Run the in-process measurements (everything but the daemon) with this GOMAXPROCS instead of the Go runtime's default, the number of cores." placeholder:"N"`
 }
 

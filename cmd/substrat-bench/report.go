@@ -110,6 +110,13 @@ func benchTargets(r *benchResult) []benchTarget {
 		t.Value, t.Verdict = r.HandEdit.P99MS, verdict(r.HandEdit.P99MS <= 100)
 	}
 	ts = append(ts, t)
+	for _, c := range r.CLIs {
+		if c.Skipped != "" {
+			continue
+		}
+		ts = append(ts, benchTarget{Name: fmt.Sprintf("%s turn through Substrat: times the bare CLI's (p50)", c.Name),
+			Value: c.Ratio, Want: "<= 1.1", Verdict: verdict(c.Ratio <= 1.1)})
+	}
 	t = benchTarget{Name: fmt.Sprintf("daemon RSS with %d idle agents: MB", r.RSS.Agents), Value: r.RSS.RSSMB, Want: "<= 150",
 		Verdict: verdict(r.RSS.RSSMB <= 150)}
 	if r.RSS.Agents < 10000 {
@@ -253,6 +260,33 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "RSS with %s idle agents, after recovery: %.0f MB (peak %.0f MB); target <= 150 MB: %s\n",
 		thousands(float64(r.RSS.Agents)), r.RSS.RSSMB, r.RSS.PeakMB, pass(r.RSS.RSSMB <= 150))
 	fmt.Fprintf(w, "daemon start with %s agents, until it answers: %.0f ms\n", thousands(float64(r.RSS.Agents)), r.RSS.StartMS)
+
+	if len(r.CLIs) > 0 {
+		fmt.Fprintln(w)
+		t = nil
+		t.add("CLI TURNS (the real CLI, a loopback fake API)", "n", "bare p50", "its result at", "bare+MCP p50", "Substrat p50", "x bare", "<=1.1x",
+			"x bare+MCP", "RSS bare", "RSS Substrat")
+		var skipped []string
+		for _, c := range r.CLIs {
+			if c.Skipped != "" {
+				skipped = append(skipped, fmt.Sprintf("  %s: %s; skipped.", c.Name, c.Skipped))
+				continue
+			}
+			t.add(c.Name, strconv.Itoa(c.Turns), fmt.Sprintf("%.0f ms", c.BareP50MS), fmt.Sprintf("%.0f ms", c.BareResultP50MS), fmt.Sprintf("%.0f ms", c.MCPP50MS), fmt.Sprintf("%.0f ms", c.SubstratP50MS),
+				fmt.Sprintf("%.2f", c.Ratio), pass(c.Ratio <= 1.1), fmt.Sprintf("%.2f", c.MCPRatio),
+				fmt.Sprintf("%.0f MB", c.BareRSSMB), fmt.Sprintf("%.0f MB", c.RSSMB))
+		}
+		if len(t) > 1 {
+			t.write(w)
+		}
+		for _, s := range skipped {
+			fmt.Fprintln(w, s)
+		}
+		fmt.Fprintln(w, "  bare: the command, environment, directory and prompt the adapter gave the CLI, run directly, without Substrat's")
+		fmt.Fprintln(w, "  MCP server, until it exits (its result line comes earlier); bare+MCP: the same with it; Substrat: agent send --wait")
+		fmt.Fprintln(w, "  to a real daemon, which ends the turn at the result line and lets the CLI exit in the background. The three alternate.")
+		fmt.Fprintln(w, "  RSS: the sum of the peaks of the CLI's processes in one turn (through Substrat, its MCP server and containment included).")
+	}
 
 	counts := map[string]int{}
 	for _, t := range r.Targets {

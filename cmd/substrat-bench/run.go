@@ -17,6 +17,10 @@ func (c *BenchCmd) Run() error {
 		cfg.Duration = c.Duration
 	}
 	cfg.ProfileDir = c.Profile
+	cfg.CLIDir = c.CLIDir
+	if c.CLITurns != nil {
+		cfg.CLITurns = *c.CLITurns
+	}
 	cfg.Exe = c.Daemon
 	if c.Procs > 0 {
 		// With 64 goroutines blocked in fsync, a P stays with each until

@@ -24,8 +24,10 @@
 // ANTHROPIC_BASE_URL come from the daemon's environment.
 //
 // The agent tools reach the model over MCP: mcp.json starts
-// `substrat mcp --agent <id> --home <home>` (the running substrat binary),
-// which forwards each call to the daemon; the CLI passes its tool-use id,
+// `substrat mcp --agent <id> --socket <tool socket>` (the running substrat
+// binary), which forwards each call to the daemon over the agent's own
+// socket, Config.ToolSocket (without one, `--home <home>`, the daemon's
+// socket); the CLI passes its tool-use id,
 // which becomes the idempotency key. Only the substrat tools are allowed
 // (Options.AllowedTools adds others).
 //
@@ -75,9 +77,8 @@
 // directory (/workspace). The sandbox shows it, besides the workspace: the
 // CLI's package directory (the CLI is run by its real path, symlinks
 // resolved), the substrat binary and mcp.json read-only, and a HOME of the
-// agent's own, <home>/providers/claude/homes/<agent-id>, read-write. The
-// MCP server in mcp.json then talks to Config.ToolSocket (`substrat mcp
-// --socket`), which serves this agent's tools and nothing else. The CLI
+// agent's own, <home>/providers/claude/homes/<agent-id>, read-write, and
+// the tool socket, which serves this agent's tools and nothing else. The CLI
 // must reach its API, so a workspace without network access fails the
 // turn rather than run it outside the sandbox. Only the variables the CLI
 // needs get in (see cli.Minimal).

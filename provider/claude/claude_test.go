@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -323,6 +324,33 @@ func sleeping(arg string) bool {
 	return false
 }
 
+// TestTurnEndsAtResult: a turn ends with the CLI's result line, while the
+// CLI takes its time to exit; the next turn, and Stop, wait for that exit,
+// so the next turn finds the session as the CLI left it.
+func TestTurnEndsAtResult(t *testing.T) {
+	e := newEnv(t)
+	s, _, _ := e.create(t)
+	const linger = 1500 * time.Millisecond
+	start := time.Now()
+	if res := send(t, s, fmt.Sprintf("LINGER %d", linger.Milliseconds())); res.Text != "lingering" {
+		t.Fatalf("LINGER answered %q", res.Text)
+	}
+	if took := time.Since(start); took >= linger {
+		t.Errorf("the turn took %v: it waited for the CLI to exit (%v after its result)", took, linger)
+	}
+	if res := send(t, s, "HISTORY"); !strings.HasSuffix(res.Text, "|exited") {
+		t.Errorf("the next turn started before the last one's CLI exited: history %q", res.Text)
+	}
+	send(t, s, fmt.Sprintf("LINGER %d", linger.Milliseconds()))
+	start = time.Now()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < linger/2 {
+		t.Errorf("Stop returned after %v, before the CLI exited", took)
+	}
+}
+
 func TestOverloadRetried(t *testing.T) {
 	e := newEnv(t)
 	s, _, _ := e.create(t)
@@ -454,8 +482,10 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop()
 	send(t, s, "hello")
+	// The process may still be exiting when Send returns; Stop waits for
+	// it, and so for the hook's done.
+	s.Stop()
 	if len(tracked) != 1 || !slices.Equal(tracked, done) {
 		t.Errorf("tracked %v, done %v", tracked, done)
 	}

@@ -34,6 +34,8 @@ func isFakeClaude() bool { return filepath.Base(os.Args[0]) == "claude" }
 //	HANG              start a grandchild (sleep 300.N), say "sleeps 300.N", then hang
 //	OVERLOAD n        fail with an overloaded API error the first n times
 //	NORESULT          exit without a result
+//	LINGER ms         answer, then take ms to exit, and add "exited" to the
+//	                  session as it does
 //	anything else     answer "echo: <prompt>"
 func runFakeClaude() int {
 	fail := func(format string, args ...any) int {
@@ -178,6 +180,17 @@ func runFakeClaude() int {
 	case "NORESULT":
 		fmt.Fprintln(os.Stderr, "something went wrong")
 		return 2
+	case "LINGER":
+		ms, _ := strconv.Atoi(rest)
+		result("lingering")
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		f, err := os.OpenFile(sessFile, os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fail("%v", err)
+		}
+		f.Write([]byte("\"exited\"\n"))
+		f.Close()
+		return 0
 	default:
 		text := "echo: " + p
 		half := len(text) / 2

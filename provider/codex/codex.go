@@ -16,9 +16,10 @@
 // API (wire_api "responses", the only one the pinned CLI accepts).
 //
 // MCP is configured in that config.toml: a "substrat" server, `substrat
-// mcp --agent <id> --home <home>` (or --socket in a sandbox), whose tools
-// are approved (default_tools_approval_mode = "approve"): exec mode cannot
-// ask, and the agent tools are always allowed. The CLI sends the model's
+// mcp --agent <id> --socket <the agent's tool socket>` (--home <home>
+// without a daemon to give one), whose tools are approved
+// (default_tools_approval_mode = "approve"): exec mode cannot ask, and the
+// agent tools are always allowed. The CLI sends the model's
 // call id as _meta.callId, which `substrat mcp` uses as the idempotency
 // key. The CLI has no system-prompt flag for exec, so the instructions
 // lead each prompt inside <instructions> tags.
@@ -183,7 +184,7 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
 	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}
-	if cfg.Sandbox != nil {
+	if cfg.ToolSocket != "" {
 		args = []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}
 	}
 	var b strings.Builder

@@ -16,7 +16,7 @@
 //
 // MCP is enabled through that HOME: before each session the provider
 // writes $HOME/.cursor/mcp.json, whose "substrat" server is `substrat mcp
-// --agent <id> --home <home>` (or --socket, sandboxed), and --approve-mcps
+// --agent <id> --socket <tool socket>` (or --home <home>), and --approve-mcps
 // approves it. Nothing is written into the working directory, which is
 // the user's. The CLI has no system-prompt flag, so the instructions lead
 // each prompt inside <instructions> tags.
@@ -158,11 +158,7 @@ func (a *adapter) prepare(cfg provider.Config) error {
 	if err := cli.PrivateDir(dot); err != nil {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
-	socket := ""
-	if cfg.Sandbox != nil {
-		socket = cfg.ToolSocket
-	}
-	if err := cli.WriteFile(filepath.Join(dot, "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, socket, "")); err != nil {
+	if err := cli.WriteFile(filepath.Join(dot, "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "")); err != nil {
 		return fmt.Errorf("%s: writing the MCP config: %w", a.opts.Name, err)
 	}
 	return nil

@@ -17,8 +17,9 @@
 // the instructions lead each prompt inside <instructions> tags.
 //
 // MCP is configured in settings.json: a "substrat" server, `substrat mcp
-// --agent <id> --home <home>` (or --socket in a sandbox), trusted (its
-// tools run without confirmation: the agent tools are always allowed).
+// --agent <id> --socket <the agent's tool socket>` (--home <home> without
+// a daemon to give one), trusted (its tools run without confirmation: the
+// agent tools are always allowed).
 // The CLI names them mcp_substrat_<tool> to the model and sends no call
 // id, so `substrat mcp` keys a call by a hash of the agent, the tool, the
 // arguments and the call's position (see cmd/substrat/mcp.go).
@@ -160,7 +161,7 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		return fmt.Errorf("%s: %w", a.opts.Name, err)
 	}
 	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}
-	if cfg.Sandbox != nil {
+	if cfg.ToolSocket != "" {
 		args = []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}
 	}
 	settings := map[string]any{

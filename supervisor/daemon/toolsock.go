@@ -22,13 +22,14 @@ import (
 // (sun_path, with its NUL).
 const maxSocketPath = 107
 
-// toolSockets are the per-agent sockets of sandboxed agents. The MCP server
-// that a CLI starts inside an agent's sandbox cannot see daemon.sock, and
-// must not: whoever reaches it drives the whole daemon. It gets run/<id>.sock
-// instead, which answers tool.list and tool.call for that one agent and
-// nothing else. A socket is opened the first time a sandboxed process of
-// the agent starts, and closed when the agent leaves the tree or the
-// daemon stops.
+// toolSockets are the per-agent sockets. The MCP server that a CLI starts
+// cannot reach daemon.sock, and must not: whoever reaches it drives the
+// whole daemon. Inside an agent's sandbox it does not see it; outside one
+// it runs in a PID namespace of its own (bwrap.Contain), which daemon.sock
+// refuses. It gets run/<id>.sock instead, which answers tool.list and
+// tool.call for that one agent and nothing else. A socket is opened when
+// the agent's provider session starts, and closed when the agent leaves
+// the tree or the daemon stops.
 type toolSockets struct {
 	mu     sync.Mutex
 	closed bool

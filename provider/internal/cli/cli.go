@@ -48,6 +48,13 @@
 // daemon dies (Pdeathsig), and is reported to Config.Track; inside
 // Config.Sandbox, if set, with only the environment a CLI needs.
 //
+// A turn ends with its final line: the process then exits on its own in
+// the background (a CLI takes a while to stop its MCP servers and close
+// its files: about 100 ms for Claude Code), killed with its group after
+// Spec.ExitGrace. The next turn of the session, and Suspend and Stop,
+// wait for that exit first, so that a resumed CLI always finds its
+// session files complete and nothing of a stopped session runs.
+//
 // # State blob
 //
 // Suspend returns {"version":1,"session_id":"…"} (the id may be empty for a
@@ -321,6 +328,38 @@ type session struct {
 	totals  *Totals // the CLI's running totals for id as last seen; nil: not known
 	busy    bool
 	stopped bool
+	exiting chan struct{} // closed once the last turn's process exited; nil: none
+}
+
+// finishLater lets pr exit on its own in the background, within grace,
+// then calls after.
+func (s *session) finishLater(pr *proc.Proc, grace time.Duration, after func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.exiting = ch
+	s.mu.Unlock()
+	go func() {
+		defer close(ch)
+		pr.Finish(grace)
+		after()
+	}()
+}
+
+// waitExited waits until the process of the last turn has exited, if it
+// was still exiting; or until ctx ends.
+func (s *session) waitExited(ctx context.Context) error {
+	s.mu.Lock()
+	ch := s.exiting
+	s.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (s *session) idFile() string {
@@ -423,7 +462,7 @@ func (s *session) Send(ctx context.Context, turn provider.Turn) (provider.TurnRe
 
 // attempt runs the CLI once.
 func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.TurnResult, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.waitExited(ctx); err != nil {
 		return provider.TurnResult{}, err
 	}
 	cfg := s.cfg
@@ -443,13 +482,27 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		s.totals = &Totals{}
 		s.mu.Unlock()
 	}
-	pr, err := proc.Start(ctx, c.Command, s.p.spec.MaxLine)
+	// The process is killed when the turn's context ends, until its
+	// final line is in; then it exits on its own (finishLater).
+	procCtx, procCancel := context.WithCancel(context.WithoutCancel(ctx))
+	unlink := context.AfterFunc(ctx, procCancel)
+	pr, err := proc.Start(procCtx, c.Command, s.p.spec.MaxLine)
 	if err != nil {
+		unlink()
+		procCancel()
+		if ctx.Err() != nil {
+			return provider.TurnResult{}, ctx.Err()
+		}
 		return provider.TurnResult{}, fmt.Errorf("starting %s: %w", c.Path, err)
 	}
+	untrack := func() {}
 	if s.cfg.Track != nil {
-		// Runs after pr.Finish below, once the process is waited for.
-		defer s.cfg.Track(pr.Pid())()
+		// Called once the process is waited for.
+		untrack = s.cfg.Track(pr.Pid())
+	}
+	finished := func() {
+		procCancel()
+		untrack()
 	}
 	var (
 		final       *Final
@@ -511,11 +564,14 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		compactions = append(compactions, l.Compactions...)
 		final = l.Final
 	}
-	grace := time.Duration(0)
-	if readErr == nil && final != nil && final.Err == nil {
-		grace = s.p.spec.ExitGrace
+	var waitErr error
+	if ok := readErr == nil && final != nil && final.Err == nil; ok && unlink() {
+		s.finishLater(pr, s.p.spec.ExitGrace, finished)
+	} else {
+		unlink()
+		waitErr = pr.Finish(0)
+		finished()
 	}
-	waitErr := pr.Finish(grace)
 	stderr := ""
 	if tail := pr.Stderr(stderrQuote); tail != "" {
 		stderr = "; stderr: " + tail
@@ -603,23 +659,32 @@ func (s *session) turnUsage(f *Final) (provider.Usage, error) {
 	return u, nil
 }
 
+// Suspend returns the session's blob once the last turn's process has
+// exited. Errors: provider.ErrStopped, provider.ErrBusy.
 func (s *session) Suspend(ctx context.Context) ([]byte, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
 	case s.stopped:
+		s.mu.Unlock()
 		return nil, fmt.Errorf("%s: %w", s.p.spec.Name, provider.ErrStopped)
 	case s.busy:
+		s.mu.Unlock()
 		return nil, fmt.Errorf("%s: %w", s.p.spec.Name, provider.ErrBusy)
 	}
 	s.stopped = true
-	return json.Marshal(blobOf(s.id, s.totals))
+	blob, err := json.Marshal(blobOf(s.id, s.totals))
+	s.mu.Unlock()
+	s.waitExited(context.WithoutCancel(ctx)) // within the exit grace
+	return blob, err
 }
 
+// Stop ends the session once the last turn's process has exited (within
+// the exit grace).
 func (s *session) Stop() error {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
+	s.waitExited(context.Background())
 	return nil
 }
 
