@@ -283,8 +283,13 @@ a10() {
 	local om v1; om=$(hgit rev-parse origin/main) v1=$(hgit rev-parse v1^{commit})
 	tool lead spawn_agent '{"name":"w1","instructions":"w1","worktree":true,"branch":"origin/main"}'
 	tool lead spawn_agent '{"name":"w2","instructions":"w2","worktree":true,"branch":"v1"}'
-	for w in w1 w2; do ash $w 'echo evil >>f && git -c user.name=a -c user.email=a@x commit -qam evil && echo PLANTED'; done
-	sub workspace publish lead/w1; sub workspace publish lead/w2; check "publish"
+	for w in w1 w2; do
+		# A spawn refused for its branch name made no agent: nothing to run.
+		"$S" --home "$H" agent inspect "lead/$w" >/dev/null 2>&1 || continue
+		ash $w 'echo evil >>f && git -c user.name=a -c user.email=a@x commit -qam evil && echo PLANTED'
+		sub workspace publish "lead/$w"
+	done
+	check "publish"
 	local now; now=$(hgit rev-parse origin/main 2>/dev/null)
 	[ "$now" = "$om" ] || MOVED="$MOVED origin/main:${om:0:7}->${now:0:7}(refs/heads/origin/main)@[user: git rev-parse origin/main]"
 	ugit "$R" checkout -q v1; now=$(hgit rev-parse HEAD)
