@@ -176,6 +176,31 @@ func (c *Core) WakeParked(ctx context.Context, ref string) (api.AgentInfo, error
 	return c.infoOf(n), nil
 }
 
+// HeldBecause says why agent id starts no turn now, whatever its inbox
+// holds (gated without a permit, over a budget, parked, terminated), or
+// "" if it may.
+func (c *Core) HeldBecause(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[id]
+	switch {
+	case n == nil:
+		return ""
+	case n.terminated():
+		return "it has terminated"
+	case n.s().Gated && n.s().Permits == 0:
+		why := n.s().StateReason
+		if why == "" {
+			why = "gated"
+		}
+		return why + " (substrat agent permit or ungate lets it run)"
+	}
+	if until := c.parkedLocked(n, c.clock.Now()); !until.IsZero() {
+		return fmt.Sprintf("parked until %s: its provider's limit (substrat agent wake tries now)", until.Local().Format("15:04:05"))
+	}
+	return ""
+}
+
 // parkInfoLocked is how n's park shows: its own, or its provider's while
 // it has messages waiting.
 func (c *Core) parkInfoLocked(n *node) *fsstore.Park {

@@ -462,7 +462,7 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 	}
 	defer cl.Close()
 	var res api.SendResult
-	streamed := false
+	streamed, stored := false, ""
 	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
@@ -470,12 +470,15 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 				return nil
 			}
 			var e struct {
-				Type  string         `json:"type"`
-				Data  provider.Chunk `json:"data"`
-				Count int            `json:"count"`
+				Type      string         `json:"type"`
+				Data      provider.Chunk `json:"data"`
+				Count     int            `json:"count"`
+				MessageID string         `json:"message_id"`
 			}
 			if json.Unmarshal(raw, &e) == nil {
 				switch e.Type {
+				case "sent":
+					stored = e.MessageID
 				case "output":
 					if e.Data.Kind == provider.ChunkDenied {
 						fmt.Printf("[denied] %s: %s\n", e.Data.Tool, strings.TrimRight(e.Data.Text, "\n"))
@@ -489,11 +492,20 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 			}
 			return nil
 		}, &res)
+	if err != nil && ctx.Err() != nil && stored != "" {
+		// Interrupted: the message is stored, and the daemon runs its turn.
+		return &exitError{code: 130, msg: fmt.Sprintf("interrupted; message %s is stored, and its turn goes on in the daemon", stored),
+			hint: "follow it with 'substrat agent attach " + c.Ref + "'"}
+	}
 	if err != nil {
 		return err
 	}
 	if g.JSON {
 		return printJSON(res)
+	}
+	if res.Held != "" {
+		fmt.Printf("message %s stored; no turn takes it now: %s\n", res.MessageID, res.Held)
+		return nil
 	}
 	if res.Failed != "" {
 		return fail("message "+res.MessageID+" was stored, but the turn failed: "+res.Failed, "the message stays in the inbox; send another message to retry")

@@ -77,6 +77,10 @@ type SendResult struct {
 	Failed    string `json:"failed,omitempty"`
 	// Dropped counts the frames of the turn a slow reader missed.
 	Dropped int `json:"dropped,omitempty"`
+	// Held, when set, says why no turn takes the message now (gated,
+	// parked, terminated): the message is stored, and the call does not
+	// wait for a turn that would not come.
+	Held string `json:"held,omitempty"`
 }
 
 // SessionInfo is one row of session.list.

@@ -47,6 +47,9 @@ func (d *Daemon) registerAgent() {
 		}
 		defer cancel()
 		send(map[string]string{"type": "sent", "message_id": m.ID})
+		if why := c.HeldBecause(id); why != "" {
+			return api.SendResult{MessageID: m.ID, Held: why}, nil // no turn is coming: do not wait for one
+		}
 		return waitTurn(ctx, sub, outcome, api.SendResult{MessageID: m.ID}, send)
 	})
 	handle(d, api.MethodAgentAttach, func(ctx context.Context, p refParams, send func(any) error) (any, error) {
