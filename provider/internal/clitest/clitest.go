@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/substrat/substrat/provider"
 )
@@ -122,4 +123,34 @@ func Restarts(t *testing.T, p provider.Provider, cfg provider.Config,
 		run(s)
 		s.Stop() // no suspend: as a kill -9 of the daemon leaves it
 	}
+}
+
+// UsageTotals runs Restarts with turns of the prompt "turn", the second
+// "USE-THE-TOOL" (a fake answers it with one agent tool call), and checks
+// after each that the turns' usage adds up to what the fake API served
+// (served: input and output tokens, and the requests so far). It returns
+// the tool calls made.
+func UsageTotals(t *testing.T, p provider.Provider, cfg provider.Config, served func() (in, out, requests int)) []provider.ToolCall {
+	t.Helper()
+	tools := &Recorder{Answer: "sent"}
+	Restarts(t, p, cfg, func(s provider.Session, n int) provider.TurnResult {
+		prompt := "turn"
+		if n == 2 {
+			prompt = "USE-THE-TOOL"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools})
+		if err != nil {
+			t.Fatalf("turn %d: %v", n, err)
+		}
+		return res
+	}, func(turns int, sum provider.Usage) {
+		in, out, requests := served()
+		if sum.InputTokens != int64(in) || sum.OutputTokens != int64(out) || sum.TokensUnknown {
+			t.Fatalf("after %d turns (%d requests) the turns' usage adds up to %d in, %d out; the API served %d in, %d out",
+				turns, requests, sum.InputTokens, sum.OutputTokens, in, out)
+		}
+	})
+	return tools.Calls()
 }
