@@ -57,14 +57,6 @@ func callKey(tool string, input json.RawMessage) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// batch names the turn's prompt: its first message ("" outside a turn).
-func (t *turnTools) batch() string {
-	if len(t.msgs) == 0 {
-		return ""
-	}
-	return t.msgs[0].ID
-}
-
 // sameCallLocked returns n's request for the call with key asked by a
 // turn with this prompt (the newest, if several), if there is one.
 func (t *turnTools) sameCallLocked(key string) (fsstore.Approval, bool) {
@@ -145,7 +137,7 @@ func (t *turnTools) findOrAsk(key string, call approvalCall) (req fsstore.Approv
 	}
 	now := c.clock.Now().UTC()
 	req = fsstore.Approval{ID: uuid.Must(uuid.NewV7()).String(), Tool: call.tool, Input: call.input, ToolUseID: call.toolUseID,
-		CallKey: key, Batch: t.batch(), Approver: call.approver, RequestedAt: now, Deadline: now.Add(call.timeout)}
+		CallKey: key, Batch: t.turnKey, Approver: call.approver, RequestedAt: now, Deadline: now.Add(call.timeout)}
 	answer = c.approvals.wait(req.ID)
 	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
 		c.approvals.done(req.ID, answer)

@@ -106,7 +106,7 @@ type turnTools struct {
 	lastFrom map[string]string  // sender id -> newest message from it in the prompt
 	hops     int                // the most hops of a message in the prompt
 	done     <-chan struct{}    // closed when the turn ends (nil outside a turn)
-	turnKey  string             // the first message of the prompt: names the turn in the effect journal
+	turnKey  string             // the first message of the prompt: names the turn (effect journal, approval requests)
 	clock    *turnCtx           // the turn's timeout, stopped while approvals wait (nil outside a turn)
 
 	askMu         sync.Mutex // one approval request made at a time (approvalcall.go)
@@ -303,11 +303,7 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall, a sp
 	}
 	// The instructions are the child's first message. Its id is the
 	// child's id, so a spawn re-executed after a crash sends it once.
-	inbox := child.agent.Files().Inbox()
-	fsys := t.c.store.FS()
-	_, errNew := fsys.Stat(inbox.Path(fsstore.InboxNew, child.id()))
-	_, errCur := fsys.Stat(inbox.Path(fsstore.InboxCur, child.id()))
-	if errNew != nil && errCur != nil {
+	if !t.c.hasMessage(child, child.id()) {
 		m := &fsstore.Message{ID: child.id(), From: t.n.id(), FromName: parent.Name, Kind: fsstore.KindMessage, Text: a.Instructions}
 		if _, err := t.c.deliver(m, child); err != nil {
 			return "", err
