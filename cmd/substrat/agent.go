@@ -481,9 +481,9 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 					stored = e.MessageID
 				case "output":
 					if e.Data.Kind == provider.ChunkDenied {
-						fmt.Printf("[denied] %s: %s\n", e.Data.Tool, strings.TrimRight(e.Data.Text, "\n"))
+						fmt.Printf("[denied] %s: %s\n", terminalSafe(e.Data.Tool), terminalSafe(strings.TrimRight(e.Data.Text, "\n")))
 					} else {
-						fmt.Printf("[%s] %s\n", e.Data.Kind, strings.TrimRight(e.Data.Text, "\n"))
+						fmt.Printf("[%s] %s\n", terminalSafe(string(e.Data.Kind)), terminalSafe(strings.TrimRight(e.Data.Text, "\n")))
 					}
 					streamed = true
 				case "dropped":
@@ -504,18 +504,18 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 		return printJSON(res)
 	}
 	if res.Held != "" {
-		fmt.Printf("message %s stored; no turn takes it now: %s\n", res.MessageID, res.Held)
+		fmt.Printf("message %s stored; no turn takes it now: %s\n", res.MessageID, terminalSafe(res.Held))
 		return nil
 	}
 	if res.Failed != "" {
-		return fail("message "+res.MessageID+" was stored, but the turn failed: "+res.Failed, "the message stays in the inbox; send another message to retry")
+		return fail("message "+res.MessageID+" was stored, but the turn failed: "+terminalSafe(res.Failed), "the message stays in the inbox; send another message to retry")
 	}
 	if c.NoWait {
 		fmt.Printf("message %s stored; it is delivered at %s's next turn\n", res.MessageID, c.Ref)
 		return nil
 	}
 	if (!streamed || res.Dropped > 0) && res.Text != "" {
-		fmt.Println(strings.TrimRight(res.Text, "\n"))
+		fmt.Println(terminalSafe(strings.TrimRight(res.Text, "\n")))
 	}
 	fmt.Printf("message %s delivered\n", res.MessageID)
 	if res.Dropped > 0 {

@@ -168,9 +168,11 @@ func report(err error, asJSON bool) int {
 		printErrorJSON(name, code, msg, hint)
 		return code
 	}
-	fmt.Fprintln(os.Stderr, "error: "+msg)
+	// An error can carry text an agent or a provider wrote (a failed
+	// turn's reason): it reaches the terminal with its controls escaped.
+	fmt.Fprintln(os.Stderr, "error: "+terminalSafe(msg))
 	if hint != "" {
-		fmt.Fprintln(os.Stderr, "hint: "+hint)
+		fmt.Fprintln(os.Stderr, "hint: "+terminalSafe(hint))
 	}
 	return code
 }

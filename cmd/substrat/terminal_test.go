@@ -10,6 +10,7 @@ func TestTerminalSafe(t *testing.T) {
 		"\x1b]0;pwned\x07\x1b[2J": `\x1b]0;pwned\x07\x1b[2J`,
 		"a\rb\x7f\u009b31m":       `a\x0db\x7f\x9b31m`,
 		"\x1bP+q\x1b\\ after":     `\x1bP+q\x1b\ after`,
+		"file\u202egnp.exe":       `file\u202egnp.exe`,
 	} {
 		if got := terminalSafe(in); got != want {
 			t.Errorf("terminalSafe(%q) = %q, want %q", in, got, want)

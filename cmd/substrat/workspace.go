@@ -120,24 +120,6 @@ func (c *WorkspacePublishCmd) Run(g *Globals) error {
 	return nil
 }
 
-// terminalSafe shows the control characters of s (other than newline and
-// tab) as escapes, so that text an agent wrote (a diff of its files)
-// cannot drive the user's terminal.
-func terminalSafe(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-			fmt.Fprintf(&b, "\\x%02x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
 func printWorkspace(g *Globals, w api.WorkspaceInfo, verb string) error {
 	if g.JSON {
 		return printJSON(w)
