@@ -45,12 +45,21 @@ type WorkDirChange struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
+func (WorkDirChange) EventType() string { return EvWorkDir }
+
+func (d WorkDirChange) applyTo(n *Session) error {
+	n.WorkDir = d.WorkDir
+	return nil
+}
+
 // ToolDenied records a tool call the provider's own permission rules
 // refused; the turn went on.
 type ToolDenied struct {
 	Tool   string `json:"tool"`
 	Reason string `json:"reason"`
 }
+
+func (ToolDenied) EventType() string { return EvToolDenied }
 
 // Work records one call of a work tool (shell, read_file, write_file,
 // edit_file) run by the daemon, and its result, cut to a few KiB.
@@ -61,14 +70,25 @@ type Work struct {
 	IsError bool   `json:"is_error,omitempty"`
 }
 
+func (Work) EventType() string { return EvWork }
+
 // EditRefused records a hand edit of session.json that was not adopted.
 type EditRefused struct {
 	Reason string `json:"reason"`
 }
 
+func (EditRefused) EventType() string { return EvEditRefused }
+
 // PoolChange moves the session to another slot pool.
 type PoolChange struct {
 	Pool string `json:"pool"`
+}
+
+func (PoolChange) EventType() string { return EvPool }
+
+func (d PoolChange) applyTo(n *Session) error {
+	n.Pool = d.Pool
+	return nil
 }
 
 // GateChange sets the gate and adds to the permits.
@@ -78,9 +98,32 @@ type GateChange struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
+func (GateChange) EventType() string { return EvGate }
+
+func (d GateChange) applyTo(n *Session) error {
+	if d.Gated != nil {
+		n.Gated = *d.Gated
+	}
+	n.Permits += d.AddPermits
+	if !n.Gated {
+		n.Permits = 0
+	}
+	if d.Reason != "" {
+		n.StateReason = d.Reason
+	}
+	return nil
+}
+
 // Waiting is the list of requests the agent awaits replies to.
 type Waiting struct {
 	IDs []string `json:"ids"`
+}
+
+func (Waiting) EventType() string { return EvWaiting }
+
+func (d Waiting) applyTo(n *Session) error {
+	n.WaitingFor = d.IDs
+	return nil
 }
 
 // ReminderDone ends a reminder, or moves a repeating one to its next due
@@ -91,9 +134,31 @@ type ReminderDone struct {
 	Reason  string     `json:"reason,omitempty"` // "fired" or "cancelled"
 }
 
+func (ReminderDone) EventType() string { return EvReminderDone }
+
+func (d ReminderDone) applyTo(n *Session) error {
+	if d.NextDue == nil {
+		n.Reminders = slices.DeleteFunc(n.Reminders, func(r Reminder) bool { return r.ID == d.ID })
+		return nil
+	}
+	for i := range n.Reminders {
+		if n.Reminders[i].ID == d.ID {
+			n.Reminders[i].Due = *d.NextDue
+		}
+	}
+	return nil
+}
+
 // Unsubscribed ends a subscription.
 type Unsubscribed struct {
 	ID string `json:"id"`
+}
+
+func (Unsubscribed) EventType() string { return EvUnsubscribed }
+
+func (d Unsubscribed) applyTo(n *Session) error {
+	n.Subscriptions = slices.DeleteFunc(n.Subscriptions, func(x Subscription) bool { return x.ID == d.ID })
+	return nil
 }
 
 // TurnFailed records why a turn did not finish.
@@ -102,6 +167,8 @@ type TurnFailed struct {
 	Messages int    `json:"messages,omitempty"`
 }
 
+func (TurnFailed) EventType() string { return EvTurnFailed }
+
 // StateChange moves the agent and/or its session to a new state.
 type StateChange struct {
 	AgentState   AgentState   `json:"agent_state,omitempty"`
@@ -109,11 +176,17 @@ type StateChange struct {
 	Reason       string       `json:"reason,omitempty"`
 }
 
-// decodeData decodes e's data as a T.
-func decodeData[T any](e Event) (T, error) {
-	var d T
-	err := e.Decode(&d)
-	return d, err
+func (StateChange) EventType() string { return EvState }
+
+func (d StateChange) applyTo(n *Session) error {
+	if d.AgentState != "" {
+		n.AgentState = d.AgentState
+	}
+	if d.SessionState != "" {
+		n.SessionState = d.SessionState
+	}
+	n.StateReason = d.Reason
+	return nil
 }
 
 // roundTrips reports whether d comes back unchanged from JSON: its strings
@@ -131,10 +204,42 @@ type ProviderChange struct {
 	Reset bool `json:"reset,omitempty"`
 }
 
+func (ProviderChange) EventType() string { return EvProvider }
+
+func (d ProviderChange) applyTo(n *Session) error {
+	if d.Reset {
+		n.ProviderSessionID, n.StateBlob = "", nil
+	}
+	if d.ProviderSessionID != "" {
+		n.ProviderSessionID = d.ProviderSessionID
+	}
+	if d.StateBlob != nil {
+		n.StateBlob = d.StateBlob
+	}
+	return nil
+}
+
 // MetadataChange sets Key to *Value, or deletes it when Value is nil.
 type MetadataChange struct {
 	Key   string  `json:"key"`
 	Value *string `json:"value"`
+}
+
+func (MetadataChange) EventType() string { return EvMetadata }
+
+func (d MetadataChange) applyTo(n *Session) error {
+	switch {
+	case d.Key == "":
+		return fmt.Errorf("empty key")
+	case d.Value == nil:
+		delete(n.Metadata, d.Key)
+	default:
+		if n.Metadata == nil {
+			n.Metadata = map[string]string{}
+		}
+		n.Metadata[d.Key] = *d.Value
+	}
+	return nil
 }
 
 // Edit holds the fields of a hand edit of session.json that were adopted.
@@ -147,16 +252,41 @@ type Edit struct {
 	Permissions  *Permissions       `json:"permissions,omitempty"`
 }
 
+func (Edit) EventType() string { return EvEdited }
+
+func (d Edit) applyTo(n *Session) error {
+	if d.Name != nil {
+		n.Name = *d.Name
+	}
+	if d.Instructions != nil {
+		n.Instructions = *d.Instructions
+	}
+	if d.Model != nil {
+		n.Model = *d.Model
+	}
+	if d.Metadata != nil {
+		n.Metadata = maps.Clone(*d.Metadata)
+	}
+	if d.Permissions != nil {
+		n.Permissions = d.Permissions.Clone()
+	}
+	return nil
+}
+
 // MessageRef names a message sent by this agent.
 type MessageRef struct {
 	ID string `json:"id"`
 	To string `json:"to"`
 }
 
+func (MessageRef) EventType() string { return EvSent }
+
 // Delivered lists messages moved from inbox/new to inbox/cur into a turn.
 type Delivered struct {
 	IDs []string `json:"ids"`
 }
+
+func (Delivered) EventType() string { return EvDelivered }
 
 // Spawned records a child created by this agent.
 type Spawned struct {
@@ -165,207 +295,27 @@ type Spawned struct {
 	SpawnKey string `json:"spawn_key,omitempty"`
 }
 
-// changesSession reports whether events of type typ change the snapshot
-// beyond last_seq and updated_at, that is whether Apply does anything with
-// their data. The others ("message_sent", "spawned", any type the daemon
-// adds) are history only.
-func changesSession(typ string) bool {
-	switch typ {
-	case EvCreated, EvState, EvProvider, EvTurn, EvMetadata, EvPool, EvBudget, EvGate, EvWaiting,
-		EvReminderSet, EvReminderDone, EvSubscribed, EvUnsubscribed, EvEdited, EvPermissions, EvWorkDir,
-		EvLimits, EvApprovalRequested, EvApprovalAnswered, EvParked:
-		return true
-	}
-	return false
-}
+func (Spawned) EventType() string { return EvSpawned }
 
 // Apply returns the session that results from applying e to s. s is not
 // modified. Event types that do not change the snapshot are accepted as
 // they are. Apply does not check transitions; that is the daemon's job.
 func Apply(s *Session, e Event) (*Session, error) { return apply(s, e, nil) }
 
-// apply is Apply. v, if not nil, is e's data before it was marshalled: for
-// the types whose JSON round trip gives them back unchanged (the state and
-// turn events of every turn) it is used as it is instead of decoding e.Data
-// again.
-func apply(s *Session, e Event, v any) (*Session, error) {
+// apply is Apply. p, if not nil, is the payload e was made from: a Change
+// whose JSON gives it back unchanged (the state and turn events of every
+// turn) is applied as it is instead of decoding e.Data again.
+func apply(s *Session, e Event, p Payload) (*Session, error) {
 	if e.Type == EvCreated {
-		if e.Seq != 1 {
-			return nil, fmt.Errorf("%w: created event at seq %d", ErrInvalid, e.Seq)
-		}
-		var n Session
-		if err := e.Decode(&n); err != nil {
-			return nil, fmt.Errorf("%w: created event: %v", ErrInvalid, err)
-		}
-		n.LastSeq, n.UpdatedAt = e.Seq, e.Time
-		if err := n.Validate(); err != nil {
-			return nil, err
-		}
-		return &n, nil
+		return applyCreated(e)
 	}
 	if s == nil {
 		return nil, fmt.Errorf("%w: %s event before created", ErrInvalid, e.Type)
 	}
 	n := s.Clone()
-	var err error
-	switch e.Type {
-	case EvState:
-		d, ok := v.(StateChange)
-		if !ok || !d.roundTrips() {
-			d, err = decodeData[StateChange](e)
-		}
-		if err == nil {
-			if d.AgentState != "" {
-				n.AgentState = d.AgentState
-			}
-			if d.SessionState != "" {
-				n.SessionState = d.SessionState
-			}
-			n.StateReason = d.Reason
-		}
-	case EvProvider:
-		var d ProviderChange
-		if err = e.Decode(&d); err == nil {
-			if d.Reset {
-				n.ProviderSessionID, n.StateBlob = "", nil
-			}
-			if d.ProviderSessionID != "" {
-				n.ProviderSessionID = d.ProviderSessionID
-			}
-			if d.StateBlob != nil {
-				n.StateBlob = d.StateBlob
-			}
-		}
-	case EvTurn:
-		d, ok := v.(Counters) // numbers round-trip exactly
-		if !ok {
-			d, err = decodeData[Counters](e)
-		}
-		if err == nil {
-			n.Counters = n.Counters.Add(d)
-		}
-	case EvMetadata:
-		var d MetadataChange
-		if err = e.Decode(&d); err == nil {
-			if d.Key == "" {
-				err = fmt.Errorf("empty key")
-			} else if d.Value == nil {
-				delete(n.Metadata, d.Key)
-			} else {
-				if n.Metadata == nil {
-					n.Metadata = map[string]string{}
-				}
-				n.Metadata[d.Key] = *d.Value
-			}
-		}
-	case EvPool:
-		var d PoolChange
-		if err = e.Decode(&d); err == nil {
-			n.Pool = d.Pool
-		}
-	case EvBudget:
-		var d Budget
-		if err = e.Decode(&d); err == nil {
-			n.Budget = &d
-			if d.Tokens == 0 && d.CostUSD == 0 {
-				n.Budget = nil
-			}
-		}
-	case EvGate:
-		var d GateChange
-		if err = e.Decode(&d); err == nil {
-			if d.Gated != nil {
-				n.Gated = *d.Gated
-			}
-			n.Permits += d.AddPermits
-			if !n.Gated {
-				n.Permits = 0
-			}
-			if d.Reason != "" {
-				n.StateReason = d.Reason
-			}
-		}
-	case EvWaiting:
-		var d Waiting
-		if err = e.Decode(&d); err == nil {
-			n.WaitingFor = d.IDs
-		}
-	case EvReminderSet:
-		var d Reminder
-		if err = e.Decode(&d); err == nil {
-			if d.ID == "" {
-				err = fmt.Errorf("reminder without id")
-			} else {
-				n.Reminders = append(slices.DeleteFunc(n.Reminders, func(r Reminder) bool { return r.ID == d.ID }), d)
-			}
-		}
-	case EvReminderDone:
-		var d ReminderDone
-		if err = e.Decode(&d); err == nil {
-			for i := range n.Reminders {
-				if n.Reminders[i].ID == d.ID && d.NextDue != nil {
-					n.Reminders[i].Due = *d.NextDue
-				}
-			}
-			if d.NextDue == nil {
-				n.Reminders = slices.DeleteFunc(n.Reminders, func(r Reminder) bool { return r.ID == d.ID })
-			}
-		}
-	case EvSubscribed:
-		var d Subscription
-		if err = e.Decode(&d); err == nil {
-			if d.ID == "" {
-				err = fmt.Errorf("subscription without id")
-			} else {
-				n.Subscriptions = append(slices.DeleteFunc(n.Subscriptions, func(x Subscription) bool { return x.ID == d.ID }), d)
-			}
-		}
-	case EvUnsubscribed:
-		var d Unsubscribed
-		if err = e.Decode(&d); err == nil {
-			n.Subscriptions = slices.DeleteFunc(n.Subscriptions, func(x Subscription) bool { return x.ID == d.ID })
-		}
-	case EvEdited:
-		var d Edit
-		if err = e.Decode(&d); err == nil {
-			if d.Name != nil {
-				n.Name = *d.Name
-			}
-			if d.Instructions != nil {
-				n.Instructions = *d.Instructions
-			}
-			if d.Model != nil {
-				n.Model = *d.Model
-			}
-			if d.Metadata != nil {
-				n.Metadata = maps.Clone(*d.Metadata)
-			}
-			if d.Permissions != nil {
-				n.Permissions = d.Permissions.Clone()
-			}
-		}
-	case EvPermissions:
-		var d Permissions
-		if err = e.Decode(&d); err == nil {
-			n.Permissions = &d
-		}
-	case EvLimits:
-		var d Limits
-		if err = e.Decode(&d); err == nil {
-			n.Limits = &d
-			if d.IsZero() {
-				n.Limits = nil
-			}
-		}
-	case EvWorkDir:
-		var d WorkDirChange
-		if err = e.Decode(&d); err == nil {
-			n.WorkDir = d.WorkDir
-		}
-	case EvApprovalRequested, EvApprovalAnswered:
-		err = applyApproval(n, e)
-	case EvParked:
-		err = applyPark(n, e)
+	c, err := changeOf(e, p)
+	if err == nil && c != nil {
+		err = c.applyTo(n)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s event %d: %v", ErrInvalid, e.Type, e.Seq, err)
@@ -375,4 +325,20 @@ func apply(s *Session, e Event, v any) (*Session, error) {
 		return nil, fmt.Errorf("%s event %d: %w", e.Type, e.Seq, err)
 	}
 	return n, nil
+}
+
+// applyCreated returns the session a created event holds.
+func applyCreated(e Event) (*Session, error) {
+	if e.Seq != 1 {
+		return nil, fmt.Errorf("%w: created event at seq %d", ErrInvalid, e.Seq)
+	}
+	var n Session
+	if err := e.Decode(&n); err != nil {
+		return nil, fmt.Errorf("%w: created event: %v", ErrInvalid, err)
+	}
+	n.LastSeq, n.UpdatedAt = e.Seq, e.Time
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	return &n, nil
 }

@@ -97,42 +97,40 @@ func CheckRule(r string) error {
 	return nil
 }
 
-// applyApproval applies the approval events to n.
-func applyApproval(n *Session, e Event) error {
-	switch e.Type {
-	case EvApprovalRequested:
-		d, err := decodeData[Approval](e)
-		if err != nil {
-			return err
-		}
-		if d.ID == "" || d.Tool == "" || d.Approver == "" || !d.Pending() {
-			return fmt.Errorf("approval request without id, tool or approver, or already answered")
-		}
-		n.Approvals = append(slices.DeleteFunc(n.Approvals, func(a Approval) bool { return a.ID == d.ID }), d)
-	case EvApprovalAnswered:
-		d, err := decodeData[ApprovalAnswer](e)
-		if err != nil {
-			return err
-		}
-		i := slices.IndexFunc(n.Approvals, func(a Approval) bool { return a.ID == d.ID })
-		if i < 0 {
-			return nil // a request trimmed from the snapshot long ago: history only
-		}
-		a := &n.Approvals[i]
-		a.Answer, a.Reason, a.By, a.Remember, a.AnsweredAt = d.Answer, d.Reason, d.By, d.Remember, d.AnsweredAt
-		if d.Remember != "" && n.Permissions != nil {
-			p := n.Permissions.Clone()
-			list := &p.AllowedTools
-			if d.Answer != ApprovalAllow {
-				list = &p.DisallowedTools
-			}
-			if !slices.Contains(*list, d.Remember) {
-				*list = append(*list, d.Remember)
-			}
-			n.Permissions = p
-		}
-		trimAnswered(n)
+func (Approval) EventType() string { return EvApprovalRequested }
+
+// applyTo adds a new pending request.
+func (d Approval) applyTo(n *Session) error {
+	if d.ID == "" || d.Tool == "" || d.Approver == "" || !d.Pending() {
+		return fmt.Errorf("approval request without id, tool or approver, or already answered")
 	}
+	n.Approvals = append(slices.DeleteFunc(n.Approvals, func(a Approval) bool { return a.ID == d.ID }), d)
+	return nil
+}
+
+func (ApprovalAnswer) EventType() string { return EvApprovalAnswered }
+
+// applyTo answers a pending request, and adds a remembered rule to the
+// agent's allowed (or, with a denial, disallowed) tools.
+func (d ApprovalAnswer) applyTo(n *Session) error {
+	i := slices.IndexFunc(n.Approvals, func(a Approval) bool { return a.ID == d.ID })
+	if i < 0 {
+		return nil // a request trimmed from the snapshot long ago: history only
+	}
+	a := &n.Approvals[i]
+	a.Answer, a.Reason, a.By, a.Remember, a.AnsweredAt = d.Answer, d.Reason, d.By, d.Remember, d.AnsweredAt
+	if d.Remember != "" && n.Permissions != nil {
+		p := n.Permissions.Clone()
+		list := &p.AllowedTools
+		if d.Answer != ApprovalAllow {
+			list = &p.DisallowedTools
+		}
+		if !slices.Contains(*list, d.Remember) {
+			*list = append(*list, d.Remember)
+		}
+		n.Permissions = p
+	}
+	trimAnswered(n)
 	return nil
 }
 

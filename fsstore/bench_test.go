@@ -96,7 +96,7 @@ func BenchmarkAppend(b *testing.B) {
 		_, a := benchAgent(b)
 		b.SetBytes(benchLineSize)
 		for b.Loop() {
-			if _, err := a.Commit(EvState, d); err != nil {
+			if _, err := a.Commit(d); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -139,7 +139,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		if _, err := a.Commit(EvState, d); err != nil {
+		if _, err := a.Commit(d); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -26,15 +26,14 @@ import (
 func BenchmarkCommitCPU(b *testing.B) {
 	cases := []struct {
 		name string
-		typ  string
-		data any
+		data Payload
 		meta map[string]string // the agent's metadata
 	}{
-		{"sent", EvSent, MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}, map[string]string{"team": "a"}},
-		{"state", EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}, map[string]string{"team": "a"}},
-		{"turn", EvTurn, Counters{Turns: 1, InputTokens: 1234, OutputTokens: 567, CostUSD: 0.0123}, map[string]string{"team": "a"}},
+		{"sent", MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}, map[string]string{"team": "a"}},
+		{"state", StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}, map[string]string{"team": "a"}},
+		{"turn", Counters{Turns: 1, InputTokens: 1234, OutputTokens: 567, CostUSD: 0.0123}, map[string]string{"team": "a"}},
 		// As substrat bench appends: an agent without metadata.
-		{"sent-nometa", EvSent, MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}, nil},
+		{"sent-nometa", MessageRef{ID: "019a6f1e-7c2b-7d3e-9a1b-2c3d4e5f6b01", To: User}, nil},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -48,7 +47,7 @@ func BenchmarkCommitCPU(b *testing.B) {
 			data := c.data // boxed once, as a caller holding an any would
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := a.Commit(c.typ, data); err != nil {
+				if _, err := a.Commit(data); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -187,7 +186,7 @@ func BenchmarkAppend64(b *testing.B) {
 	}
 	b.Run("Commit", func(b *testing.B) {
 		run(b, func(w int) error {
-			_, err := as[w].Commit(EvSent, ref)
+			_, err := as[w].Commit(ref)
 			return err
 		})
 	})

@@ -30,3 +30,5 @@ type Compaction struct {
 	TokensAfter  int `json:"tokens_after"`
 	Window       int `json:"window,omitempty"`
 }
+
+func (Compaction) EventType() string { return EvCompaction }

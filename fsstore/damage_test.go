@@ -42,16 +42,16 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}); err != nil {
+	if _, err := a.Commit(StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(EvTurn, Counters{Turns: 1, InputTokens: 120, OutputTokens: 40, CostUSD: 0.25}); err != nil {
+	if _, err := a.Commit(Counters{Turns: 1, InputTokens: 120, OutputTokens: 40, CostUSD: 0.25}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(EvState, StateChange{AgentState: AgentIdle}); err != nil {
+	if _, err := a.Commit(StateChange{AgentState: AgentIdle}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.CreateAgent(&Session{ID: idB, Name: "beta", ParentID: idA, Provider: "script", SpawnKey: "toolu_1"})
@@ -730,7 +730,7 @@ func runDamageCase(t *testing.T, tc damageCase) {
 	// Every live agent takes appends, and they read back.
 	want := map[string]*Session{}
 	for _, a := range res.Agents {
-		s, err := a.Commit(EvTurn, Counters{Turns: 1, OutputTokens: 3})
+		s, err := a.Commit(Counters{Turns: 1, OutputTokens: 3})
 		if err != nil {
 			t.Fatalf("append to %s after repair: %v", a.ID(), err)
 		}

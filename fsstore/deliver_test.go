@@ -74,7 +74,7 @@ func TestUnfinishedDeliveryIsFinished(t *testing.T) {
 		ms = append(ms, m)
 	}
 	// Logged as delivered: the first two; the stop comes before the link.
-	if _, err := a.Commit(EvDelivered, Delivered{IDs: []string{ms[0].ID, ms[1].ID}}); err != nil {
+	if _, err := a.Commit(Delivered{IDs: []string{ms[0].ID, ms[1].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()

@@ -24,7 +24,7 @@ func TestSnapshotLeavesHandEditAlone(t *testing.T) {
 	if err := os.WriteFile(path, edit, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+	if _, err := a.Commit(Counters{Turns: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Snapshot(); !errors.Is(err, ErrHandEdited) {
@@ -49,7 +49,7 @@ func TestSnapshotLeavesHandEditAlone(t *testing.T) {
 	}
 	// ...and a file changed after the accept is refused again.
 	a.AcceptDisk(sum)
-	if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+	if _, err := a.Commit(Counters{Turns: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Snapshot(); !errors.Is(err, ErrHandEdited) {
@@ -100,7 +100,7 @@ func TestSnapshotNeverLosesARacingEdit(t *testing.T) {
 				}
 				a.AcceptDisk(sum)
 			}
-			if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+			if _, err := a.Commit(Counters{Turns: 1}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -27,3 +27,5 @@ type Effect struct {
 	Result  string `json:"result,omitempty"`
 	IsError bool   `json:"is_error,omitempty"`
 }
+
+func (Effect) EventType() string { return EvEffect }

@@ -5,14 +5,16 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"hash/crc32"
 	"math"
+	"path/filepath"
 	"reflect"
-	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -118,7 +120,7 @@ func TestApplyTyped(t *testing.T) {
 		SessionState: SessionCreated, StateReason: "old", Counters: Counters{Turns: 2, CostUSD: 0.1}}
 	for _, c := range []struct {
 		typ  string
-		data any
+		data Payload
 	}{
 		{EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}},
 		{EvState, StateChange{}},
@@ -145,58 +147,82 @@ func TestApplyTyped(t *testing.T) {
 	}
 }
 
-// TestChangesSession: Commit skips Apply for the types changesSession
-// calls history, so it must name every type Apply's switch handles, and
-// Apply must leave the session as it is for the others.
+// TestChangesSession: every payload type of the package (a type with an
+// EventType method) names an event type of its own; those with an applyTo
+// method are the Changes the registry decodes, and Commit skips Apply for
+// all the others, which must leave the session as it is.
 func TestChangesSession(t *testing.T) {
 	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, "apply.go", nil, 0)
+	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	handled := []string{"EvCreated"}
-	ast.Inspect(file, func(n ast.Node) bool {
-		fn, ok := n.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "apply" {
-			return true
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
 		}
-		ast.Inspect(fn.Body, func(n ast.Node) bool {
-			if sw, ok := n.(*ast.SwitchStmt); ok {
-				if sel, ok := sw.Tag.(*ast.SelectorExpr); ok && sel.Sel.Name == "Type" {
-					for _, s := range sw.Body.List {
-						for _, e := range s.(*ast.CaseClause).List {
-							handled = append(handled, e.(*ast.Ident).Name)
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	consts := map[string]string{} // EvX -> its value
+	typeOf := map[string]string{} // receiver -> the EvX its EventType returns
+	changers := map[string]bool{} // receivers with an applyTo method
+	for _, file := range files {
+		for _, d := range file.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				if d.Tok != token.CONST {
+					continue
+				}
+				for _, s := range d.Specs {
+					vs := s.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if i < len(vs.Values) && strings.HasPrefix(name.Name, "Ev") {
+							if lit, ok := vs.Values[i].(*ast.BasicLit); ok {
+								consts[name.Name], _ = strconv.Unquote(lit.Value)
+							}
 						}
 					}
 				}
-			}
-			return true
-		})
-		return false
-	})
-	if len(handled) < 10 {
-		t.Fatalf("found only %v in apply's switch", handled)
-	}
-	consts := map[string]string{}
-	for _, d := range file.Decls {
-		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
-			for _, s := range g.Specs {
-				vs := s.(*ast.ValueSpec)
-				for i, name := range vs.Names {
-					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && len(name.Name) > 2 && name.Name[:2] == "Ev" {
-						consts[name.Name], _ = strconv.Unquote(lit.Value)
-					}
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					continue
+				}
+				recv := fmt.Sprint(d.Recv.List[0].Type)
+				switch d.Name.Name {
+				case "EventType":
+					ret := d.Body.List[0].(*ast.ReturnStmt).Results[0].(*ast.Ident).Name
+					typeOf[recv] = ret
+				case "applyTo":
+					changers[recv] = true
 				}
 			}
 		}
 	}
+	if len(typeOf) < 25 || len(changers) < 15 {
+		t.Fatalf("found only %d payload types and %d changes", len(typeOf), len(changers))
+	}
 	base := &Session{Version: Version, ID: idA, Name: "a", Provider: "p", AgentState: AgentIdle, SessionState: SessionCreated,
 		Metadata: map[string]string{"k": "v"}, WaitingFor: []string{idMsg1}}
-	for name, typ := range consts {
-		if want := slices.Contains(handled, name); changesSession(typ) != want {
-			t.Errorf("changesSession(%s) = %v, but Apply handles it: %v", name, !want, want)
+	seen := map[string]string{}
+	for recv, ev := range typeOf {
+		typ, ok := consts[ev]
+		if !ok {
+			t.Errorf("%s.EventType returns %s, not an event type constant", recv, ev)
+			continue
 		}
-		if changesSession(typ) {
+		if other, dup := seen[typ]; dup {
+			t.Errorf("%s and %s both name event type %q", recv, other, typ)
+		}
+		seen[typ] = recv
+		if changesSession(typ) != changers[recv] {
+			t.Errorf("changesSession(%s) = %v, but %s has applyTo: %v", ev, changesSession(typ), recv, changers[recv])
+		}
+		if changers[recv] {
 			continue
 		}
 		got, err := Apply(base, Event{Seq: 9, Time: epoch, Type: typ, Data: []byte(`{"agent_state":"BUSY","turns":1}`)})
@@ -208,6 +234,9 @@ func TestChangesSession(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("Apply of a %s event changed the session: %+v", typ, got)
 		}
+	}
+	if len(changes) != len(changers) {
+		t.Errorf("the registry decodes %d event types, but %d types have applyTo", len(changes), len(changers))
 	}
 	if changesSession("something_new") {
 		t.Error("an unknown type changes the session")

@@ -25,17 +25,14 @@ func TestGolden(t *testing.T) {
 	}
 	defer a.Close()
 	blob := []byte("opaque\x00state")
-	for _, c := range []struct {
-		typ  string
-		data any
-	}{
-		{EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn 1"}},
-		{EvProvider, ProviderChange{ProviderSessionID: "sess-1", StateBlob: blob}},
-		{EvTurn, Counters{Turns: 1, InputTokens: 1200, OutputTokens: 340, CostUSD: 0.0123}},
-		{EvSpawned, Spawned{ChildID: idB, Name: "beta", SpawnKey: "toolu_01"}},
-		{EvSent, MessageRef{ID: idMsg1, To: idB}},
+	for _, c := range []Payload{
+		StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn 1"},
+		ProviderChange{ProviderSessionID: "sess-1", StateBlob: blob},
+		Counters{Turns: 1, InputTokens: 1200, OutputTokens: 340, CostUSD: 0.0123},
+		Spawned{ChildID: idB, Name: "beta", SpawnKey: "toolu_01"},
+		MessageRef{ID: idMsg1, To: idB},
 	} {
-		if _, err := a.Commit(c.typ, c.data); err != nil {
+		if _, err := a.Commit(c); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -34,6 +34,8 @@ type bulk struct {
 	Pad string `json:"pad"`
 }
 
+func (bulk) EventType() string { return killEventType }
+
 // killPayload is the data of the event with the given seq: a little more
 // than 64 KiB, a length that varies with seq so that lines start and end at
 // every offset of a 4 KiB page, and content that depends on seq.
@@ -75,7 +77,7 @@ func killHelper() int {
 	fmt.Printf("ready %d\n", a.Log().LastSeq())
 	for {
 		seq := a.Log().LastSeq() + 1
-		sess, err := a.Commit(killEventType, killPayload(seq))
+		sess, err := a.Commit(killPayload(seq))
 		if err != nil {
 			return fail("commit %d: %v", seq, err)
 		}

@@ -20,6 +20,17 @@ type Limits struct {
 	CPUWeight int64 `json:"cpu_weight,omitempty"`
 }
 
+func (Limits) EventType() string { return EvLimits }
+
+// applyTo sets the limits; zero ones remove them.
+func (d Limits) applyTo(n *Session) error {
+	n.Limits = &d
+	if d.IsZero() {
+		n.Limits = nil
+	}
+	return nil
+}
+
 // NoLimit in a field of Limits says the agent has none of that limit, not
 // even the daemon's default.
 const NoLimit = -1

@@ -25,7 +25,7 @@ func TestAppendRefusedAfterUncutTail(t *testing.T) {
 	damaged := readFile(t, f.A.Events())
 
 	res := mustScan(t, f.s, ScanOptions{})
-	_, err := findAgent(res, idA).Commit(EvTurn, Counters{Turns: 1})
+	_, err := findAgent(res, idA).Commit(Counters{Turns: 1})
 	if !errors.Is(err, ErrCorrupt) || Hint(err) != HintFsckRepair {
 		t.Fatalf("Commit after an uncut torn tail: %v (hint %q), want ErrCorrupt with the repair hint", err, Hint(err))
 	}
@@ -38,7 +38,7 @@ func TestAppendRefusedAfterUncutTail(t *testing.T) {
 
 	res = mustScan(t, f.s, ScanOptions{Repair: true})
 	defer closeAgents(res)
-	s, err := findAgent(res, idA).Commit(EvTurn, Counters{Turns: 1})
+	s, err := findAgent(res, idA).Commit(Counters{Turns: 1})
 	if err != nil || s.LastSeq != 5 {
 		t.Fatalf("Commit after repair: %v, %v", s, err)
 	}
@@ -143,7 +143,7 @@ func TestAppendTooLarge(t *testing.T) {
 	if _, err := a.Log().Append("pad", strings.Repeat("x", MaxEventSize)); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Append of more than MaxEventSize: %v", err)
 	}
-	if _, err := a.Commit("pad", strings.Repeat("x", MaxEventSize)); !errors.Is(err, ErrTooLarge) {
+	if _, err := a.Commit(Work{Result: strings.Repeat("x", MaxEventSize)}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Commit of more than MaxEventSize: %v", err)
 	}
 	assertFile(t, a.Files().Events(), before)
@@ -159,13 +159,13 @@ func TestAppendAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+	if _, err := a.Commit(Counters{Turns: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(EvTurn, Counters{Turns: 1}); !errors.Is(err, ErrClosed) {
+	if _, err := a.Commit(Counters{Turns: 1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Commit after Close: %v", err)
 	}
 	if a.Session().LastSeq != 2 {
@@ -183,10 +183,10 @@ func TestCommitRefusesInvalidEvent(t *testing.T) {
 	}
 	defer a.Close()
 	before := readFile(t, a.Files().Events())
-	if _, err := a.Commit(EvState, StateChange{AgentState: "NAPPING"}); !errors.Is(err, ErrInvalid) {
+	if _, err := a.Commit(StateChange{AgentState: "NAPPING"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Commit of agent_state NAPPING: %v", err)
 	}
-	if _, err := a.Commit(EvTurn, Counters{Turns: -1}); !errors.Is(err, ErrInvalid) {
+	if _, err := a.Commit(Counters{Turns: -1}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Commit of a negative counter: %v", err)
 	}
 	assertFile(t, a.Files().Events(), before)
@@ -500,7 +500,7 @@ func TestOpenLogsBounded(t *testing.T) {
 	before := fds()
 	for round := range 3 {
 		for i, a := range agents {
-			if _, err := a.Commit(EvTurn, Counters{Turns: 1}); err != nil {
+			if _, err := a.Commit(Counters{Turns: 1}); err != nil {
 				t.Fatalf("round %d, agent %d: %v", round, i, err)
 			}
 			if n := s.OpenLogs(); n > 4 {

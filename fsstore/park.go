@@ -28,11 +28,10 @@ type Park struct {
 	Key    string    `json:"key,omitempty"`
 }
 
-func applyPark(n *Session, e Event) error {
-	var d Parked
-	if err := e.Decode(&d); err != nil {
-		return err
-	}
+func (Parked) EventType() string { return EvParked }
+
+// applyTo parks the agent, or with a zero Until unparks it.
+func (d Parked) applyTo(n *Session) error {
 	if d.Until.IsZero() {
 		n.Parked = nil
 		return nil

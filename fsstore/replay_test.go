@@ -9,6 +9,12 @@ import (
 // with session.json left behind part of the way, and checks that a scan
 // (replaying the newer events) and a deep scan (replaying all of them)
 // rebuild the session exactly as it was live.
+// newHistory is an event type the store does not know: a newer daemon's
+// history.
+type newHistory map[string]int
+
+func (newHistory) EventType() string { return "something_new" }
+
 func TestReplay(t *testing.T) {
 	s := mustOpen(t, t.TempDir(), Options{Now: newStepClock().Now})
 	a, err := s.CreateAgent(&Session{Name: "r", Provider: "script", Metadata: map[string]string{"keep": "1", "drop": "2"}})
@@ -16,27 +22,24 @@ func TestReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	red, name, instr := "red", "renamed", "new instructions"
-	commits := []struct {
-		typ  string
-		data any
-	}{
-		{EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"}},
-		{EvProvider, ProviderChange{ProviderSessionID: "ps-1", StateBlob: []byte{1, 2, 3}}},
-		{EvTurn, Counters{Turns: 1, InputTokens: 10, OutputTokens: 5, CostUSD: 0.5}},
-		{EvMetadata, MetadataChange{Key: "team", Value: &red}},
-		{EvMetadata, MetadataChange{Key: "drop"}},
-		{EvEdited, Edit{Name: &name, Instructions: &instr}},
-		{EvSent, MessageRef{ID: idMsg1, To: User}},
-		{EvDelivered, Delivered{IDs: []string{idMsg2}}},
-		{EvSpawned, Spawned{ChildID: idB, Name: "child"}},
-		{"something_new", map[string]int{"x": 1}},
-		{EvTurn, Counters{Turns: 2, InputTokens: 1, CostUSD: 0.25}},
-		{EvProvider, ProviderChange{ProviderSessionID: "ps-2"}},
-		{EvState, StateChange{AgentState: AgentIdle}},
+	commits := []Payload{
+		StateChange{AgentState: AgentBusy, SessionState: SessionActive, Reason: "turn"},
+		ProviderChange{ProviderSessionID: "ps-1", StateBlob: []byte{1, 2, 3}},
+		Counters{Turns: 1, InputTokens: 10, OutputTokens: 5, CostUSD: 0.5},
+		MetadataChange{Key: "team", Value: &red},
+		MetadataChange{Key: "drop"},
+		Edit{Name: &name, Instructions: &instr},
+		MessageRef{ID: idMsg1, To: User},
+		Delivered{IDs: []string{idMsg2}},
+		Spawned{ChildID: idB, Name: "child"},
+		newHistory{"x": 1},
+		Counters{Turns: 2, InputTokens: 1, CostUSD: 0.25},
+		ProviderChange{ProviderSessionID: "ps-2"},
+		StateChange{AgentState: AgentIdle},
 	}
 	for i, c := range commits {
-		if _, err := a.Commit(c.typ, c.data); err != nil {
-			t.Fatalf("commit %d (%s): %v", i, c.typ, err)
+		if _, err := a.Commit(c); err != nil {
+			t.Fatalf("commit %d (%s): %v", i, c.EventType(), err)
 		}
 		if i == 5 {
 			if err := a.Snapshot(); err != nil {

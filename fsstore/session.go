@@ -66,6 +66,16 @@ type Counters struct {
 	ContextWindow int64   `json:"context_window,omitempty"`
 }
 
+func (Counters) EventType() string { return EvTurn }
+
+func (d Counters) applyTo(n *Session) error {
+	n.Counters = n.Counters.Add(d)
+	return nil
+}
+
+// roundTrips: numbers come back from JSON exactly.
+func (Counters) roundTrips() bool { return true }
+
 // Add returns c plus d, with d's context use if d has one, else c's.
 func (c Counters) Add(d Counters) Counters {
 	sum := Counters{
@@ -140,6 +150,13 @@ type Permissions struct {
 	ApprovalTimeout string `json:"approval_timeout,omitempty"`
 }
 
+func (Permissions) EventType() string { return EvPermissions }
+
+func (d Permissions) applyTo(n *Session) error {
+	n.Permissions = &d
+	return nil
+}
+
 // Permission modes. ModeFull (bypassPermissions) is what an agent in a
 // bwrap sandbox gets by default, where the sandbox is the boundary;
 // ModeDefault, the CLI's safe mode, what an agent outside one gets.
@@ -191,6 +208,17 @@ type Budget struct {
 	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
+func (Budget) EventType() string { return EvBudget }
+
+// applyTo sets the budget; a zero one removes it.
+func (d Budget) applyTo(n *Session) error {
+	n.Budget = &d
+	if d.Tokens == 0 && d.CostUSD == 0 {
+		n.Budget = nil
+	}
+	return nil
+}
+
 // Exceeded reports whether c is over the budget.
 func (b *Budget) Exceeded(c Counters) bool {
 	if b == nil {
@@ -223,6 +251,16 @@ type Reminder struct {
 	EverySeconds int64 `json:"every_seconds,omitempty"`
 }
 
+func (Reminder) EventType() string { return EvReminderSet }
+
+func (d Reminder) applyTo(n *Session) error {
+	if d.ID == "" {
+		return fmt.Errorf("reminder without id")
+	}
+	n.Reminders = append(slices.DeleteFunc(n.Reminders, func(r Reminder) bool { return r.ID == d.ID }), d)
+	return nil
+}
+
 // Subscription asks for a SYSTEM message when agent Target moves from
 // state From to state To ("*" matches any state).
 type Subscription struct {
@@ -231,6 +269,16 @@ type Subscription struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Once   bool   `json:"once,omitempty"`
+}
+
+func (Subscription) EventType() string { return EvSubscribed }
+
+func (d Subscription) applyTo(n *Session) error {
+	if d.ID == "" {
+		return fmt.Errorf("subscription without id")
+	}
+	n.Subscriptions = append(slices.DeleteFunc(n.Subscriptions, func(x Subscription) bool { return x.ID == d.ID }), d)
+	return nil
 }
 
 // MaxNameLen is the longest agent name accepted.

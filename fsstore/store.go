@@ -297,19 +297,17 @@ func (a *Agent) Session() *Session {
 	return a.sess.Clone()
 }
 
-// Commit applies an event to the session and appends it to the log. It
-// returns the new session once the event is durable. An event that would
-// make the session invalid is refused before anything is written.
-func (a *Agent) Commit(typ string, data any) (*Session, error) {
+// Commit appends the event p makes to the log and applies it to the
+// session. It returns the new session once the event is durable. An event
+// that would make the session invalid is refused before anything is
+// written.
+func (a *Agent) Commit(p Payload) (*Session, error) {
+	typ := p.EventType()
 	eb := getEventBuf()
 	defer eb.release()
-	var raw []byte
-	if data != nil {
-		b, err := eb.encodeData(data)
-		if err != nil {
-			return nil, wrap("commit", a.files.Events(), fmt.Errorf("%w: %v", ErrInvalid, err), "")
-		}
-		raw = b
+	raw, err := eb.encodeData(p)
+	if err != nil {
+		return nil, wrap("commit", a.files.Events(), fmt.Errorf("%w: %v", ErrInvalid, err), "")
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -317,7 +315,7 @@ func (a *Agent) Commit(typ string, data any) (*Session, error) {
 	// updated_at: there is nothing to apply or validate.
 	next := a.sess
 	if changesSession(typ) {
-		n, err := apply(a.sess, Event{Seq: a.log.LastSeq() + 1, Time: a.store.now(), Type: typ, Data: raw}, data)
+		n, err := apply(a.sess, Event{Seq: a.log.LastSeq() + 1, Time: a.store.now(), Type: typ, Data: raw}, p)
 		if err != nil {
 			return nil, wrap("commit", a.files.Events(), err, "")
 		}

@@ -19,10 +19,10 @@ func TestCreateCommitScanRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := root.Commit(EvState, StateChange{AgentState: AgentBusy, SessionState: SessionActive}); err != nil {
+	if _, err := root.Commit(StateChange{AgentState: AgentBusy, SessionState: SessionActive}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := root.Commit(EvTurn, Counters{Turns: 1, InputTokens: 10}); err != nil {
+	if _, err := root.Commit(Counters{Turns: 1, InputTokens: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Send(&Message{From: root.ID(), To: child.ID(), Kind: KindMessage, Text: "hi"}); err != nil {

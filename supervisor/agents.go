@@ -217,7 +217,7 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	if answered {
 		// The reply is durable in the inbox; the waiting list is history
 		// that a crash may leave one reply behind, never ahead.
-		if err := c.commit(to, fsstore.EvWaiting, fsstore.Waiting{IDs: rest}); err != nil {
+		if err := c.commit(to, fsstore.Waiting{IDs: rest}); err != nil {
 			c.log.Warn("waiting list not updated", "agent", to.id(), "err", err)
 		}
 	}
@@ -385,7 +385,7 @@ func (c *Core) terminateHeld(n *node, reason string) error {
 	if done {
 		return nil
 	}
-	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentTerminated,
+	if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentTerminated,
 		SessionState: fsstore.SessionTerminated, Reason: reason}); err != nil {
 		return err
 	}

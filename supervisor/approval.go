@@ -340,7 +340,7 @@ func (c *Core) answer(ans fsstore.ApprovalAnswer, by string) (fsstore.Approval, 
 			"so no rule can be remembered for it: allow it without one, or deny it", ans.ID, len(api.InputText(req.Input)), api.MaxApprovalInput)
 	}
 	ans.AnsweredAt = c.clock.Now().UTC()
-	if err := c.commit(n, fsstore.EvApprovalAnswered, ans); err != nil {
+	if err := c.commit(n, ans); err != nil {
 		return req, err
 	}
 	c.approvals.tell(ans)

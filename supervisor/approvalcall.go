@@ -139,7 +139,7 @@ func (t *turnTools) findOrAsk(key string, call approvalCall) (req fsstore.Approv
 	req = fsstore.Approval{ID: uuid.Must(uuid.NewV7()).String(), Tool: call.tool, Input: call.input, ToolUseID: call.toolUseID,
 		CallKey: key, Batch: t.turnKey, Approver: call.approver, RequestedAt: now, Deadline: now.Add(call.timeout)}
 	answer = c.approvals.wait(req.ID)
-	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
+	if err := c.commit(n, req); err != nil {
 		c.approvals.done(req.ID, answer)
 		return req, nil, true, err
 	}
@@ -218,7 +218,7 @@ func (t *turnTools) approvalWait(id string, begin bool) {
 	default:
 		return
 	}
-	if err := c.commit(n, fsstore.EvState, ch); err != nil {
+	if err := c.commit(n, ch); err != nil {
 		c.log.Warn("agent state not changed for an approval wait", "agent", n.id(), "state", ch.AgentState, "err", err)
 	}
 }

@@ -381,7 +381,7 @@ func TestApprovalMessageAfterCrash(t *testing.T) {
 	now := time.Now().UTC()
 	req := fsstore.Approval{ID: "01a212d9-1627-7c10-aea7-35d4b05c64d6", Tool: "Bash", Input: input, CallKey: callKey("Bash", input),
 		Batch: msgs[0].ID, Approver: fsstore.User, RequestedAt: now, Deadline: now.Add(time.Minute)}
-	if err := c.commit(n, fsstore.EvApprovalRequested, req); err != nil {
+	if err := c.commit(n, req); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -81,7 +81,7 @@ func (c *Core) recordSpawn(x *node) {
 	if p == nil || s.SpawnKey == "" || c.spawnedBy(p, s.SpawnKey) != "" {
 		return
 	}
-	if err := c.commit(p, fsstore.EvSpawned, fsstore.Spawned{ChildID: s.ID, Name: s.Name, SpawnKey: s.SpawnKey}); err != nil {
+	if err := c.commit(p, fsstore.Spawned{ChildID: s.ID, Name: s.Name, SpawnKey: s.SpawnKey}); err != nil {
 		c.log.Warn("spawned event not recorded", "parent", p.id(), "child", s.ID, "err", err)
 	}
 }

@@ -175,7 +175,8 @@ func (c *Core) linkChildrenLocked() {
 // commit appends an event for n and publishes it to subscribers. State
 // changes are checked against the transition tables first, and agent state
 // changes are told to the agents subscribed to them.
-func (c *Core) commit(n *node, typ string, data any) error {
+func (c *Core) commit(n *node, data fsstore.Payload) error {
+	typ := data.EventType()
 	c.mu.Lock()
 	from := n.s().AgentState
 	if ch, ok := data.(fsstore.StateChange); ok {
@@ -185,18 +186,20 @@ func (c *Core) commit(n *node, typ string, data any) error {
 		}
 	}
 	c.mu.Unlock()
-	sess, err := n.agent.Commit(typ, data)
+	sess, err := n.agent.Commit(data)
 	if err != nil {
 		c.log.Error("commit failed", "agent", n.agent.ID(), "type", typ, "err", err)
 		return storeErr(err)
 	}
 	c.mu.Lock()
 	n.state.Store(sess)
-	if typ == fsstore.EvSubscribed || typ == fsstore.EvUnsubscribed {
+	switch d := data.(type) {
+	case fsstore.Subscription, fsstore.Unsubscribed:
 		c.indexSubsLocked(n)
-	}
-	if sp, ok := data.(fsstore.Spawned); ok && typ == fsstore.EvSpawned && n.spawnKeys != nil && sp.SpawnKey != "" {
-		n.spawnKeys[sp.SpawnKey] = sp.ChildID
+	case fsstore.Spawned:
+		if n.spawnKeys != nil && d.SpawnKey != "" {
+			n.spawnKeys[d.SpawnKey] = d.ChildID
+		}
 	}
 	hops := 0
 	if n.turn != nil {

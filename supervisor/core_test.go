@@ -159,7 +159,7 @@ func TestRecoverySuspendsAndRequeues(t *testing.T) {
 		t.Fatalf("root session %s, want ACTIVE", root.s().SessionState)
 	}
 	// Leave a BUSY agent and an undelivered message behind, then crash.
-	if err := c1.commit(root, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
+	if err := c1.commit(root, fsstore.StateChange{AgentState: fsstore.AgentBusy}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c1.Send(api.SendParams{To: "root", Text: "pending"}); err != nil {

@@ -138,7 +138,7 @@ func (c *Core) forgetEffects(n *node, turn string) {
 
 // recordEffect commits e to n's log and keeps it in the index.
 func (c *Core) recordEffect(n *node, idx map[string]map[string]fsstore.Effect, e fsstore.Effect) error {
-	if err := c.commit(n, fsstore.EvEffect, e); err != nil {
+	if err := c.commit(n, e); err != nil {
 		return err
 	}
 	c.mu.Lock()

@@ -119,7 +119,7 @@ func (c *Core) notifyTransition(n *node, from, to fsstore.AgentState, hops int) 
 			continue
 		}
 		if h.s.Once {
-			if err := c.commit(h.sub, fsstore.EvUnsubscribed, fsstore.Unsubscribed{ID: h.s.ID}); err != nil {
+			if err := c.commit(h.sub, fsstore.Unsubscribed{ID: h.s.ID}); err != nil {
 				c.log.Warn("once-subscription not removed", "subscriber", h.sub.id(), "err", err)
 			}
 		}
@@ -195,7 +195,7 @@ func (c *Core) Tick(now time.Time) {
 			}
 			done.NextDue = &next
 		}
-		if err := c.commit(d.n, fsstore.EvReminderDone, done); err != nil {
+		if err := c.commit(d.n, done); err != nil {
 			c.log.Warn("reminder state not saved", "agent", d.n.id(), "err", err)
 		}
 	}
@@ -235,7 +235,7 @@ func (c *Core) enforceBudget(a *node) {
 		if x.terminated() || x.s().Gated {
 			continue
 		}
-		if err := c.commit(x, fsstore.EvGate, fsstore.GateChange{Gated: &yes, Reason: reason}); err != nil {
+		if err := c.commit(x, fsstore.GateChange{Gated: &yes, Reason: reason}); err != nil {
 			c.log.Error("budget gate not saved", "agent", x.id(), "err", err)
 			continue
 		}
@@ -277,7 +277,7 @@ func (c *Core) SetBudget(ref string, b fsstore.Budget) (api.AgentInfo, error) {
 	if err != nil {
 		return api.AgentInfo{}, err
 	}
-	if err := c.commit(n, fsstore.EvBudget, b); err != nil {
+	if err := c.commit(n, b); err != nil {
 		return api.AgentInfo{}, err
 	}
 	c.snapshot(n)
@@ -327,7 +327,7 @@ func (c *Core) gateOp(x *node, op, by string) error {
 	default:
 		return invalidParams("unknown gate op %q (gate, ungate, permit)", op)
 	}
-	if err := c.commit(x, fsstore.EvGate, ch); err != nil {
+	if err := c.commit(x, ch); err != nil {
 		return err
 	}
 	if op == "ungate" {

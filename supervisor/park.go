@@ -64,16 +64,16 @@ func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimit
 	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: fmt.Sprintf("parked until %s: %s; the message is kept and its turn runs then",
 		until.Local().Format("15:04:05"), rl.Reason)})
 	if n.s().SessionState == fsstore.SessionActive {
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "parked"}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "parked"}); err != nil {
 			return err
 		}
 	}
-	if err := c.commit(n, fsstore.EvParked, fsstore.Parked{Until: until.UTC(), Reason: rl.Reason, Key: key}); err != nil {
+	if err := c.commit(n, fsstore.Parked{Until: until.UTC(), Reason: rl.Reason, Key: key}); err != nil {
 		return err
 	}
 	if !n.terminated() {
 		reason := fmt.Sprintf("parked until %s: %s", until.UTC().Format(time.RFC3339), rl.Reason)
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: reason}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: reason}); err != nil {
 			return err
 		}
 	}
@@ -142,7 +142,7 @@ func (c *Core) unpark(now time.Time) {
 	c.mu.Unlock()
 	sort.Slice(due, func(i, j int) bool { return due[i].s().UpdatedAt.Before(due[j].s().UpdatedAt) })
 	for _, n := range due {
-		if err := c.commit(n, fsstore.EvParked, fsstore.Parked{}); err != nil {
+		if err := c.commit(n, fsstore.Parked{}); err != nil {
 			c.log.Warn("unparking failed", "agent", n.id(), "err", err)
 		}
 	}
@@ -167,7 +167,7 @@ func (c *Core) WakeParked(ctx context.Context, ref string) (api.AgentInfo, error
 		return api.AgentInfo{}, err
 	}
 	if n.s().Parked != nil {
-		if err := c.commit(n, fsstore.EvParked, fsstore.Parked{}); err != nil {
+		if err := c.commit(n, fsstore.Parked{}); err != nil {
 			return api.AgentInfo{}, err
 		}
 		c.snapshot(n)

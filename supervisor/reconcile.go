@@ -188,10 +188,10 @@ func (c *Core) adopt(id string) {
 	// provider process or turn of ours runs for it.
 	n := newNode(a)
 	if n.s().SessionState == fsstore.SessionActive {
-		c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "adopted: no live session"})
+		c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "adopted: no live session"})
 	}
 	if n.s().AgentState == fsstore.AgentBusy {
-		c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "adopted: no turn running"})
+		c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "adopted: no turn running"})
 	}
 	c.snapshot(n)
 	c.mu.Lock()
@@ -247,7 +247,7 @@ func (c *Core) checkHandEdit(n *node) {
 		if c.setDiskInvalid(n, reason) {
 			c.log.Warn("hand edit of session.json refused; keeping the last good state and not touching the file",
 				"agent", n.id(), "path", n.agent.Files().Session(), "reason", reason)
-			c.commit(n, fsstore.EvEditRefused, fsstore.EditRefused{Reason: reason})
+			c.commit(n, fsstore.EditRefused{Reason: reason})
 		}
 		return
 	}
@@ -329,7 +329,7 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 		e.Metadata, changed = &md, append(changed, "metadata")
 	}
 	if len(changed) > 0 {
-		if err := c.commit(n, fsstore.EvEdited, e); err != nil {
+		if err := c.commit(n, e); err != nil {
 			return err
 		}
 		c.log.Info("hand edit of session.json adopted", "agent", n.id(), "fields", strings.Join(changed, ","))

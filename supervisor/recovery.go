@@ -67,14 +67,14 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	for _, n := range sortedNodes(nodes) {
 		// Step 5: no provider process survived, so ACTIVE is stale.
 		if n.s().SessionState == fsstore.SessionActive {
-			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
+			if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
 				Reason: "recovered: the daemon stopped while the session was active"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}
 			rep.Suspended = append(rep.Suspended, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
 		}
 		if n.s().AgentState == fsstore.AgentBusy {
-			if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle,
+			if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle,
 				Reason: "recovered: a turn was cut short; its messages are delivered again"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}

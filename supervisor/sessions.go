@@ -65,11 +65,11 @@ func (c *Core) ResetSession(ctx context.Context, ref string) (api.AgentInfo, err
 	if live != nil {
 		live.Stop()
 	}
-	if err := c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{Reset: true}); err != nil {
+	if err := c.commit(n, fsstore.ProviderChange{Reset: true}); err != nil {
 		return api.AgentInfo{}, err
 	}
 	if n.s().SessionState != fsstore.SessionCreated {
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionCreated, Reason: "session deleted by the user"}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionCreated, Reason: "session deleted by the user"}); err != nil {
 			return api.AgentInfo{}, err
 		}
 	}
@@ -117,12 +117,12 @@ func (c *Core) suspendHeld(ctx context.Context, n *node, reason string) error {
 		c.mu.Unlock()
 	}
 	if blob != nil {
-		if err := c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{StateBlob: blob}); err != nil {
+		if err := c.commit(n, fsstore.ProviderChange{StateBlob: blob}); err != nil {
 			return err
 		}
 	}
 	if n.s().SessionState == fsstore.SessionActive {
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: reason}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: reason}); err != nil {
 			return err
 		}
 	}
@@ -165,7 +165,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 			if id == "" || id == known {
 				return nil
 			}
-			return c.commit(n, fsstore.EvProvider, fsstore.ProviderChange{ProviderSessionID: id})
+			return c.commit(n, fsstore.ProviderChange{ProviderSessionID: id})
 		},
 	}
 	// The agent's own tool socket, for a provider whose model reaches the
@@ -187,7 +187,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	if err != nil {
 		return nil, fmt.Errorf("start %s session: %w", sess.Provider, err)
 	}
-	if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionActive}); err != nil {
+	if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionActive}); err != nil {
 		s.Stop()
 		return nil, err
 	}

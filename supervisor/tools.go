@@ -297,7 +297,7 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall, a sp
 		t.mu.Lock()
 		t.spawned = append(t.spawned, child)
 		t.mu.Unlock()
-		if err := t.c.commit(t.n, fsstore.EvSpawned, fsstore.Spawned{ChildID: child.id(), Name: a.Name, SpawnKey: call.ID}); err != nil {
+		if err := t.c.commit(t.n, fsstore.Spawned{ChildID: child.id(), Name: a.Name, SpawnKey: call.ID}); err != nil {
 			return "", err
 		}
 	}
@@ -455,7 +455,7 @@ func (t *turnTools) remindMe(ctx context.Context, call provider.ToolCall, a remi
 	set := slices.ContainsFunc(t.n.s().Reminders, func(o fsstore.Reminder) bool { return o.ID == r.ID })
 	t.c.mu.Unlock()
 	if !set {
-		if err := t.c.commit(t.n, fsstore.EvReminderSet, r); err != nil {
+		if err := t.c.commit(t.n, r); err != nil {
 			return "", err
 		}
 	}
@@ -476,7 +476,7 @@ func (t *turnTools) cancelReminder(ctx context.Context, call provider.ToolCall, 
 	if !found {
 		return "", fmt.Errorf("no reminder %q", a.ID)
 	}
-	if err := t.c.commit(t.n, fsstore.EvReminderDone, fsstore.ReminderDone{ID: a.ID, Reason: "cancelled"}); err != nil {
+	if err := t.c.commit(t.n, fsstore.ReminderDone{ID: a.ID, Reason: "cancelled"}); err != nil {
 		return "", err
 	}
 	return "reminder " + a.ID + " cancelled", nil
@@ -490,7 +490,7 @@ func (t *turnTools) setMetadata(ctx context.Context, call provider.ToolCall, a s
 	if err != nil {
 		return "", err
 	}
-	if err := t.c.commit(to, fsstore.EvMetadata, fsstore.MetadataChange{Key: a.Key, Value: a.Value}); err != nil {
+	if err := t.c.commit(to, fsstore.MetadataChange{Key: a.Key, Value: a.Value}); err != nil {
 		return "", err
 	}
 	if a.Value == nil {
@@ -515,7 +515,7 @@ func (t *turnTools) subscribe(ctx context.Context, call provider.ToolCall, a sub
 		return "", fmt.Errorf("you cannot subscribe to yourself")
 	}
 	s := fsstore.Subscription{ID: t.c.store.NewID(), Target: target.id(), From: from, To: to, Once: a.Once}
-	if err := t.c.commit(t.n, fsstore.EvSubscribed, s); err != nil {
+	if err := t.c.commit(t.n, s); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("subscription %s: you will be told when %s goes %s -> %s", s.ID, target.s().Name, from, to), nil
@@ -528,7 +528,7 @@ func (t *turnTools) unsubscribe(ctx context.Context, call provider.ToolCall, a u
 	if !found {
 		return "", fmt.Errorf("no subscription %q", a.ID)
 	}
-	if err := t.c.commit(t.n, fsstore.EvUnsubscribed, fsstore.Unsubscribed{ID: a.ID}); err != nil {
+	if err := t.c.commit(t.n, fsstore.Unsubscribed{ID: a.ID}); err != nil {
 		return "", err
 	}
 	return "subscription " + a.ID + " ended", nil
@@ -604,7 +604,7 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a comp
 	if err := t.deliver(ctx, m, parent); err != nil {
 		return "", err
 	}
-	if err := t.c.commit(t.n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentTerminated,
+	if err := t.c.commit(t.n, fsstore.StateChange{AgentState: fsstore.AgentTerminated,
 		SessionState: fsstore.SessionTerminated, Reason: "completed: " + a.Result}); err != nil {
 		return "", err
 	}

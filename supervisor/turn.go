@@ -200,12 +200,12 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 func (c *Core) beginTurn(n *node, tools *turnTools) error {
 	if n.s().AgentState == fsstore.AgentBusy {
 		// Left BUSY by a store error in an earlier turn.
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "recovered from a store error"}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: "recovered from a store error"}); err != nil {
 			return err
 		}
 	}
 	if n.s().Gated {
-		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{AddPermits: -1}); err != nil {
+		if err := c.commit(n, fsstore.GateChange{AddPermits: -1}); err != nil {
 			return err
 		}
 	}
@@ -213,7 +213,7 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 	n.turn = tools
 	n.lastUsed = c.clock.Now()
 	c.mu.Unlock()
-	return c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentBusy})
+	return c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentBusy})
 }
 
 // runTurn sends the prompt to the live session, streaming its output to
@@ -245,7 +245,7 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	refused := denied
 	c.mu.Unlock()
 	for _, d := range refused {
-		if cerr := c.commit(n, fsstore.EvToolDenied, d); cerr != nil {
+		if cerr := c.commit(n, d); cerr != nil {
 			return nil, cerr
 		}
 	}
@@ -255,13 +255,13 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	// Its compactions, then its counters (their usage includes that of the
 	// summary requests).
 	for _, cp := range res.Compactions {
-		if err := c.commit(n, fsstore.EvCompaction, fsstore.Compaction{Provider: n.s().Provider, Reason: cp.Reason,
+		if err := c.commit(n, fsstore.Compaction{Provider: n.s().Provider, Reason: cp.Reason,
 			Replaced: cp.Replaced, FirstTurn: cp.FirstTurn, LastTurn: cp.LastTurn, Dropped: cp.Dropped, Summary: cp.Summary,
 			TokensBefore: cp.TokensBefore, TokensAfter: cp.TokensAfter, Window: res.ContextWindow}); err != nil {
 			return nil, err
 		}
 	}
-	if err := c.commit(n, fsstore.EvTurn, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
+	if err := c.commit(n, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
 		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD,
 		ContextTokens: int64(res.ContextTokens), ContextWindow: int64(res.ContextWindow)}); err != nil {
 		return nil, err
@@ -280,7 +280,7 @@ func (c *Core) deliverTurn(n *node, msgs []*fsstore.Message, tools *turnTools) (
 		ids = append(ids, m.ID)
 	}
 	ids = append(ids, tools.checkedIDs()...)
-	if err := c.commit(n, fsstore.EvDelivered, fsstore.Delivered{IDs: ids}); err != nil {
+	if err := c.commit(n, fsstore.Delivered{IDs: ids}); err != nil {
 		return ids, err
 	}
 	if err := n.agent.MarkDelivered(ids); err != nil {
@@ -304,7 +304,7 @@ func (c *Core) endTurn(n *node, tools *turnTools) error {
 	c.mu.Unlock()
 	if requests := tools.requestsSent(); len(requests) > 0 && !done {
 		waiting = addWaiting(waiting, requests)
-		if err := c.commit(n, fsstore.EvWaiting, fsstore.Waiting{IDs: waiting}); err != nil {
+		if err := c.commit(n, fsstore.Waiting{IDs: waiting}); err != nil {
 			return err
 		}
 	}
@@ -313,9 +313,9 @@ func (c *Core) endTurn(n *node, tools *turnTools) error {
 		return c.terminateHeld(n, n.s().StateReason)
 	case len(waiting) > 0:
 		// A request is outstanding: WAITING until the reply wakes it.
-		return c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentWaiting})
+		return c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentWaiting})
 	}
-	return c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle})
+	return c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle})
 }
 
 // turnFailed handles a turn that did not finish: the messages stay in the
@@ -356,16 +356,16 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 		live.Stop()
 	}
 	if n.s().SessionState == fsstore.SessionActive {
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "turn failed"}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "turn failed"}); err != nil {
 			return err
 		}
 	}
-	if err := c.commit(n, fsstore.EvTurnFailed, fsstore.TurnFailed{Error: cause.Error(), Messages: pending}); err != nil {
+	if err := c.commit(n, fsstore.TurnFailed{Error: cause.Error(), Messages: pending}); err != nil {
 		return err
 	}
 	if !n.terminated() {
 		reason := "turn failed: " + cause.Error()
-		if err := c.commit(n, fsstore.EvState, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: reason}); err != nil {
+		if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle, Reason: reason}); err != nil {
 			return err
 		}
 	}
@@ -373,7 +373,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 	if limit {
 		yes := true
 		reason := fmt.Sprintf("restart limit: %d failed turns within %s, the last: %v", streak, restartWindow, cause)
-		if err := c.commit(n, fsstore.EvGate, fsstore.GateChange{Gated: &yes, Reason: reason}); err != nil {
+		if err := c.commit(n, fsstore.GateChange{Gated: &yes, Reason: reason}); err != nil {
 			return err
 		}
 		c.log.Error("agent gated after repeated failures", "agent", n.id(), "reason", reason)

@@ -150,13 +150,13 @@ func (c *Core) workDirFor(sess *fsstore.Session) (string, error) {
 func (c *Core) migrateWork(n *node) error {
 	s := n.s()
 	if s.Workspace == "" && s.WorkDir == "" && !n.terminated() {
-		if err := c.commit(n, fsstore.EvWorkDir, fsstore.WorkDirChange{WorkDir: c.store.Layout().ScratchDir(s.ID),
+		if err := c.commit(n, fsstore.WorkDirChange{WorkDir: c.store.Layout().ScratchDir(s.ID),
 			Reason: "migrated: an agent without a workspace works in a directory of its own, never in the store"}); err != nil {
 			return err
 		}
 	}
 	if s.Permissions == nil && !n.terminated() {
-		if err := c.commit(n, fsstore.EvPermissions, *c.newPermissions(s.Workspace)); err != nil {
+		if err := c.commit(n, *c.newPermissions(s.Workspace)); err != nil {
 			return err
 		}
 	}
@@ -211,7 +211,7 @@ func (c *Core) SetPermissions(ctx context.Context, p api.PermissionsParams) (api
 	if err := checkRules(perm); err != nil {
 		return api.AgentInfo{}, err
 	}
-	if err := c.commit(n, fsstore.EvPermissions, perm); err != nil {
+	if err := c.commit(n, perm); err != nil {
 		return api.AgentInfo{}, err
 	}
 	c.mu.Lock()
@@ -237,7 +237,7 @@ func (c *Core) SetInstructions(ctx context.Context, p api.InstructionsParams) (a
 	}
 	defer c.release(n)
 	text := p.Instructions
-	if err := c.commit(n, fsstore.EvEdited, fsstore.Edit{Instructions: &text}); err != nil {
+	if err := c.commit(n, fsstore.Edit{Instructions: &text}); err != nil {
 		return api.AgentInfo{}, err
 	}
 	c.snapshot(n)
@@ -330,7 +330,7 @@ func (c *Core) SetLimits(ctx context.Context, p api.LimitsParams) (api.AgentInfo
 	if l == old {
 		return c.infoOf(n), nil
 	}
-	if err := c.commit(n, fsstore.EvLimits, l); err != nil {
+	if err := c.commit(n, l); err != nil {
 		return api.AgentInfo{}, err
 	}
 	c.mu.Lock()

@@ -127,7 +127,7 @@ func (t *turnTools) runWork(name string, call provider.ToolCall, run func(w Work
 	if err != nil {
 		w.Result, w.IsError = cut(strings.TrimPrefix(err.Error(), "worktools: "), 4<<10), true
 	}
-	if cerr := t.c.commit(t.n, fsstore.EvWork, w); cerr != nil {
+	if cerr := t.c.commit(t.n, w); cerr != nil {
 		return "", cerr
 	}
 	if err != nil {

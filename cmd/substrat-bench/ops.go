@@ -150,7 +150,7 @@ func (b *benchRun) opSpecs() []*benchOpSpec {
 			ref := fsstore.MessageRef{ID: fsstore.NewID(), To: fsstore.User}
 			return func(w int) (func() error, func(), error) {
 				return func() error {
-					_, err := as[w].Commit(fsstore.EvSent, ref)
+					_, err := as[w].Commit(ref)
 					return err
 				}, nil, nil
 			}, closeAgents(as), nil
