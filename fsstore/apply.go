@@ -310,7 +310,7 @@ func apply(s *Session, e Event, p Payload) (*Session, error) {
 		return applyCreated(e)
 	}
 	if s == nil {
-		return nil, fmt.Errorf("%w: %s event before created", ErrInvalid, e.Type)
+		return nil, invalidf("%s event before created", e.Type)
 	}
 	n := s.Clone()
 	c, err := changeOf(e, p)
@@ -318,7 +318,7 @@ func apply(s *Session, e Event, p Payload) (*Session, error) {
 		err = c.applyTo(n)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s event %d: %v", ErrInvalid, e.Type, e.Seq, err)
+		return nil, invalidf("%s event %d: %v", e.Type, e.Seq, err)
 	}
 	n.LastSeq, n.UpdatedAt = e.Seq, e.Time
 	if err := n.Validate(); err != nil {
@@ -330,11 +330,11 @@ func apply(s *Session, e Event, p Payload) (*Session, error) {
 // applyCreated returns the session a created event holds.
 func applyCreated(e Event) (*Session, error) {
 	if e.Seq != 1 {
-		return nil, fmt.Errorf("%w: created event at seq %d", ErrInvalid, e.Seq)
+		return nil, invalidf("created event at seq %d", e.Seq)
 	}
 	var n Session
 	if err := e.Decode(&n); err != nil {
-		return nil, fmt.Errorf("%w: created event: %v", ErrInvalid, err)
+		return nil, invalidf("created event: %v", err)
 	}
 	n.LastSeq, n.UpdatedAt = e.Seq, e.Time
 	if err := n.Validate(); err != nil {

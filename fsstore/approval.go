@@ -86,13 +86,13 @@ func CheckRule(r string) error {
 	name, spec, paren := strings.Cut(r, "(")
 	switch {
 	case strings.TrimSpace(r) != r || r == "":
-		return fmt.Errorf("%w: tool rule %q is empty or has surrounding blanks", ErrInvalid, r)
+		return invalidf("tool rule %q is empty or has surrounding blanks", r)
 	case strings.ContainsAny(r, "\x00\n\r"):
-		return fmt.Errorf("%w: tool rule %q holds a control character", ErrInvalid, r)
+		return invalidf("tool rule %q holds a control character", r)
 	case name == "" || strings.ContainsAny(name, " )"):
-		return fmt.Errorf("%w: tool rule %q: want a tool name, optionally with a specifier: Bash(git *)", ErrInvalid, r)
+		return invalidf("tool rule %q: want a tool name, optionally with a specifier: Bash(git *)", r)
 	case paren && (!strings.HasSuffix(spec, ")") || len(spec) < 2):
-		return fmt.Errorf("%w: tool rule %q: the specifier must end with ')' and not be empty", ErrInvalid, r)
+		return invalidf("tool rule %q: the specifier must end with ')' and not be empty", r)
 	}
 	return nil
 }
@@ -158,11 +158,11 @@ func (p *Permissions) validateApprover() error {
 	switch p.Approver {
 	case "", ApproverParent, ApproverUser, ApproverDeny:
 	default:
-		return fmt.Errorf("%w: approver %q is not one of parent, user, deny", ErrInvalid, p.Approver)
+		return invalidf("approver %q is not one of parent, user, deny", p.Approver)
 	}
 	if p.ApprovalTimeout != "" {
 		if d, err := time.ParseDuration(p.ApprovalTimeout); err != nil || d <= 0 {
-			return fmt.Errorf("%w: approval_timeout %q is not a positive duration such as 10m", ErrInvalid, p.ApprovalTimeout)
+			return invalidf("approval_timeout %q is not a positive duration such as 10m", p.ApprovalTimeout)
 		}
 	}
 	return nil
@@ -172,12 +172,12 @@ func (p *Permissions) validateApprover() error {
 func validateApprovals(s *Session) error {
 	for _, a := range s.Approvals {
 		if a.ID == "" || a.Tool == "" {
-			return fmt.Errorf("%w: an approval request without id or tool", ErrInvalid)
+			return invalidf("an approval request without id or tool")
 		}
 		switch a.Answer {
 		case "", ApprovalAllow, ApprovalDeny, ApprovalExpired:
 		default:
-			return fmt.Errorf("%w: approval %s: answer %q is not allow, deny or expired", ErrInvalid, a.ID, a.Answer)
+			return invalidf("approval %s: answer %q is not allow, deny or expired", a.ID, a.Answer)
 		}
 	}
 	return nil

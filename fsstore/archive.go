@@ -38,7 +38,7 @@ const (
 // closed first.
 func (s *Store) ArchiveAgent(id string) error {
 	if !IsID(id) {
-		return wrap("archive", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+		return wrap("archive", id, invalidf("agent id %q", id), "")
 	}
 	src, dst := s.layout.AgentDir(id), s.layout.ArchivedAgentDir(id)
 	if _, err := s.fs.Stat(src); err != nil {
@@ -270,7 +270,7 @@ type ArchivedAgent struct {
 // only; nothing is changed or repaired).
 func (s *Store) ReadArchived(id string) (*ArchivedAgent, error) {
 	if !IsID(id) {
-		return nil, wrap("read archived", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+		return nil, wrap("read archived", id, invalidf("agent id %q", id), "")
 	}
 	files := AgentFiles{Dir: s.layout.ArchivedAgentDir(id)}
 	if _, err := s.fs.Stat(files.Dir); err != nil {
@@ -318,7 +318,7 @@ func (s *Store) ListArchived() ([]*ArchivedAgent, []Finding, error) {
 // fsynced.
 func (s *Store) RestoreAgent(id string) error {
 	if !IsID(id) {
-		return wrap("restore", id, fmt.Errorf("%w: agent id %q", ErrInvalid, id), "")
+		return wrap("restore", id, invalidf("agent id %q", id), "")
 	}
 	src, dst := s.layout.ArchivedAgentDir(id), s.layout.AgentDir(id)
 	if !s.whole(src) {

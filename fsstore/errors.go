@@ -36,6 +36,35 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// InvalidError is ErrInvalid with the reason why: a value the store
+// refuses (a name, a state, an event's data). errors.Is(err, ErrInvalid)
+// holds for it.
+type InvalidError struct {
+	Reason string // what is wrong, for a person: "name \"a/b\" holds a slash"
+	cause  error  // what Reason wraps with %w, if anything
+}
+
+func (e *InvalidError) Error() string   { return ErrInvalid.Error() + ": " + e.Reason }
+func (e *InvalidError) Is(t error) bool { return t == ErrInvalid }
+func (e *InvalidError) Unwrap() error   { return e.cause }
+
+// invalidf returns an *InvalidError whose reason is formatted as by
+// fmt.Errorf (%w wraps).
+func invalidf(format string, args ...any) error {
+	e := fmt.Errorf(format, args...)
+	return &InvalidError{Reason: e.Error(), cause: errors.Unwrap(e)}
+}
+
+// Reason returns why the store refused a value: the reason of the
+// *InvalidError in err, without the store's framing, or else err's text.
+func Reason(err error) string {
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return err.Error()
+}
+
 // CorruptError reports a damaged line of an events.jsonl that is followed
 // by valid lines, which is never repaired automatically.
 type CorruptError struct {

@@ -71,11 +71,11 @@ func (l Limits) Enforced() Limits {
 func (l Limits) Validate() error {
 	switch {
 	case l.MemoryBytes < NoLimit || (l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryLimit):
-		return fmt.Errorf("%w: memory limit %s is below %s", ErrInvalid, FormatBytes(l.MemoryBytes), FormatBytes(MinMemoryLimit))
+		return invalidf("memory limit %s is below %s", FormatBytes(l.MemoryBytes), FormatBytes(MinMemoryLimit))
 	case l.Pids < NoLimit || (l.Pids > 0 && l.Pids < MinPidsLimit):
-		return fmt.Errorf("%w: process limit %d is below %d", ErrInvalid, l.Pids, MinPidsLimit)
+		return invalidf("process limit %d is below %d", l.Pids, MinPidsLimit)
 	case l.CPUWeight < NoLimit || l.CPUWeight > 10000:
-		return fmt.Errorf("%w: cpu weight %d is not between 1 and 10000", ErrInvalid, l.CPUWeight)
+		return invalidf("cpu weight %d is not between 1 and 10000", l.CPUWeight)
 	}
 	return nil
 }

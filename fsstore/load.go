@@ -144,7 +144,7 @@ func (l *loader) snapshot(bufp *[]byte) *keptOut {
 	if err == nil {
 		l.sess, err = DecodeSession(data)
 		if err == nil && l.sess.ID != l.id {
-			err = fmt.Errorf("%w: id %s does not match the directory name", ErrInvalid, l.sess.ID)
+			err = invalidf("id %s does not match the directory name", l.sess.ID)
 		}
 	}
 	if err == nil {
@@ -322,7 +322,7 @@ func (l *loader) readInbox() *keptOut {
 			// delivered message: do not list it.
 			var isDir bool
 			if isDir, err = l.d.isDir(rel, dir); err == nil && !isDir {
-				err = fmt.Errorf("%w: not a directory", ErrInvalid)
+				err = invalidf("not a directory")
 			}
 		}
 		if errors.Is(err, errNotExist) {

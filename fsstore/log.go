@@ -189,7 +189,7 @@ func (l *Log) Append(typ string, data any) (Event, error) {
 	if data != nil {
 		b, err := eb.encodeData(data)
 		if err != nil {
-			return Event{}, wrap("append", l.path, fmt.Errorf("%w: event data: %v", ErrInvalid, err), "")
+			return Event{}, wrap("append", l.path, invalidf("event data: %v", err), "")
 		}
 		raw = b
 	}
@@ -210,7 +210,7 @@ func (l *Log) Append(typ string, data any) (Event, error) {
 func (l *Log) appendData(typ string, data []byte, eb *eventBuf) (uint64, time.Time, error) {
 	if typ == "" {
 		// DecodeEvent refuses such a line: it would be corruption.
-		return 0, time.Time{}, wrap("append", l.path, fmt.Errorf("%w: event without a type", ErrInvalid), "")
+		return 0, time.Time{}, wrap("append", l.path, invalidf("event without a type"), "")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -51,13 +51,13 @@ func DecodeMessage(data []byte) (*Message, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: invalid JSON: %v", ErrInvalid, err)
+		return nil, invalidf("invalid JSON: %v", err)
 	}
 	if m.Version != Version {
 		return nil, fmt.Errorf("%w: message version %d", ErrUnknownVersion, m.Version)
 	}
 	if !IsID(m.ID) || m.From == "" || m.To == "" {
-		return nil, fmt.Errorf("%w: message lacks id, from or to", ErrInvalid)
+		return nil, invalidf("message lacks id, from or to")
 	}
 	return &m, nil
 }
@@ -90,7 +90,7 @@ func Publish(fsys FS, b Inbox, m *Message) error {
 		m.Version = Version
 	}
 	if !IsID(m.ID) {
-		return wrap("publish", b.Dir, fmt.Errorf("%w: message id %q", ErrInvalid, m.ID), "")
+		return wrap("publish", b.Dir, invalidf("message id %q", m.ID), "")
 	}
 	data, err := marshal(m, true)
 	if err != nil {
@@ -181,7 +181,7 @@ func ReadInbox(fsys FS, b Inbox, sub string) ([]*Message, []BadMessage, error) {
 		}
 		m, err := DecodeMessage(data)
 		if err == nil && m.ID != id {
-			err = fmt.Errorf("%w: id %s does not match the file name", ErrInvalid, m.ID)
+			err = invalidf("id %s does not match the file name", m.ID)
 		}
 		if err != nil {
 			bad = append(bad, BadMessage{path, err.Error()})

@@ -1,9 +1,6 @@
 package fsstore
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // EvParked parks an agent until a time, or (with a zero Until) unparks
 // it: its provider reported a usage or rate limit. A parked agent starts
@@ -37,7 +34,7 @@ func (d Parked) applyTo(n *Session) error {
 		return nil
 	}
 	if d.Key == "" {
-		return fmt.Errorf("%w: parked event without a key", ErrInvalid)
+		return invalidf("parked event without a key")
 	}
 	n.Parked = &Park{Until: d.Until, Reason: d.Reason, Key: d.Key}
 	return nil

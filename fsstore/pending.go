@@ -1,7 +1,6 @@
 package fsstore
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 )
@@ -76,7 +75,7 @@ func scanNew(fsys FS, b Inbox, dir string, entries []dirEntry, delivered map[str
 		}
 		m, err := DecodeMessage(data)
 		if err == nil && m.ID != id {
-			err = fmt.Errorf("%w: id %s does not match the file name", ErrInvalid, m.ID)
+			err = invalidf("id %s does not match the file name", m.ID)
 		}
 		if err != nil {
 			bad = append(bad, BadMessage{path, err.Error()})

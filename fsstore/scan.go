@@ -294,13 +294,11 @@ func identityDiff(snap, created *Session) error {
 		{"workspace", snap.Workspace, created.Workspace},
 	} {
 		if f.snap != f.created {
-			return fmt.Errorf("%w: session.json's %s %q is not the %q its created event records; identity fields cannot be changed",
-				ErrInvalid, f.name, f.snap, f.created)
+			return invalidf("session.json's %s %q is not the %q its created event records; identity fields cannot be changed", f.name, f.snap, f.created)
 		}
 	}
 	if !snap.CreatedAt.Equal(created.CreatedAt) {
-		return fmt.Errorf("%w: session.json's created_at %s is not the %s its created event records",
-			ErrInvalid, snap.CreatedAt.Format(time.RFC3339Nano), created.CreatedAt.Format(time.RFC3339Nano))
+		return invalidf("session.json's created_at %s is not the %s its created event records", snap.CreatedAt.Format(time.RFC3339Nano), created.CreatedAt.Format(time.RFC3339Nano))
 	}
 	return nil
 }

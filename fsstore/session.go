@@ -174,11 +174,11 @@ var PermissionModes = []string{ModeDefault, ModeAcceptEdits, ModePlan, ModeDontA
 // Validate checks the mode and the rules.
 func (p *Permissions) Validate() error {
 	if !slices.Contains(PermissionModes, p.Mode) {
-		return fmt.Errorf("%w: permission mode %q is not one of %s", ErrInvalid, p.Mode, strings.Join(PermissionModes, ", "))
+		return invalidf("permission mode %q is not one of %s", p.Mode, strings.Join(PermissionModes, ", "))
 	}
 	for _, r := range slices.Concat(p.AllowedTools, p.DisallowedTools) {
 		if strings.TrimSpace(r) == "" || strings.ContainsAny(r, "\x00\n\r") {
-			return fmt.Errorf("%w: tool rule %q is empty or holds a control character", ErrInvalid, r)
+			return invalidf("tool rule %q is empty or holds a control character", r)
 		}
 	}
 	return p.validateApprover()
@@ -289,19 +289,19 @@ const MaxNameLen = 64
 func ValidateName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: agent name is empty", ErrInvalid)
+		return invalidf("agent name is empty")
 	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: agent name is %d bytes long, limit %d", ErrInvalid, len(name), MaxNameLen)
+		return invalidf("agent name is %d bytes long, limit %d", len(name), MaxNameLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: agent name is not valid UTF-8", ErrInvalid)
+		return invalidf("agent name is not valid UTF-8")
 	case name == "." || name == ".." || strings.Contains(name, ".."):
-		return fmt.Errorf("%w: agent name %q contains '..'", ErrInvalid, name)
+		return invalidf("agent name %q contains '..'", name)
 	case strings.ContainsRune(name, '/') || strings.ContainsRune(name, '\\'):
-		return fmt.Errorf("%w: agent name %q contains a path separator", ErrInvalid, name)
+		return invalidf("agent name %q contains a path separator", name)
 	}
 	for _, r := range name {
 		if unicode.IsControl(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("%w: agent name %q contains a control or space character", ErrInvalid, name)
+			return invalidf("agent name %q contains a control or space character", name)
 		}
 	}
 	return nil
@@ -323,16 +323,16 @@ func CheckNewName(name string) error {
 	}
 	for _, r := range reservedNames {
 		if strings.EqualFold(name, r) {
-			return fmt.Errorf("%w: agent name %q is reserved: messages and routing already use %s", ErrInvalid, name, r)
+			return invalidf("agent name %q is reserved: messages and routing already use %s", name, r)
 		}
 	}
 	if _, err := uuid.Parse(name); err == nil {
-		return fmt.Errorf("%w: agent name %q is a UUID and would read as an agent id", ErrInvalid, name)
+		return invalidf("agent name %q is a UUID and would read as an agent id", name)
 	}
 	script := ""
 	for _, r := range name {
 		if unicode.Is(unicode.Cf, r) {
-			return fmt.Errorf("%w: agent name %q contains the invisible or direction-changing character %U", ErrInvalid, name, r)
+			return invalidf("agent name %q contains the invisible or direction-changing character %U", name, r)
 		}
 		if !unicode.IsLetter(r) {
 			continue
@@ -344,7 +344,7 @@ func CheckNewName(name string) error {
 		if script == "" {
 			script = sc
 		} else if sc != script {
-			return fmt.Errorf("%w: agent name %q mixes %s and %s letters, as names made to look like others do", ErrInvalid, name, script, sc)
+			return invalidf("agent name %q mixes %s and %s letters, as names made to look like others do", name, script, sc)
 		}
 	}
 	return nil
@@ -369,28 +369,28 @@ func (s *Session) Validate() error {
 		return fmt.Errorf("%w: version %d, this substrat reads version %d", ErrUnknownVersion, s.Version, Version)
 	}
 	if !IsID(s.ID) {
-		return fmt.Errorf("%w: id %q is not a canonical UUIDv7", ErrInvalid, s.ID)
+		return invalidf("id %q is not a canonical UUIDv7", s.ID)
 	}
 	if err := ValidateName(s.Name); err != nil {
 		return err
 	}
 	if s.ParentID != "" && (!IsID(s.ParentID) || s.ParentID == s.ID) {
-		return fmt.Errorf("%w: parent_id %q is not another agent's UUIDv7", ErrInvalid, s.ParentID)
+		return invalidf("parent_id %q is not another agent's UUIDv7", s.ParentID)
 	}
 	if s.Provider == "" {
-		return fmt.Errorf("%w: provider is empty", ErrInvalid)
+		return invalidf("provider is empty")
 	}
 	if !s.AgentState.valid() {
-		return fmt.Errorf("%w: agent_state %q is not one of IDLE, BUSY, WAITING, TERMINATED", ErrInvalid, s.AgentState)
+		return invalidf("agent_state %q is not one of IDLE, BUSY, WAITING, TERMINATED", s.AgentState)
 	}
 	if !s.SessionState.valid() {
-		return fmt.Errorf("%w: session_state %q is not one of CREATED, ACTIVE, SUSPENDED, TERMINATED", ErrInvalid, s.SessionState)
+		return invalidf("session_state %q is not one of CREATED, ACTIVE, SUSPENDED, TERMINATED", s.SessionState)
 	}
 	if s.Permits < 0 {
-		return fmt.Errorf("%w: negative permits", ErrInvalid)
+		return invalidf("negative permits")
 	}
 	if s.WorkDir != "" && (!filepath.IsAbs(s.WorkDir) || filepath.Clean(s.WorkDir) != s.WorkDir || strings.ContainsRune(s.WorkDir, 0)) {
-		return fmt.Errorf("%w: work_dir %q is not an absolute, clean path", ErrInvalid, s.WorkDir)
+		return invalidf("work_dir %q is not an absolute, clean path", s.WorkDir)
 	}
 	if s.Permissions != nil {
 		if err := s.Permissions.Validate(); err != nil {
@@ -407,7 +407,7 @@ func (s *Session) Validate() error {
 	}
 	c := s.Counters
 	if c.Turns < 0 || c.InputTokens < 0 || c.OutputTokens < 0 || c.CostUSD < 0 || c.ContextTokens < 0 || c.ContextWindow < 0 {
-		return fmt.Errorf("%w: negative counter", ErrInvalid)
+		return invalidf("negative counter")
 	}
 	return nil
 }
@@ -467,10 +467,10 @@ func DecodeSession(data []byte) (*Session, error) {
 		Version *int `json:"version"`
 	}
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%w: invalid JSON: %v", ErrInvalid, err)
+		return nil, invalidf("invalid JSON: %v", err)
 	}
 	if probe.Version == nil {
-		return nil, fmt.Errorf("%w: no version field", ErrInvalid)
+		return nil, invalidf("no version field")
 	}
 	if *probe.Version != Version {
 		return nil, fmt.Errorf("%w: version %d, this substrat reads version %d", ErrUnknownVersion, *probe.Version, Version)
@@ -492,10 +492,10 @@ func decodeStrict(data []byte) (*Session, error) {
 	dec.DisallowUnknownFields()
 	var s Session
 	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, invalidf("%v", err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the JSON object", ErrInvalid)
+		return nil, invalidf("data after the JSON object")
 	}
 	return &s, nil
 }

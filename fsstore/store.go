@@ -105,7 +105,7 @@ func (s *Store) mkdirAll(dir string) error {
 func (s *Store) EnsureDir(dir string) error {
 	rel, err := filepath.Rel(s.layout.Home, dir)
 	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return wrap("mkdir", dir, fmt.Errorf("%w: not inside the home", ErrInvalid), "")
+		return wrap("mkdir", dir, invalidf("not inside the home"), "")
 	}
 	cur := s.layout.Home
 	for _, c := range strings.Split(rel, string(filepath.Separator)) {
@@ -226,7 +226,7 @@ func (s *Store) Send(m *Message) error {
 	inbox := s.layout.UserInbox()
 	if m.To != User {
 		if !IsID(m.To) {
-			return wrap("send", m.To, fmt.Errorf("%w: recipient %q", ErrInvalid, m.To), "")
+			return wrap("send", m.To, invalidf("recipient %q", m.To), "")
 		}
 		inbox = s.layout.Agent(m.To).Inbox()
 	}
@@ -307,7 +307,7 @@ func (a *Agent) Commit(p Payload) (*Session, error) {
 	defer eb.release()
 	raw, err := eb.encodeData(p)
 	if err != nil {
-		return nil, wrap("commit", a.files.Events(), fmt.Errorf("%w: %v", ErrInvalid, err), "")
+		return nil, wrap("commit", a.files.Events(), invalidf("%v", err), "")
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -379,7 +379,7 @@ func (a *Agent) DiskSession() (sess *Session, changed bool, sum [sha256.Size]byt
 	}
 	sess, err = DecodeSession(data)
 	if err == nil && sess.ID != a.id {
-		err = fmt.Errorf("%w: id %s does not match the directory name", ErrInvalid, sess.ID)
+		err = invalidf("id %s does not match the directory name", sess.ID)
 	}
 	return sess, true, sum, err
 }

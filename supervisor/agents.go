@@ -25,7 +25,7 @@ func (c *Core) CreateAgent(p api.CreateParams) (api.AgentInfo, error) {
 // of parent already made with that key is returned (existed = true).
 func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed bool, err error) {
 	if err := fsstore.CheckNewName(p.Name); err != nil {
-		return nil, false, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return nil, false, api.Errorf(api.CodeInvalidParams, "%s", fsstore.Reason(err))
 	}
 	if set := c.settings(); p.Provider == "" {
 		p.Provider = set.DefaultProvider
@@ -228,17 +228,10 @@ func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 // hasMessage reports whether message id is in the inbox of to (nil:
 // USER), waiting or delivered.
 func (c *Core) hasMessage(to *node, id string) bool {
-	inbox := c.store.Layout().UserInbox()
-	if to != nil {
-		inbox = to.agent.Files().Inbox()
+	if to == nil {
+		return c.store.HasMessage(fsstore.User, id)
 	}
-	fsys := c.store.FS()
-	for _, sub := range []string{fsstore.InboxNew, fsstore.InboxCur} {
-		if _, err := fsys.Stat(inbox.Path(sub, id)); err == nil {
-			return true
-		}
-	}
-	return false
+	return c.store.HasMessage(to.id(), id)
 }
 
 // sendUser publishes m in the USER inbox.

@@ -162,16 +162,10 @@ func answered(ans fsstore.ApprovalAnswer) (bool, string, error) {
 // request and its message. The message's id is the request's.
 func (c *Core) tellApproverAgain(n *node, req fsstore.Approval) {
 	c.mu.Lock()
-	box := c.store.Layout().UserInbox()
-	if to := c.nodes[req.Approver]; to != nil {
-		box = to.agent.Files().Inbox()
-	}
+	to := c.nodes[req.Approver]
 	c.mu.Unlock()
-	fsys := c.store.FS()
-	for _, sub := range []string{fsstore.InboxNew, fsstore.InboxCur} {
-		if _, err := fsys.Stat(box.Path(sub, req.ID)); err == nil {
-			return
-		}
+	if c.hasMessage(to, req.ID) {
+		return
 	}
 	if err := c.askApprover(n, req); err != nil {
 		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)

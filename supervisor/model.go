@@ -153,7 +153,7 @@ func (c *Core) resolveLocked(ref string) (*node, error) {
 		return cur, nil
 	}
 	if err := fsstore.ValidateName(ref); err != nil {
-		return nil, api.Errorf(api.CodeInvalidParams, "bad agent ref %q: %v", ref, strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return nil, api.Errorf(api.CodeInvalidParams, "bad agent ref %q: %v", ref, fsstore.Reason(err))
 	}
 	var matches []*node
 	for _, n := range c.nodes {

@@ -288,7 +288,7 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 	var changed []string
 	if disk.Name != cur.Name {
 		if err := fsstore.CheckNewName(disk.Name); err != nil {
-			return fmt.Errorf("name: %s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+			return fmt.Errorf("name: %s", fsstore.Reason(err))
 		}
 		c.mu.Lock()
 		var sibs []*node

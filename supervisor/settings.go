@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -102,7 +101,7 @@ func (s Settings) Check() error {
 		return fmt.Errorf("notify_concurrency must be at least 1")
 	}
 	if err := s.Limits.Validate(); err != nil {
-		return fmt.Errorf("limits: %s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return fmt.Errorf("limits: %s", fsstore.Reason(err))
 	}
 	for name, n := range s.Pools {
 		if n <= 0 {

@@ -323,14 +323,7 @@ func (c *Core) spawnedBy(n *node, key string) string {
 	keys := n.spawnKeys
 	c.mu.Unlock()
 	if keys == nil {
-		keys = map[string]string{}
-		fsstore.ReadEventsOfType(c.store.FS(), n.agent.Files().Events(), fsstore.EvSpawned, func(e fsstore.Event) error {
-			var s fsstore.Spawned
-			if e.Decode(&s) == nil && s.SpawnKey != "" {
-				keys[s.SpawnKey] = s.ChildID
-			}
-			return nil
-		})
+		keys, _ = n.agent.SpawnKeys() // an unreadable log: what was read
 		c.mu.Lock()
 		if n.spawnKeys == nil {
 			n.spawnKeys = keys

@@ -289,7 +289,7 @@ func (c *Core) deliverTurn(n *node, msgs []*fsstore.Message, tools *turnTools) (
 	c.mu.Lock()
 	n.pending = max(0, n.pending-len(ids))
 	c.mu.Unlock()
-	if _, err := fsstore.SweepDelivered(c.store.FS(), n.agent.Files().Inbox(), c.clock.Now()); err != nil {
+	if _, err := n.agent.SweepDelivered(c.clock.Now()); err != nil {
 		c.log.Warn("delivered messages not swept from inbox/new", "agent", n.id(), "err", err)
 	}
 	return ids, nil
@@ -411,21 +411,7 @@ func (c *Core) transcript(n *node, prompt, out string, compactions []provider.Co
 	}
 	fmt.Fprintf(&b, "=== %s turn %d\n%s--- %s\n%s\n\n", c.clock.Now().UTC().Format("2006-01-02T15:04:05Z"),
 		n.s().Counters.Turns, prompt, n.s().Name, strings.TrimRight(out, "\n"))
-	path := n.agent.Files().Transcript()
-	fsys := c.store.FS()
-	f, err := fsys.OpenAppend(path)
-	if errors.Is(err, fsstore.ErrNotFound) || err != nil {
-		f, err = fsys.Create(path, 0o600)
-		if err != nil {
-			f, err = fsys.OpenAppend(path)
-		}
-	}
-	if err != nil {
-		c.log.Warn("transcript not written", "agent", n.id(), "err", err)
-		return
-	}
-	defer f.Close()
-	if _, err := f.Write([]byte(b.String())); err != nil {
+	if err := n.agent.AppendTranscript(b.String()); err != nil {
 		c.log.Warn("transcript not written", "agent", n.id(), "err", err)
 	}
 }

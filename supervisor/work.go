@@ -88,7 +88,7 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 	switch {
 	case p.Limits != nil:
 		if err := p.Limits.Validate(); err != nil {
-			return api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+			return api.Errorf(api.CodeInvalidParams, "%s", fsstore.Reason(err))
 		}
 		if p.Limits.IsZero() {
 			p.Limits = nil
@@ -104,7 +104,7 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 			perm.Mode = c.newPermissions(p.Workspace).Mode
 		}
 		if err := perm.Validate(); err != nil {
-			return api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+			return api.Errorf(api.CodeInvalidParams, "%s", fsstore.Reason(err))
 		}
 		if err := checkRules(perm); err != nil {
 			return err
@@ -206,7 +206,7 @@ func (c *Core) SetPermissions(ctx context.Context, p api.PermissionsParams) (api
 		perm.DisallowedTools = nil
 	}
 	if err := perm.Validate(); err != nil {
-		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", fsstore.Reason(err))
 	}
 	if err := checkRules(perm); err != nil {
 		return api.AgentInfo{}, err
@@ -325,7 +325,7 @@ func (c *Core) SetLimits(ctx context.Context, p api.LimitsParams) (api.AgentInfo
 		}
 	}
 	if err := l.Validate(); err != nil {
-		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return api.AgentInfo{}, api.Errorf(api.CodeInvalidParams, "%s", fsstore.Reason(err))
 	}
 	if l == old {
 		return c.infoOf(n), nil

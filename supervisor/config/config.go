@@ -114,7 +114,7 @@ func (l *Limits) limits() (fsstore.Limits, error) {
 	}
 	out.Pids, out.CPUWeight = l.Pids, l.CPUWeight
 	if err := out.Validate(); err != nil {
-		return out, errors.New(strings.TrimPrefix(err.Error(), "fsstore: invalid: "))
+		return out, errors.New(fsstore.Reason(err))
 	}
 	return out, nil
 }

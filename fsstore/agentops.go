@@ -1,0 +1,68 @@
+package fsstore
+
+import "time"
+
+// The operations on an agent's files other than its log and snapshot:
+// the daemon asks the store for them instead of building paths itself.
+
+// HasMessage reports whether message id is in the inbox of to (an agent
+// id, or User), waiting or delivered.
+func (s *Store) HasMessage(to, id string) bool {
+	box := s.layout.UserInbox()
+	if to != User {
+		if !IsID(to) {
+			return false
+		}
+		box = s.layout.Agent(to).Inbox()
+	}
+	for _, sub := range []string{InboxNew, InboxCur} {
+		if _, err := s.fs.Stat(box.Path(sub, id)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// SweepDelivered removes from the agent's inbox/new the messages already
+// delivered (see the package function), and returns how many.
+func (a *Agent) SweepDelivered(now time.Time) (int, error) {
+	return SweepDelivered(a.store.fs, a.files.Inbox(), now)
+}
+
+// AppendTranscript adds text to the agent's transcript.txt, the readable
+// record of its turns, creating it if need be. The transcript is for
+// people: it is not fsynced, and the log stays the record.
+func (a *Agent) AppendTranscript(text string) error {
+	path := a.files.Transcript()
+	f, err := a.store.fs.OpenAppend(path)
+	if err != nil {
+		// Not there yet, or made between the two calls by another writer.
+		f, err = a.store.fs.Create(path, filePerm)
+		if err != nil {
+			f, err = a.store.fs.OpenAppend(path)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte(text))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// SpawnKeys returns the spawn keys of the agent's spawned events (the
+// tool-use ids of its spawn calls) and the children they made. It reads
+// the log, decoding the spawned lines only.
+func (a *Agent) SpawnKeys() (map[string]string, error) {
+	keys := map[string]string{}
+	err := ReadEventsOfType(a.store.fs, a.files.Events(), EvSpawned, func(e Event) error {
+		var s Spawned
+		if e.Decode(&s) == nil && s.SpawnKey != "" {
+			keys[s.SpawnKey] = s.ChildID
+		}
+		return nil
+	})
+	return keys, err
+}
