@@ -79,6 +79,18 @@
 // (or make sim SEED=N SEEDS=1 STEPS=S CRASH=K). make sim SEEDS=100000 runs
 // long; go test runs a few seeds.
 //
+// # Scenarios
+//
+// A failure also prints its run's actions as a scenario, one readable line
+// an action (see ParseScenario). Kept in testdata/scenarios with a "run"
+// directive, in the style of etcd's raft datadriven tests, it becomes a
+// regression test: TestScenarios crashes it at every persist point as it
+// does a seed, and compares each action's outcome, a summary of the home
+// at the end, and the verdict with the file (-rewrite updates them after a
+// deliberate change). Hand-written scenarios there pin down the cases worth
+// reading: a hierarchy, a hand edit, an id collision, reminders across a
+// suspension, and a planted bug the checks catch.
+//
 // # Beyond the simulation
 //
 // TestChaos builds the real binary, starts the daemon with 'substrat

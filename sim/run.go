@@ -16,6 +16,9 @@ import (
 type Options struct {
 	Seed  uint64
 	Steps int // actions in the run
+	// Actions, if not nil, are the run's actions (a scenario) instead of
+	// those the generator draws from the seed; Steps is their number.
+	Actions []Action
 	// Crash is the one persist point to crash at; negative: every one.
 	Crash int64
 	// ContinueEvery runs the rest of the actions after recovery (the
@@ -52,6 +55,7 @@ type Result struct {
 	Continued int   // crash points run to the end after recovery
 	Failure   *Failure
 	Stats     Stats
+	End       *Facts // the home at the end of the run without a crash
 }
 
 // Stats count what the runs of a seed did, to show that the checks were
@@ -95,6 +99,7 @@ type Failure struct {
 	Problems []string
 	Tears    []string
 	Bug      fsstore.Bug
+	Actions  []Action // the run's actions: a scenario to keep as a test
 }
 
 // Replay is the command that runs the failing case again.
@@ -168,7 +173,12 @@ func runReference(o Options) (*reference, *Failure) {
 	ctx := context.Background()
 	g := NewGen(o.Seed)
 	for i := 0; i < o.Steps; i++ {
-		a := g.Next(i, w.tree())
+		var a Action
+		if o.Actions != nil {
+			a = o.Actions[i]
+		} else {
+			a = g.Next(i, w.tree())
+		}
 		ref.actions = append(ref.actions, a)
 		clock.Set(clock.Now().Add(a.Advance))
 		err := w.do(ctx, a) // refusals are part of the game: agents that do not exist...
@@ -207,6 +217,9 @@ type crashJob struct {
 // and compared with the reference. It returns the first failure, by
 // persist point.
 func Run(o Options) Result {
+	if o.Actions != nil {
+		o.Steps = len(o.Actions)
+	}
 	res := Result{Seed: o.Seed}
 	ref, f := runReference(o)
 	if f != nil {
@@ -214,6 +227,12 @@ func Run(o Options) Result {
 		return res
 	}
 	actions := ref.actions
+	res.End = ref.facts
+	defer func() {
+		if res.Failure != nil {
+			res.Failure.Actions = actions
+		}
+	}()
 	res.Stats.Add(ref.stats)
 	res.Ops = int64(len(ref.trace))
 

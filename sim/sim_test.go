@@ -74,9 +74,9 @@ func TestSim(t *testing.T) {
 		points += res.Points
 		conts += res.Continued
 		stats.Add(res.Stats)
-		if res.Failure != nil {
+		if f := res.Failure; f != nil {
 			failures++
-			t.Error(res.Failure)
+			t.Errorf("%v\nkept as a regression test, it is a scenario (see testdata/scenarios):\n%s", f, f.Scenario())
 		}
 	}
 	d := time.Since(start)
