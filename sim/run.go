@@ -226,61 +226,92 @@ func Run(o Options) Result {
 		res.Failure = f
 		return res
 	}
-	actions := ref.actions
 	res.End = ref.facts
-	defer func() {
-		if res.Failure != nil {
-			res.Failure.Actions = actions
-		}
-	}()
 	res.Stats.Add(ref.stats)
 	res.Ops = int64(len(ref.trace))
 
+	p := startChecks(o, ref)
+	early := crashingRun(o, ref, p)
+	p.wait()
+	res.Stats.Add(p.stats)
+	res.Points, res.Continued = p.points, p.continued
+	res.Failure = p.first
+	if early != nil && (p.first == nil || early.Crash <= p.first.Crash) {
+		res.Failure = early
+	}
+	if res.Failure == nil && o.Crash >= 0 && res.Points == 0 {
+		res.Failure = &Failure{Seed: o.Seed, Steps: o.Steps, Crash: o.Crash, Action: len(ref.actions), What: "replay", Bug: o.Bug,
+			Problems: []string{fmt.Sprintf("the seed has persist points 0 to %d only", res.Ops)}}
+	}
+	if res.Failure != nil {
+		res.Failure.Actions = ref.actions
+	}
+	return res
+}
+
+// checks crashes the images of the crashing run in parallel workers and
+// keeps the tally: the first failure by persist point, and the stats.
+type checks struct {
+	jobs chan crashJob
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex
+	first     *Failure
+	stats     Stats
+	points    int
+	continued int
+}
+
+func startChecks(o Options, ref *reference) *checks {
 	workers := o.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	jobs := make(chan crashJob, workers)
-	var (
-		mu    sync.Mutex
-		first *Failure
-		wg    sync.WaitGroup
-	)
-	report := func(f *Failure) {
-		mu.Lock()
-		if first == nil || f.Crash < first.Crash {
-			first = f
-		}
-		mu.Unlock()
-	}
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return first != nil
-	}
+	p := &checks{jobs: make(chan crashJob, workers)}
 	for range workers {
-		wg.Add(1)
+		p.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for j := range jobs {
+			defer p.wg.Done()
+			for j := range p.jobs {
 				cont := o.Crash >= 0 || (o.ContinueEvery > 0 && j.k%int64(o.ContinueEvery) == 0)
-				st, f := crashAt(o, actions, j, cont, ref.facts)
-				if f != nil {
-					report(f)
+				st, f := crashAt(o, ref.actions, j, cont, ref.facts)
+				p.mu.Lock()
+				if f != nil && (p.first == nil || f.Crash < p.first.Crash) {
+					p.first = f
 				}
-				mu.Lock()
-				res.Stats.Add(st)
-				res.Points++
+				p.stats.Add(st)
+				p.points++
 				if cont {
-					res.Continued++
+					p.continued++
 				}
-				mu.Unlock()
+				p.mu.Unlock()
 			}
 		}()
 	}
+	return p
+}
 
-	// The crashing run: the same actions again, with a hook before each
-	// persist point.
+// failed reports whether a check has failed: no more jobs are worth
+// queueing after it.
+func (p *checks) failed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first != nil
+}
+
+// wait ends the checks once the queued jobs are done.
+func (p *checks) wait() {
+	close(p.jobs)
+	p.wg.Wait()
+}
+
+// crashingRun runs the reference's actions again, with a hook before each
+// persist point that queues the file system's image there (with what was
+// acknowledged before it) for p to crash. It returns a failure the run
+// itself shows: nondeterminism, or an acknowledgement that rewrote an
+// earlier one.
+func crashingRun(o Options, ref *reference, p *checks) *Failure {
+	actions := ref.actions
 	times := Times(actions)
 	clock := NewClock(Epoch)
 	fsys := NewFS(clock.Now)
@@ -301,20 +332,20 @@ func Run(o Options) Result {
 			early = &Failure{Seed: o.Seed, Steps: o.Steps, Crash: done, Action: current, What: "nondeterminism", Bug: o.Bug,
 				Problems: []string{fmt.Sprintf("persist point %d is %q in one run of the seed and %q in another", done+1, was, op)}}
 		}
-		if want(done) && early == nil && !failed() {
-			jobs <- crashJob{k: done, img: fsys.Clone(), acked: acked, action: current, ids: ids.Count()}
+		if want(done) && early == nil && !p.failed() {
+			p.jobs <- crashJob{k: done, img: fsys.Clone(), acked: acked, action: current, ids: ids.Count()}
 		}
 	})
 	onAck := func() {
 		f, err := ReadFacts(fsys, Home)
-		var p problems
+		var pr problems
 		if err != nil {
-			p.add("reading the home: %v", err)
+			pr.add("reading the home: %v", err)
 		} else {
-			acked, p = book.add(f)
+			acked, pr = book.add(f)
 		}
-		if len(p) > 0 && early == nil {
-			early = &Failure{Seed: o.Seed, Steps: o.Steps, Crash: -1, Action: current, What: "an acknowledgement", Bug: o.Bug, Problems: p}
+		if len(pr) > 0 && early == nil {
+			early = &Failure{Seed: o.Seed, Steps: o.Steps, Crash: -1, Action: current, What: "an acknowledgement", Bug: o.Bug, Problems: pr}
 			if current >= 0 && current < len(actions) {
 				early.What = actions[current].String()
 			}
@@ -322,10 +353,7 @@ func Run(o Options) Result {
 	}
 	w, err := start(fsys, clock, ids, false, onAck)
 	if err != nil {
-		close(jobs)
-		wg.Wait()
-		res.Failure = &Failure{Seed: o.Seed, Steps: o.Steps, Crash: -1, What: "start", Problems: []string{err.Error()}, Bug: o.Bug}
-		return res
+		return &Failure{Seed: o.Seed, Steps: o.Steps, Crash: -1, What: "start", Problems: []string{err.Error()}, Bug: o.Bug}
 	}
 	ctx := context.Background()
 	for i, a := range actions {
@@ -337,20 +365,10 @@ func Run(o Options) Result {
 	}
 	current = len(actions)
 	fsys.SetHook(nil)
-	if k := fsys.Ops(); want(k) && early == nil && !failed() {
-		jobs <- crashJob{k: k, img: fsys.Clone(), acked: acked, action: current, ids: ids.Count()}
+	if k := fsys.Ops(); want(k) && early == nil && !p.failed() {
+		p.jobs <- crashJob{k: k, img: fsys.Clone(), acked: acked, action: current, ids: ids.Count()}
 	}
-	close(jobs)
-	wg.Wait()
-	res.Failure = first
-	if early != nil && (first == nil || early.Crash <= first.Crash) {
-		res.Failure = early
-	}
-	if res.Failure == nil && o.Crash >= 0 && res.Points == 0 {
-		res.Failure = &Failure{Seed: o.Seed, Steps: o.Steps, Crash: o.Crash, Action: len(actions), What: "replay", Bug: o.Bug,
-			Problems: []string{fmt.Sprintf("the seed has persist points 0 to %d only", res.Ops)}}
-	}
-	return res
+	return early
 }
 
 // crashAt crashes the image of job j, recovers it, checks it, and with
