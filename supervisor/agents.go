@@ -36,68 +36,19 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	if _, err := c.providers.Get(p.Provider); err != nil {
 		return nil, false, api.Errorf(api.CodeInvalidParams, "%v", err)
 	}
-	c.mu.Lock()
-	if c.down {
-		c.mu.Unlock()
-		return nil, false, api.Errorf(api.CodeUnavailable, "the daemon is shutting down")
+	holder, twin, err := c.reserveName(&p, &parent)
+	if err != nil || twin != nil {
+		return twin, twin != nil, err
 	}
-	if parent == nil && p.Parent != "" {
-		parent, err = c.resolveLocked(p.Parent)
-		if err != nil {
-			c.mu.Unlock()
-			return nil, false, err
-		}
-	}
-	var siblings []*node
-	parentID := ""
-	if parent != nil {
-		parentID = parent.id()
-		if parent.terminated() {
-			c.mu.Unlock()
-			return nil, false, api.Errorf(api.CodeConflict, "parent %s has terminated", parent.s().Name)
-		}
-		if parent.frozen > 0 {
-			c.mu.Unlock()
-			return nil, false, api.Errorf(api.CodeConflict, "parent %s is being terminated or archived", parent.s().Name)
-		}
-		for _, id := range parent.children {
-			if ch := c.nodes[id]; ch != nil {
-				siblings = append(siblings, ch)
-			}
-		}
-	} else {
-		siblings = c.rootsLocked()
-	}
-	for _, s := range siblings {
-		if p.SpawnKey != "" && s.s().SpawnKey == p.SpawnKey {
-			c.mu.Unlock()
-			return s, true, nil
-		}
-	}
-	for _, s := range siblings {
-		if s.s().Name == p.Name {
-			c.mu.Unlock()
-			return nil, false, api.Errorf(api.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
-		}
-	}
-	holder := parent
-	if holder == nil {
-		holder = c.roots // roots reserve their names here
-	}
-	if holder.reserved[p.Name] {
-		c.mu.Unlock()
-		return nil, false, api.Errorf(api.CodeConflict, "an agent named %q is being created there", p.Name)
-	}
-	if holder.reserved == nil {
-		holder.reserved = map[string]bool{}
-	}
-	holder.reserved[p.Name] = true
-	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		delete(holder.reserved, p.Name)
 		c.mu.Unlock()
 	}()
+	parentID := ""
+	if parent != nil {
+		parentID = parent.id()
+	}
 
 	if p.Workspace != "" && parent == nil {
 		// A user's choice: any existing workspace.
@@ -137,6 +88,59 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	c.mu.Unlock()
 	c.log.Info("agent created", "agent", n.id(), "name", p.Name, "parent", parentID)
 	return n, false, nil
+}
+
+// reserveName finds where a new agent of p goes (*parent, resolved from
+// p.Parent if nil) and reserves p.Name among its siblings, in the node
+// holding the reservations (the parent, or c.roots for a root), which it
+// returns: the caller deletes the reservation when done. If a sibling
+// already has p's spawn key, it returns that sibling instead (a spawn run
+// again) and reserves nothing.
+func (c *Core) reserveName(p *api.CreateParams, parent **node) (holder, twin *node, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down {
+		return nil, nil, api.Errorf(api.CodeUnavailable, "the daemon is shutting down")
+	}
+	if *parent == nil && p.Parent != "" {
+		if *parent, err = c.resolveLocked(p.Parent); err != nil {
+			return nil, nil, err
+		}
+	}
+	siblings := c.rootsLocked()
+	holder = c.roots // roots reserve their names here
+	if pa := *parent; pa != nil {
+		switch {
+		case pa.terminated():
+			return nil, nil, api.Errorf(api.CodeConflict, "parent %s has terminated", pa.s().Name)
+		case pa.frozen > 0:
+			return nil, nil, api.Errorf(api.CodeConflict, "parent %s is being terminated or archived", pa.s().Name)
+		}
+		siblings, holder = nil, pa
+		for _, id := range pa.children {
+			if ch := c.nodes[id]; ch != nil {
+				siblings = append(siblings, ch)
+			}
+		}
+	}
+	for _, s := range siblings {
+		if p.SpawnKey != "" && s.s().SpawnKey == p.SpawnKey {
+			return nil, s, nil
+		}
+	}
+	for _, s := range siblings {
+		if s.s().Name == p.Name {
+			return nil, nil, api.Errorf(api.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
+		}
+	}
+	if holder.reserved[p.Name] {
+		return nil, nil, api.Errorf(api.CodeConflict, "an agent named %q is being created there", p.Name)
+	}
+	if holder.reserved == nil {
+		holder.reserved = map[string]bool{}
+	}
+	holder.reserved[p.Name] = true
+	return holder, nil, nil
 }
 
 // List returns every agent, parents before children, siblings in creation
