@@ -13,13 +13,15 @@ fi
 
 # System packages the tests run for real: bubblewrap (the sandbox tests),
 # rsync (the backup-while-busy test), tmux (substrat top in a real
-# terminal) and git (worktree workspaces). One apt-get for whatever is
+# terminal), git (worktree workspaces) and openssh-server (a real sshd on
+# loopback, for the SSH executor's tests). One apt-get for whatever is
 # missing.
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v git >/dev/null 2>&1 || missing+=(git)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get"
   SUDO=
