@@ -52,6 +52,7 @@ type CLI struct {
 	Deny       DenyCmd       `cmd:"" help:"Deny an approval request, with --reason the agent sees."`
 	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`
 	Config     ConfigCmd     `cmd:"" help:"Show the settings in force: HOME/config.json, the environment, the flags."`
+	Doctor     DoctorCmd     `cmd:"" help:"Check what the daemon needs before the first turn fails: provider CLIs and keys on its PATH and in its environment, bwrap, git, resource limits, the home, the systemd unit."`
 	Fsck       FsckCmd       `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
 	Backup     BackupCmd     `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`
 	Demo       DemoCmd       `cmd:"" help:"Run the main job end to end in a fresh temporary home: a scripted team, a kill -9, recovery."`
