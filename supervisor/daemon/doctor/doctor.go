@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/supervisor/api"
@@ -236,14 +235,11 @@ func checkGit(ctx context.Context) api.DoctorCheck {
 	return c
 }
 
-// cut shortens s to n bytes at most, at a rune boundary, marking the cut.
+// cut shortens s to n bytes at most, dropping a rune cut in two, and
+// marks the cut.
 func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
