@@ -330,6 +330,8 @@ func checkRecovered(p *problems, written, rec *Facts, w *world, acked *Facts) {
 			m, err := fsstore.DecodeMessage(data)
 			if err != nil || m.From != fsstore.System || m.Text != supervisor.RecoveryPrompt {
 				p.add("after recovery, message %s to %s was never written: %.200q", mid, r.Name, data)
+			} else if s := beforeRecovery(r.Log); s == nil || !supervisor.CutShort(s) || s.ParentID != "" {
+				p.add("after recovery, %s got the recovery prompt %s, though it is not a root whose turn was cut short", r.Name, mid)
 			}
 		}
 	}
@@ -346,6 +348,29 @@ func checkRecovered(p *problems, written, rec *Facts, w *world, acked *Facts) {
 		}
 	}
 	checkHealthy(p, "after recovery", w, true, acked)
+}
+
+// beforeRecovery replays log up to the first event a recovery committed
+// (a state event with supervisor.RecoveredReason): the session as the
+// stop left it. It returns nil if the log cannot be replayed.
+func beforeRecovery(log []byte) *fsstore.Session {
+	var s *fsstore.Session
+	for line := range bytes.Lines(log) {
+		e, err := fsstore.DecodeEvent(line)
+		if err != nil {
+			return nil
+		}
+		if e.Type == fsstore.EvState {
+			var d fsstore.StateChange
+			if e.Decode(&d) == nil && strings.HasPrefix(d.Reason, supervisor.RecoveredReason) {
+				break
+			}
+		}
+		if s, err = fsstore.Apply(s, e); err != nil {
+			return nil
+		}
+	}
+	return s
 }
 
 // checkHealthy scans the home deeply (without repairing) and checks the

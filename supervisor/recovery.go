@@ -16,6 +16,10 @@ const RecoveryPrompt = "The Substrat daemon restarted after an unclean stop (cra
 	"Nothing acknowledged was lost, but a turn in progress may have been cut short. " +
 	"Check on your team (list_children, inspect_agent) and carry on."
 
+// RecoveredReason starts the reason of each state event recovery commits
+// (an ACTIVE session suspended, a cut-short turn's BUSY undone).
+const RecoveredReason = "recovered: "
+
 // Recover loads the store into the core and runs the recovery procedure
 // (SPEC "Recovery", steps 2 to 8; the daemon has taken the lock, step 1).
 // unclean says whether the previous daemon died without a clean stop.
@@ -64,18 +68,22 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	c.mu.Unlock()
 	rep.Agents = len(nodes)
 
+	var cut []*node // agents whose turn the stop cut short, in id order
 	for _, n := range sortedNodes(nodes) {
+		if CutShort(n.s()) {
+			cut = append(cut, n)
+		}
 		// Step 5: no provider process survived, so ACTIVE is stale.
 		if n.s().SessionState == fsstore.SessionActive {
 			if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
-				Reason: "recovered: the daemon stopped while the session was active"}); err != nil {
+				Reason: RecoveredReason + "the daemon stopped while the session was active"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}
 			rep.Suspended = append(rep.Suspended, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
 		}
 		if n.s().AgentState == fsstore.AgentBusy {
 			if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle,
-				Reason: "recovered: a turn was cut short; its messages are delivered again"}); err != nil {
+				Reason: RecoveredReason + "a turn was cut short; its messages are delivered again"}); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
 			}
 		}
@@ -101,12 +109,12 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 		}
 	}
 
-	// Step 7: roots resume with a recovery prompt; children on demand.
+	// Step 7: a root whose turn the stop cut short is told so, with the
+	// messages of that turn, which it reads again; children resume on
+	// demand. A root that never took a turn, or that ended its last one,
+	// has nothing to resume and is not sent a (paid) prompt.
 	if unclean {
-		c.mu.Lock()
-		roots := c.rootsLocked()
-		c.mu.Unlock()
-		for _, r := range roots {
+		for _, r := range cut {
 			if r.terminated() || r.s().ParentID != "" {
 				continue
 			}
@@ -130,6 +138,28 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	}
 	c.signal()
 	return rep, nil
+}
+
+// CutShort reports whether s, as its events leave it after a stop, was in
+// the middle of a turn: a turn begins with a state event to BUSY and ends
+// with one to IDLE, WAITING or TERMINATED (endTurn, turnFailed), so BUSY
+// means a turn began and never ended. A turn that waits for an approval
+// is WAITING with that request pending in its own session (a WAITING left
+// by a finished turn waits for replies and has no pending request). The
+// messages of such a turn were not yet recorded as delivered: delivery is
+// recorded at the turn's end, and they are still in inbox/new.
+func CutShort(s *fsstore.Session) bool {
+	switch s.AgentState {
+	case fsstore.AgentBusy:
+		return true
+	case fsstore.AgentWaiting:
+		for _, a := range s.Approvals {
+			if a.Pending() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *Core) pathOf(n *node) string {

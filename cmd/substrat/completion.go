@@ -125,16 +125,10 @@ func globalFlags(line string) (home, rest string) {
 	return home, rest
 }
 
-// completionHome is the --home of the line being completed (anywhere on
-// it), else $SUBSTRAT_HOME, else the default.
+// completionHome is the home of the line being completed: its --home
+// (anywhere on it), by the rule every command follows (resolveHome).
 func completionHome(complete.Args) string {
-	if lineHome != "" {
-		return expandHome(lineHome)
-	}
-	if h := os.Getenv("SUBSTRAT_HOME"); h != "" {
-		return expandHome(h)
-	}
-	return expandHome("~/.substrat")
+	return resolveHome(lineHome)
 }
 
 // unquote strips the quotes of a word quoted whole, as the shell would.
@@ -143,15 +137,6 @@ func unquote(w string) string {
 		return w[1 : len(w)-1]
 	}
 	return w
-}
-
-func expandHome(p string) string {
-	if rest, ok := strings.CutPrefix(p, "~/"); ok {
-		if h, err := os.UserHomeDir(); err == nil {
-			return filepath.Join(h, rest)
-		}
-	}
-	return p
 }
 
 // completionBudget bounds how long a completion may ask the daemon; the

@@ -84,7 +84,7 @@ func (c *DaemonRunCmd) Run(g *Globals) error {
 	}
 	if errors.As(err, &running) {
 		return &exitError{code: 1, msg: fmt.Sprintf("already running (pid %d) on %s", running.Pid, g.Home),
-			hint: "stop it with 'substrat daemon stop" + homeFlag(g.Home) + "'"}
+			hint: "stop it with 'substrat daemon stop" + g.homeFlag() + "'"}
 	}
 	return err
 }

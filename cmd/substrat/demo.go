@@ -52,14 +52,16 @@ func demoScript() string {
 
 // Run runs the demo.
 func (c *DemoCmd) Run(g *Globals) error {
-	d := &demo{start: time.Now(), home: g.Home}
-	if def, _ := os.UserHomeDir(); d.home == def+"/.substrat" || d.home == "" {
-		dir, err := os.MkdirTemp("", "substrat-demo-")
-		if err != nil {
-			return err
-		}
-		d.home = dir
+	// Always a fresh temporary home: never the user's, whatever --home,
+	// $SUBSTRAT_HOME or $HOME say.
+	if g.homeTyped {
+		fmt.Fprintln(os.Stderr, "note: --home is ignored; the demo always runs in a fresh temporary home")
 	}
+	dir, err := os.MkdirTemp("", "substrat-demo-")
+	if err != nil {
+		return err
+	}
+	d := &demo{start: time.Now(), home: dir}
 	d.g, d.layout, d.deadline = &Globals{Home: d.home}, fsstore.Layout{Home: d.home}, time.Now().Add(c.Timeout)
 	for _, phase := range []func() error{d.startTeam, d.waitWork, d.killAndRestart, d.waitDone, d.show} {
 		if err := phase(); err != nil {

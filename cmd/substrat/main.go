@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/substrat/substrat/supervisor/daemon"
@@ -30,10 +29,12 @@ var version = "0.1.0-dev"
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Home        string           `help:"Substrat home directory (default ~/.substrat)." env:"SUBSTRAT_HOME" default:"~/.substrat" type:"path" placeholder:"DIR"`
+	Home        string           `help:"${home_help}" placeholder:"DIR"`
 	JSON        bool             `help:"Print JSON instead of text; errors too, as {\"error\":{\"code\",\"message\",\"hint\",\"exit\"}} on stderr." name:"json"`
 	ShowVersion kong.VersionFlag `name:"version" help:"Print the version and exit."`
 	JQ          string           `help:"Filter the JSON output with a jq expression (implies --json): strings print as they are, other values as compact JSON." name:"jq" placeholder:"EXPR"`
+
+	homeTyped bool // --home was given (resolveHome set Home either way)
 }
 
 // CLI is the command tree.
@@ -51,9 +52,10 @@ type CLI struct {
 	Deny       DenyCmd       `cmd:"" help:"Deny an approval request, with --reason the agent sees."`
 	Recover    RecoverCmd    `cmd:"" help:"Print the report of the last start-up recovery."`
 	Config     ConfigCmd     `cmd:"" help:"Show the settings in force: HOME/config.json, the environment, the flags."`
+	Doctor     DoctorCmd     `cmd:"" help:"Check what the daemon needs before the first turn fails: provider CLIs and keys on its PATH and in its environment, bwrap, git, resource limits, the home, the systemd unit."`
 	Fsck       FsckCmd       `cmd:"" help:"Verify the store (works without the daemon); --repair fixes what is safe to fix."`
 	Backup     BackupCmd     `cmd:"" help:"Copy the home with rsync while the daemon runs, then check the copy."`
-	Demo       DemoCmd       `cmd:"" help:"Run the main job end to end: a scripted team, a kill -9, recovery."`
+	Demo       DemoCmd       `cmd:"" help:"Run the main job end to end in a fresh temporary home: a scripted team, a kill -9, recovery."`
 	Bench      BenchCmd      `cmd:"" help:"Measure Substrat against this disk's own limits and against SQLite (make bench)."`
 	Mcp        McpCmd        `cmd:"" help:"Serve an agent's tools over MCP on stdio (started by provider CLIs)."`
 	Completion CompletionCmd `cmd:"" help:"Print shell completion code: source <(substrat completion bash)."`
@@ -83,7 +85,8 @@ func run(args []string) int {
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Exit(func(code int) { panic(exitCode(code)) }),
-		kong.Vars{"version": "substrat " + version},
+		kong.Vars{"version": "substrat " + version, "home_help": homeHelp},
+		kong.NamedMapper("path", pathMapper{}),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -107,6 +110,7 @@ func run(args []string) int {
 		if err != nil {
 			return usageError(err, wantsJSON(args))
 		}
+		cli.homeTyped, cli.Home = cli.Home != "", resolveHome(cli.Home)
 		if cli.JQ != "" {
 			if jqFilter, err = compileJQ(cli.JQ); err != nil {
 				return report(err, true)
@@ -191,17 +195,9 @@ func (g *Globals) client(ctx context.Context) (*rpc.Client, error) {
 	}
 	if err != nil {
 		return nil, &exitError{code: 3, msg: "the daemon is not running on " + g.Home,
-			hint: "start it with 'substrat daemon start" + homeFlag(g.Home) + "'"}
+			hint: "start it with 'substrat daemon start" + g.homeFlag() + "'"}
 	}
 	return c, nil
-}
-
-func homeFlag(home string) string {
-	def, _ := os.UserHomeDir()
-	if home == filepath.Join(def, ".substrat") || os.Getenv("SUBSTRAT_HOME") != "" {
-		return ""
-	}
-	return " --home " + home
 }
 
 // call makes one RPC call on a fresh connection.

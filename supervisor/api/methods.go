@@ -67,6 +67,7 @@ var Methods = []string{
 	MethodApprovalList,
 	MethodApprovalShow,
 	MethodDaemonRecovery,
+	MethodDaemonDoctor,
 	MethodDaemonStatus,
 	MethodDaemonStop,
 	MethodDaemonWatch,

@@ -6,9 +6,10 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/daemon/doctor"
 )
 
-// registerDaemon registers the methods of the daemon itself: status, stop, recovery, watch.
+// registerDaemon registers the methods of the daemon itself: status, doctor, stop, recovery, watch.
 func (d *Daemon) registerDaemon() {
 	c := d.core
 	handle(d, api.MethodDaemonStatus, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
@@ -20,6 +21,17 @@ func (d *Daemon) registerDaemon() {
 		st.Limits = &api.LimitsStatus{Mechanism: ls.Mechanism, Detail: ls.Detail, Groups: ls.Groups, Defaults: c.Settings().Limits}
 		st.KeptOut = d.keptOut()
 		return st, nil
+	})
+	handle(d, api.MethodDaemonDoctor, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+		ls := d.host.limits.Status()
+		in := doctor.Input{Home: d.store.Layout().Home, Where: "daemon",
+			Limits: &api.LimitsStatus{Mechanism: ls.Mechanism, Detail: ls.Detail, Groups: ls.Groups}}
+		for _, a := range c.List() {
+			if a.AgentState != fsstore.AgentTerminated {
+				in.Count(a.Provider, a.Workspace)
+			}
+		}
+		return api.DoctorReport{Pid: os.Getpid(), Checks: doctor.Run(ctx, in)}, nil
 	})
 	handle(d, api.MethodDaemonStop, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
 		d.requestStop()
