@@ -86,19 +86,7 @@ func raiseNoFile() int {
 // stop, then stops it gracefully. It returns a *RunningError if another
 // daemon holds the home.
 func Run(ctx context.Context, opts Options) (err error) {
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
-	}
-	if opts.MaxSlots > 0 {
-		opts.Flags = maps.Clone(opts.Flags)
-		if opts.Flags == nil {
-			opts.Flags = map[string]string{}
-		}
-		opts.Flags["max_slots"] = strconv.Itoa(opts.MaxSlots)
-	}
-	if opts.Grace == 0 {
-		opts.Grace = 10 * time.Second
-	}
+	opts = opts.withDefaults()
 	// Descriptors: the soft limit up to the hard one (systemd and most
 	// shells give 1024 soft); open logs get a quarter of it, the
 	// connections a quarter, the rest is for providers and sandboxes.
@@ -122,7 +110,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-
 	logOut := opts.LogOutput
 	if logOut == nil {
 		f, err := fsstore.OpenAppendRegular(layout.Log(), 0o600)
@@ -134,10 +121,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	log := slog.New(slog.NewJSONHandler(logOut, nil))
 
-	// A pid file left behind means the last daemon did not stop cleanly.
-	_, perr := os.Stat(layout.Pid())
-	unclean := perr == nil
-	if err := fsstore.ReplaceFile(store.FS(), layout.Pid(), []byte(fmt.Sprintf("%d\n", os.Getpid()))); err != nil {
+	unclean, err := markStarted(store)
+	if err != nil {
 		return err
 	}
 	defer func() {
@@ -147,14 +132,67 @@ func Run(ctx context.Context, opts Options) (err error) {
 			os.Remove(layout.Pid())
 		}
 	}()
-	// The socket of a dead daemon is stale; only the lock holder removes it.
-	if err := os.Remove(layout.Socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	d, err := newDaemon(opts, store, log)
+	if err != nil {
 		return err
 	}
-
-	d := &Daemon{opts: opts, store: store, log: log, started: time.Now(), stopCh: make(chan struct{})}
-	if d.settings, err = loadSettings(layout.Config(), opts.Getenv, opts.Flags); err != nil {
+	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "home_id", homeID, "unclean", unclean, "version", opts.Version)
+	// Watches first, then the scan: what changes during the scan is seen.
+	watcher, err := NewWatcher(d.core, layout.AgentsDir(), log)
+	if err != nil {
 		return err
+	}
+	if err := d.recover(ctx, unclean); err != nil {
+		return err
+	}
+	ln, err := d.listen(nofile)
+	if err != nil {
+		return err
+	}
+	d.serve(ctx, ln, watcher)
+	return nil
+}
+
+// withDefaults fills in what opts leaves out.
+func (opts Options) withDefaults() Options {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.MaxSlots > 0 {
+		opts.Flags = maps.Clone(opts.Flags)
+		if opts.Flags == nil {
+			opts.Flags = map[string]string{}
+		}
+		opts.Flags["max_slots"] = strconv.Itoa(opts.MaxSlots)
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 10 * time.Second
+	}
+	return opts
+}
+
+// markStarted writes the pid file, and reports whether one was left
+// behind: the last daemon did not stop cleanly. It removes the socket of
+// a dead daemon, which is stale (only the lock holder may).
+func markStarted(store *fsstore.Store) (unclean bool, err error) {
+	layout := store.Layout()
+	_, perr := os.Stat(layout.Pid())
+	unclean = perr == nil
+	if err := fsstore.ReplaceFile(store.FS(), layout.Pid(), []byte(fmt.Sprintf("%d\n", os.Getpid()))); err != nil {
+		return unclean, err
+	}
+	if err := os.Remove(layout.Socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return unclean, err
+	}
+	return unclean, nil
+}
+
+// newDaemon loads the settings and makes the daemon's host and core.
+func newDaemon(opts Options, store *fsstore.Store, log *slog.Logger) (*Daemon, error) {
+	d := &Daemon{opts: opts, store: store, log: log, started: time.Now(), stopCh: make(chan struct{})}
+	var err error
+	if d.settings, err = loadSettings(store.Layout().Config(), opts.Getenv, opts.Flags); err != nil {
+		return nil, err
 	}
 	eff := d.settings.effective()
 	if eff.FileError != "" {
@@ -168,77 +206,86 @@ func Run(ctx context.Context, opts Options) (err error) {
 	d.host = newHost(store, log)
 	d.core = supervisor.New(supervisor.Config{Store: store, Providers: opts.Providers, Log: log, Host: d.host, Settings: &set})
 	d.host.core = d.core
-	log.Info("daemon starting", "pid", os.Getpid(), "home", layout.Home, "home_id", homeID, "unclean", unclean, "version", opts.Version)
-	// Watches first, then the scan: what changes during the scan is seen.
-	watcher, err := NewWatcher(d.core, layout.AgentsDir(), log)
-	if err != nil {
-		return err
-	}
+	return d, nil
+}
+
+// recover runs the core's recovery and logs what it found.
+func (d *Daemon) recover(ctx context.Context, unclean bool) error {
 	rep, err := d.core.Recover(ctx, unclean)
 	if err != nil {
-		log.Error("recovery failed", "err", err)
+		d.log.Error("recovery failed", "err", err)
 		return fmt.Errorf("recovery: %w", err)
 	}
 	d.report = rep
-	for _, p := range workspace.NewStore(layout, store.FS()).GitProblems() {
-		log.Warn("git workspace: "+p, "hint", "substrat fsck lists these; delete the workspace, or put the repository back")
+	layout := d.store.Layout()
+	for _, p := range workspace.NewStore(layout, d.store.FS()).GitProblems() {
+		d.log.Warn("git workspace: "+p, "hint", "substrat fsck lists these; delete the workspace, or put the repository back")
 	}
-	log.Info("recovery done", "agents", rep.Agents, "kept_out", len(rep.KeptOut), "suspended", len(rep.Suspended),
+	d.log.Info("recovery done", "agents", rep.Agents, "kept_out", len(rep.KeptOut), "suspended", len(rep.Suspended),
 		"redelivered", len(rep.Redelivered), "ms", rep.DurationMS)
+	return nil
+}
 
+// listen opens the daemon's socket, for the owner only.
+func (d *Daemon) listen(nofile int) (net.Listener, error) {
+	layout := d.store.Layout()
 	if n := len(layout.Socket()); n > maxSocketPath {
-		return fmt.Errorf("the home %s is too long for its Unix socket (%s is %d bytes; the kernel takes at most %d): use a shorter --home",
+		return nil, fmt.Errorf("the home %s is too long for its Unix socket (%s is %d bytes; the kernel takes at most %d): use a shorter --home",
 			layout.Home, layout.Socket(), n, maxSocketPath)
 	}
 	if n := len(layout.ToolSocket(fsstore.NewID())); n > maxSocketPath {
-		log.Warn("the home is too long for the tool sockets of sandboxed agents; they will fail to start: use a shorter --home",
+		d.log.Warn("the home is too long for the tool sockets of sandboxed agents; they will fail to start: use a shorter --home",
 			"home", layout.Home, "socket_bytes", n, "max", maxSocketPath)
 	}
 	ln, err := net.Listen("unix", layout.Socket())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Chmod(layout.Socket(), 0o600); err != nil {
 		ln.Close()
-		return err
+		return nil, err
 	}
-	d.srv = rpc.NewServer(log)
+	d.srv = rpc.NewServer(d.log)
 	d.srv.MaxConns = max(64, min(nofile/4, 4096))
 	d.srv.SamePIDNamespace = true // no client from inside a sandbox
 	d.register()
+	return ln, nil
+}
+
+// serve serves ln and runs the scheduler, the ticker and the watcher
+// until ctx ends, a stop is asked for, or the socket fails; then it stops
+// gracefully: no new connections, running turns finish (or are cancelled
+// after the grace period), every live session is suspended.
+func (d *Daemon) serve(ctx context.Context, ln net.Listener, watcher *Watcher) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.srv.Serve(ln) }()
-
 	sctx, stopSched := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); d.schedule(sctx) }()
 	go func() { defer wg.Done(); d.tick(sctx) }()
 	go func() { defer wg.Done(); watcher.Run(sctx) }()
-	if opts.Ready != nil {
-		opts.Ready()
+	if d.opts.Ready != nil {
+		d.opts.Ready()
 	}
-
 	select {
 	case <-ctx.Done():
-		log.Info("stopping: signal")
+		d.log.Info("stopping: signal")
 	case <-d.stopCh:
-		log.Info("stopping: requested")
+		d.log.Info("stopping: requested")
 	case err := <-serveErr:
-		log.Error("socket failed", "err", err)
+		d.log.Error("socket failed", "err", err)
 	}
-	// Graceful stop: no new connections, let turns finish (or cancel them
-	// after the grace period), suspend every live session, then exit.
 	ln.Close()
-	d.core.Shutdown(context.Background(), opts.Grace)
+	d.core.Shutdown(context.Background(), d.opts.Grace)
 	stopSched()
 	wg.Wait()
 	d.srv.Close()
+	layout := d.store.Layout()
 	os.Remove(layout.Socket())
 	os.Remove(layout.Pid())
-	store.FS().SyncDir(layout.Home)
-	log.Info("daemon stopped")
-	return nil
+	d.store.FS().SyncDir(layout.Home)
+	d.log.Info("daemon stopped")
 }
 
 func (d *Daemon) requestStop() {
