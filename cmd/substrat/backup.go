@@ -43,52 +43,16 @@ func (c *BackupCmd) Run(g *Globals) error {
 	if _, err := os.Stat(g.Home); err != nil {
 		return fail(fmt.Sprintf("no home at %s: %v", g.Home, err), "give --home")
 	}
-	remote := strings.Contains(c.Dest, ":") && !strings.HasPrefix(c.Dest, "/")
-	dest := c.Dest
-	if !remote {
-		if abs, err := filepath.Abs(dest); err == nil {
-			dest = abs
-		}
-		if dest == g.Home || strings.HasPrefix(dest, strings.TrimSuffix(g.Home, "/")+"/") {
-			return fail(fmt.Sprintf("the copy %s would be inside the home %s", dest, g.Home), "copy to a directory outside the home")
-		}
+	dest, remote, err := c.dest(g.Home)
+	if err != nil {
+		return err
 	}
-	if !remote {
-		if err := checkBackupDest(g.Home, dest); err != nil {
-			return err
-		}
-	}
-	// daemon.sock and daemon.lock belong to the running daemon, not to a
-	// copy; home.json is the home's identity, and backup.json marks the
-	// copy as one of it (written before anything is copied, so that an
-	// interrupted copy is still known for one); everything else is copied
-	// as is.
-	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/", "--exclude=/" + fsstore.CopyLockName,
-		"--exclude=/" + fsstore.HomeName, "--exclude=/" + fsstore.BackupName}, c.Rsync...)
-	args = append(args, strings.TrimSuffix(g.Home, "/")+"/", strings.TrimSuffix(dest, "/")+"/")
-	cmd := exec.Command(rsync, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	out := BackupResult{Home: g.Home, Dest: dest, Findings: []fsstore.Finding{}}
 	if !g.JSON {
 		fmt.Fprintf(os.Stderr, "copying %s to %s with rsync -a...\n", g.Home, dest)
 	}
-	// While it copies, the daemon keeps the agents/<id> that archives
-	// leave for copies (see fsstore/home.go).
-	release, err := fsstore.CopyLock(g.Home)
-	if err != nil {
+	if out.Vanished, err = copyHome(rsync, g.Home, dest, c.Rsync); err != nil {
 		return err
-	}
-	err = cmd.Run()
-	release()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee) && ee.ExitCode() == 24:
-		// "Partial transfer due to vanished source files": a live home
-		// changes while it is copied (delivered messages swept, temporary
-		// files renamed). What vanished was not needed: see fsstore/doc.go.
-		out.Vanished = true
-	case err != nil:
-		return fail(fmt.Sprintf("rsync failed: %v", err), "see rsync's message above")
 	}
 	if remote {
 		if g.JSON {
@@ -98,7 +62,74 @@ func (c *BackupCmd) Run(g *Globals) error {
 		}
 		return nil
 	}
-	store, err := fsstore.Open(dest, fsstore.Options{})
+	if err := checkCopy(&out); err != nil {
+		return err
+	}
+	printBackup(g, out)
+	if out.Problems > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("the copy in %s has %d problem(s)", dest, out.Problems),
+			hint: "see the findings above; the live home is untouched"}
+	}
+	return nil
+}
+
+// dest returns where the copy goes (made absolute unless remote, as
+// rsync's HOST:PATH), refusing a destination inside the home or one that
+// is neither empty nor an earlier copy of it (checkBackupDest).
+func (c *BackupCmd) dest(home string) (dest string, remote bool, err error) {
+	dest = c.Dest
+	if strings.Contains(dest, ":") && !strings.HasPrefix(dest, "/") {
+		return dest, true, nil
+	}
+	if abs, err := filepath.Abs(dest); err == nil {
+		dest = abs
+	}
+	if dest == home || strings.HasPrefix(dest, strings.TrimSuffix(home, "/")+"/") {
+		return "", false, fail(fmt.Sprintf("the copy %s would be inside the home %s", dest, home), "copy to a directory outside the home")
+	}
+	return dest, false, checkBackupDest(home, dest)
+}
+
+// copyHome copies home to dest with rsync -a and the extra options,
+// holding the copy lock. vanished reports rsync's "files vanished"
+// (exit 24), which a live home does while it is copied.
+func copyHome(rsync, home, dest string, extra []string) (vanished bool, err error) {
+	// daemon.sock and daemon.lock belong to the running daemon, not to a
+	// copy; home.json is the home's identity, and backup.json marks the
+	// copy as one of it (written before anything is copied, so that an
+	// interrupted copy is still known for one); everything else is copied
+	// as is.
+	args := append([]string{"-a", "--exclude=/daemon.sock", "--exclude=/daemon.lock", "--exclude=/run/", "--exclude=/" + fsstore.CopyLockName,
+		"--exclude=/" + fsstore.HomeName, "--exclude=/" + fsstore.BackupName}, extra...)
+	args = append(args, strings.TrimSuffix(home, "/")+"/", strings.TrimSuffix(dest, "/")+"/")
+	cmd := exec.Command(rsync, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// While it copies, the daemon keeps the agents/<id> that archives
+	// leave for copies (see fsstore/home.go).
+	release, err := fsstore.CopyLock(home)
+	if err != nil {
+		return false, err
+	}
+	err = cmd.Run()
+	release()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee) && ee.ExitCode() == 24:
+		// "Partial transfer due to vanished source files": a live home
+		// changes while it is copied (delivered messages swept, temporary
+		// files renamed). What vanished was not needed: see fsstore/doc.go.
+		return true, nil
+	case err != nil:
+		return false, fail(fmt.Sprintf("rsync failed: %v", err), "see rsync's message above")
+	}
+	return false, nil
+}
+
+// checkCopy opens the local copy as a store and repairs it as recovery
+// would (a deep scan: leftovers removed, torn tails cut, snapshots
+// rebuilt), filling out's counts and findings.
+func checkCopy(out *BackupResult) error {
+	store, err := fsstore.Open(out.Dest, fsstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -110,7 +141,7 @@ func (c *BackupCmd) Run(g *Globals) error {
 	for _, a := range res.Agents {
 		a.Close()
 	}
-	if entries, err := os.ReadDir(fsstore.Layout{Home: dest}.ArchiveDir()); err == nil {
+	if entries, err := os.ReadDir(fsstore.Layout{Home: out.Dest}.ArchiveDir()); err == nil {
 		for _, e := range entries {
 			if fsstore.IsID(e.Name()) && e.IsDir() {
 				out.Archived++
@@ -123,26 +154,25 @@ func (c *BackupCmd) Run(g *Globals) error {
 			out.Problems++
 		}
 	}
+	return nil
+}
+
+func printBackup(g *Globals, out BackupResult) {
 	if g.JSON {
 		printJSON(out)
-	} else {
-		for _, f := range out.Findings {
-			if f.Kind != fsstore.FindReplayed {
-				fmt.Printf("%-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
-			}
-		}
-		note := ""
-		if out.Vanished {
-			note = " (rsync said files vanished during the copy: expected while the daemon runs)"
-		}
-		fmt.Printf("copied %s to %s%s\nthe copy holds %s and %s in archive/, %s\n",
-			g.Home, dest, note, plural(out.Agents, "live agent"), plural(out.Archived, "agent"), plural(out.Problems, "problem"))
+		return
 	}
-	if out.Problems > 0 {
-		return &exitError{code: 1, msg: fmt.Sprintf("the copy in %s has %d problem(s)", dest, out.Problems),
-			hint: "see the findings above; the live home is untouched"}
+	for _, f := range out.Findings {
+		if f.Kind != fsstore.FindReplayed {
+			fmt.Printf("%-16s %s: %s%s\n", f.Kind, f.Path, f.Detail, repaired(f))
+		}
 	}
-	return nil
+	note := ""
+	if out.Vanished {
+		note = " (rsync said files vanished during the copy: expected while the daemon runs)"
+	}
+	fmt.Printf("copied %s to %s%s\nthe copy holds %s and %s in archive/, %s\n",
+		out.Home, out.Dest, note, plural(out.Agents, "live agent"), plural(out.Archived, "agent"), plural(out.Problems, "problem"))
 }
 
 // checkBackupDest refuses a destination that a copy would damage: a
