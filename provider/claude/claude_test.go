@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/clitest"
 	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
@@ -81,15 +82,7 @@ func (e *env) provider() provider.Provider {
 
 func (e *env) create(t *testing.T) (provider.Session, provider.Config, *[]string) {
 	t.Helper()
-	cfg := e.d.Config(t)
-	var ids []string
-	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
-	s, err := e.provider().Create(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s, cfg, &ids
+	return clitest.Start(t, e.provider(), e.d.Config(t))
 }
 
 func send(t *testing.T, s provider.Session, prompt string) provider.TurnResult {
