@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 )
@@ -54,7 +55,7 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 		if spec.Mounts, err = addBinds(spec, h.store.Layout().Home, ro, rw); err != nil {
 			return nil, err
 		}
-		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
+		sb, err := launch.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
 		if err != nil {
 			return nil, err
 		}

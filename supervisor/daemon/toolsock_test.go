@@ -17,6 +17,7 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
@@ -51,7 +52,7 @@ func TestToolSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bwrap.CloseFiles(cmd)
+	defer launch.CloseFiles(cmd)
 	args := strings.Join(cmd.Args, " ")
 	got := fdBinds(t, cmd)
 	for target, want := range map[string]string{state: "rw " + state, sock: "rw " + sock, cli: "ro " + cli} {
@@ -132,7 +133,7 @@ func TestSandboxCannotDriveDaemon(t *testing.T) {
 		{Source: bwrap.Source{Host: home}, Target: "/mnt/home", ReadOnly: true},
 		{Source: bwrap.Source{Host: exe}, Target: exe, ReadOnly: true},
 	}, Env: map[string]string{dialEnv: "/mnt/home/daemon.sock"}}
-	inside, err := bwrap.Command(context.Background(), spec, []string{exe})
+	inside, err := launch.Command(context.Background(), spec, []string{exe})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
@@ -38,7 +38,7 @@ func sh(t *testing.T, c *supervisor.Core, h *host, ref, script string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bwrap.CloseFiles(wrapped)
+	defer launch.CloseFiles(wrapped)
 	var out bytes.Buffer
 	wrapped.Stdout, wrapped.Stderr = &out, &out
 	if err := wrapped.Run(); err != nil {

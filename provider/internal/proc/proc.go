@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 )
 
 // ErrLineTooLong is returned by Line for a line over the limit.
@@ -91,7 +91,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	} else {
-		cmd = bwrap.Contain(runCtx, cmd) // the turn's processes die with it, setsid or not
+		cmd = launch.Contain(runCtx, cmd) // the turn's processes die with it, setsid or not
 	}
 	if c.Limit != nil {
 		if err := c.Limit(cmd); err != nil {

@@ -1,4 +1,4 @@
-package bwrap
+package launch
 
 import (
 	"context"
