@@ -15,11 +15,10 @@ fi
 # contract and the simulation reach (go list -deps), not only their own
 # imports. A package there that imports os/exec, net or fsnotify must be
 # on the allowlist, each with the reason it is there:
-#   provider: provider.SandboxFunc wraps an *exec.Cmd (a type; issue 33)
 #   provider/script, provider/internal/proc, bwrap/launch: the simulation
 #             drives the script provider in-process (its model mode runs
 #             nothing)
-allowed="$mod/provider $mod/provider/script $mod/provider/internal/proc $mod/bwrap/launch"
+allowed="$mod/provider/script $mod/provider/internal/proc $mod/bwrap/launch"
 for root in ./supervisor ./supervisor/api ./sim; do
   for p in $(go list -deps "$root" | grep "^$mod/"); do
     imports=$(go list -f '{{join .Imports "\n"}}' "$p")

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -391,7 +390,7 @@ func TestSandboxed(t *testing.T) {
 		env   []string
 		prog  string
 	)
-	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+	cfg.Sandbox = func(ctx context.Context, cmd provider.Process, n provider.SandboxNeeds) (provider.Process, error) {
 		needs, env, prog = n, cmd.Env, cmd.Path
 		return cmd, nil
 	}

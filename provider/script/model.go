@@ -111,31 +111,30 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	defer outR.Close()
 
 	stderr := &proc.TailBuffer{Max: stderrKeep}
-	cmd := exec.CommandContext(runCtx, s.model)
-	cmd.Dir = s.cfg.WorkDir
-	cmd.Env = []string{
+	process := provider.Process{Path: s.model, Args: []string{s.model}, Dir: s.cfg.WorkDir, Env: []string{
 		"SUBSTRAT_AGENT_ID=" + s.cfg.AgentID,
 		"SUBSTRAT_AGENT_NAME=" + s.cfg.Name,
-		"SUBSTRAT_SESSION_ID=" + s.id}
+		"SUBSTRAT_SESSION_ID=" + s.id}}
 	if s.cfg.Sandbox != nil {
-		if cmd, err = s.cfg.Sandbox(runCtx, cmd, provider.SandboxNeeds{}); err != nil {
+		if process, err = s.cfg.Sandbox(runCtx, process, provider.SandboxNeeds{}); err != nil {
 			inR.Close()
 			inW.Close()
 			outW.Close()
 			return fail(fmt.Errorf("script: sandbox for %s: %w", s.model, err))
 		}
 	} else {
-		cmd.Env = append(os.Environ(), cmd.Env...)
+		process.Env = append(os.Environ(), process.Env...)
 	}
 	if s.cfg.Limit != nil {
-		if err := s.cfg.Limit(cmd); err != nil {
-			proc.CloseExtraFiles(cmd)
+		if err := s.cfg.Limit(&process); err != nil {
+			proc.CloseFiles(process)
 			inR.Close()
 			inW.Close()
 			outW.Close()
 			return fail(fmt.Errorf("resource limits for %s: %w", s.model, err))
 		}
 	}
+	cmd := proc.Cmd(runCtx, process)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
 	// Its own process group, killed as a whole; and killed by the kernel
 	// if the daemon dies (kill -9 included).
@@ -145,7 +144,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
-	proc.CloseExtraFiles(cmd)
+	proc.CloseFiles(process)
 	if err != nil {
 		inW.Close()
 		if ctx.Err() != nil {

@@ -42,12 +42,12 @@ func TestToolSocket(t *testing.T) {
 		t.Fatal("only the agent with a workspace gets a sandbox")
 	}
 	// A provider that needs the network, in a workspace without it.
-	_, err := hook(context.Background(), exec.Command("/bin/true"), provider.SandboxNeeds{ReadOnly: []string{"/opt/cli"}, Network: true})
+	_, err := wrap(context.Background(), hook, exec.Command("/bin/true"), provider.SandboxNeeds{ReadOnly: []string{"/opt/cli"}, Network: true})
 	if err == nil || !strings.Contains(err.Error(), "no network access") {
 		t.Fatalf("network refused with %v", err)
 	}
 	state, cli := t.TempDir(), t.TempDir()
-	cmd, err := hook(context.Background(), exec.Command("/bin/true"),
+	cmd, err := wrap(context.Background(), hook, exec.Command("/bin/true"),
 		provider.SandboxNeeds{ReadOnly: []string{cli, "/usr/lib"}, ReadWrite: []string{state}, ToolSocket: true})
 	if err != nil {
 		t.Fatal(err)
@@ -196,4 +196,16 @@ func TestAddBinds(t *testing.T) {
 			t.Errorf("addBinds(ro %q, rw %q) succeeded", bad.ro, bad.rw)
 		}
 	}
+}
+
+// wrap runs a sandbox hook on cmd and returns the command to start, as
+// a provider would (the hook maps processes, as data).
+func wrap(ctx context.Context, hook provider.SandboxFunc, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
+	p, err := hook(ctx, provider.Process{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}, needs)
+	if err != nil {
+		return nil, err
+	}
+	c := exec.CommandContext(ctx, p.Path)
+	c.Args, c.Env, c.Dir, c.ExtraFiles = p.Args, p.Env, p.Dir, p.Files
+	return c, nil
 }

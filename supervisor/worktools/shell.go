@@ -13,6 +13,7 @@ import (
 
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/bwrap/launch"
+	"github.com/substrat/substrat/provider"
 )
 
 // Shell limits.
@@ -49,10 +50,12 @@ func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration
 		return "", err
 	}
 	if pl.Limit != nil {
-		if err := pl.Limit(cmd); err != nil {
+		p := provider.Process{Path: cmd.Path, Args: cmd.Args}
+		if err := pl.Limit(&p); err != nil {
 			launch.CloseFiles(cmd)
 			return "", fmt.Errorf("resource limits: %w", err)
 		}
+		cmd.Path, cmd.Args = p.Path, p.Args
 	}
 	out := &capped{max: MaxShellOutput}
 	cmd.Stdout, cmd.Stderr = out, out

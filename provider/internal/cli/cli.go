@@ -73,7 +73,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -477,7 +476,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if sandbox := s.cfg.Sandbox; sandbox != nil {
 		c.Env = Minimal(c.Env, c.KeepEnv...)
 		needs := c.Needs
-		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
+		c.Wrap = func(ctx context.Context, p provider.Process) (provider.Process, error) { return sandbox(ctx, p, needs) }
 	}
 	c.Limit = s.cfg.Limit
 	if c.Fresh {
