@@ -157,24 +157,11 @@ func (m MCPServer) JSON(typ string) []byte {
 
 // New returns the provider of the CLI of a, with opts.
 func (a Adapter) New(opts Options) *Provider {
-	if opts.Name == "" {
-		opts.Name = a.Name
-	}
-	if opts.Command == "" {
-		opts.Command = a.Name
-	}
-	if a.Home == nil {
-		a.Home = func(dir string, cfg provider.Config) string { return AgentHome(dir, cfg.AgentID) }
-	}
-	newID := a.NewID
-	if newID == nil {
-		newID = func() string { return "" }
-	}
-	s := &skeleton{a: a, opts: opts}
+	s := newSkeleton(a, opts)
 	return New(Spec{
-		Name:          opts.Name,
+		Name:          s.opts.Name,
 		StateDir:      s.stateDir,
-		NewID:         newID,
+		NewID:         s.a.NewID,
 		Prepare:       s.prepare,
 		Command:       s.command,
 		Parse:         a.Parse,
@@ -188,6 +175,23 @@ func (a Adapter) New(opts Options) *Provider {
 type skeleton struct {
 	a    Adapter
 	opts Options
+}
+
+// newSkeleton returns the skeleton of a with opts, their defaults set.
+func newSkeleton(a Adapter, opts Options) *skeleton {
+	if opts.Name == "" {
+		opts.Name = a.Name
+	}
+	if opts.Command == "" {
+		opts.Command = a.Name
+	}
+	if a.Home == nil {
+		a.Home = func(dir string, cfg provider.Config) string { return AgentHome(dir, cfg.AgentID) }
+	}
+	if a.NewID == nil {
+		a.NewID = func() string { return "" }
+	}
+	return &skeleton{a: a, opts: opts}
 }
 
 func (s *skeleton) stateDir(cfg provider.Config) (string, error) {
