@@ -1,11 +1,13 @@
-// Package bwrap turns a sandbox spec into a bubblewrap (bwrap) command line
-// and runs processes inside it.
+// Package bwrap describes a sandbox and turns it into a bubblewrap (bwrap)
+// command line, as data: it runs nothing (package bwrap/launch does).
 //
 // A Spec names what a sandboxed process may see: one host directory bound
 // at the working directory (the workspace root, "/workspace" by default),
 // extra mounts, whether it has the network, and its environment. Argv builds
 // the whole command line as a pure function, so tests compare it with
-// literal tables; Command and Shell run it.
+// literal tables; PlanCommand and PlanShell add what bwrap binds from
+// descriptors and its environment (a Plan), which launch.Command and
+// launch.Shell run.
 //
 // Inside the sandbox a process sees:
 //
@@ -38,7 +40,7 @@
 // sandbox gets the host's root. So every bind of a Spec (the root, the
 // mounts, Shell's state) names a Source: its host path, a trusted anchor
 // opened by name (the daemon's home; "/" by default), and how far down
-// symlinks may be followed. Command resolves each source once, with
+// symlinks may be followed. launch.Command resolves each source once, with
 // openat2(2) (RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS), keeps the descriptor
 // and hands it to bwrap (--bind-fd, --ro-bind-fd), so what was resolved is
 // what is bound; bwrap checks again after its mount that the mount is the

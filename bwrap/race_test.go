@@ -14,6 +14,7 @@ import (
 
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/bwrap/bwraptest"
+	"github.com/substrat/substrat/bwrap/launch"
 )
 
 var raceFor = flag.Duration("bwrap.race", 10*time.Second, "how long TestBindRace swaps a bound directory")
@@ -42,7 +43,7 @@ func raceTree(t *testing.T) (root, link, alt string) {
 // is refused, by Open (a symlink where none may be) or by bwrap itself
 // (what it mounted from the descriptor is not what the descriptor holds).
 func TestBindRace(t *testing.T) {
-	if _, err := bwrap.LookPath(); err != nil {
+	if _, err := launch.LookPath(); err != nil {
 		t.Fatal(err)
 	}
 	root, link, alt := raceTree(t)
@@ -65,7 +66,7 @@ func TestBindRace(t *testing.T) {
 			dir = bwrap.DefaultWorkdir
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		c, err := bwrap.Command(ctx, s, []string{"/bin/ls", "-A", dir})
+		c, err := launch.Command(ctx, s, []string{"/bin/ls", "-A", dir})
 		var got string
 		if err == nil {
 			got, err = bwraptest.Run(c)
@@ -95,7 +96,7 @@ func TestBindRace(t *testing.T) {
 // The control: the same race against a bind made by name, as before,
 // escapes.
 func TestBindRaceByNameEscapes(t *testing.T) {
-	bwrapPath, err := bwrap.LookPath()
+	bwrapPath, err := launch.LookPath()
 	if err != nil {
 		t.Fatal(err)
 	}

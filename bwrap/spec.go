@@ -19,6 +19,9 @@ var (
 	ErrLinkRefused = errors.New("bwrap: link refused")
 )
 
+// InstallHint is the fix for ErrNotInstalled.
+const InstallHint = "install bubblewrap: sudo apt-get install bubblewrap"
+
 const (
 	// DefaultWorkdir is where Spec.Root is bound, and the working directory
 	// inside the sandbox, when Spec.Workdir is empty.
@@ -27,7 +30,7 @@ const (
 	// DefaultPath is PATH inside the sandbox unless Spec.Env sets it.
 	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-	// ShellDir is where Shell binds its state directory. Spec mounts may
+	// ShellDir is where a shell (PlanShell) binds its state directory. Spec mounts may
 	// not use it.
 	ShellDir = "/.substrat-shell"
 )
@@ -107,7 +110,7 @@ func (s Spec) Grants() []Mount {
 // starting with bwrapPath. It touches no file: paths are checked for form
 // only. Every bind of the spec is made from a descriptor, --bind-fd N or
 // --ro-bind-fd N, numbered from 3 in the order of Grants: the root, then
-// the mounts. Command opens them (Open) and passes them in that order.
+// the mounts. launch.Command opens them (Open) and passes them in that order.
 //
 // It fails with ErrInvalidSpec when a path is relative, unclean or has a
 // ".." component, when a source's anchor or beneath does not contain it,
@@ -122,7 +125,7 @@ func Argv(bwrapPath string, s Spec, cmd []string) ([]string, error) {
 }
 
 // build returns the command line for s plus the extra mounts, which are not
-// checked against the reserved targets (Shell uses one for its state).
+// checked against the reserved targets (PlanShell uses one for its state).
 func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, error) {
 	if bwrapPath == "" {
 		return nil, fmt.Errorf("%w: empty bwrap path", ErrInvalidSpec)
@@ -168,7 +171,7 @@ func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, err
 
 // Environ returns the environment of the sandbox s, sorted: s.Env with
 // PATH (DefaultPath), HOME (the workdir) and TERM (dumb) unless s.Env sets
-// them. Command gives bwrap exactly this environment, which bwrap hands on;
+// them. launch.Command gives bwrap exactly this environment, which bwrap hands on;
 // it is not on the command line, where any user could read a secret in it.
 func Environ(s Spec) []string {
 	env := map[string]string{"PATH": DefaultPath, "HOME": s.workdir(), "TERM": "dumb"}

@@ -11,7 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os/exec"
+	"os"
 
 	"github.com/substrat/substrat/fsstore"
 )
@@ -208,16 +208,16 @@ type Config struct {
 	// daemon persists it. An error from it fails the turn.
 	SessionID func(id string) error
 	// Sandbox, if set, wraps a process the session is about to start in
-	// the agent's sandbox (bwrap) and returns the command to start
-	// instead. Adapters that run processes must call it on every command,
-	// before attaching pipes, with cmd.Env holding only what the process
-	// needs (the sandbox passes nothing else in), and with needs naming
-	// what else of the host the process must see. It fails if the sandbox
-	// cannot be had: bwrap is not installed, the workspace does not allow
-	// what needs asks for (the network), or a bind source has changed
-	// under it (a symlink where none may be). The command it returns may
-	// carry ExtraFiles, descriptors of what the sandbox binds: the caller
-	// closes them once the command has started, or failed to.
+	// the agent's sandbox (bwrap) and returns the process to start
+	// instead. Adapters that run processes must call it on every process,
+	// with its Env holding only what the process needs (the sandbox passes
+	// nothing else in), and with needs naming what else of the host the
+	// process must see. It fails if the sandbox cannot be had: bwrap is
+	// not installed, the workspace does not allow what needs asks for
+	// (the network), or a bind source has changed under it (a symlink
+	// where none may be). The process it returns may carry Files,
+	// descriptors of what the sandbox binds: the caller closes them once
+	// the process has started, or failed to.
 	Sandbox SandboxFunc
 	// ToolSocket, if set, is a Unix socket that serves this agent's
 	// tool.list and tool.call and nothing else. The daemon sets it for
@@ -235,21 +235,40 @@ type Config struct {
 	Track func(pid int) (done func())
 	// Limit, if set, puts a process the session is about to start under
 	// the agent's resource limits (memory, processes: its cgroup, or
-	// rlimits). Adapters that run processes call it on every command
+	// rlimits). Adapters that run processes call it on every process
 	// last, after Sandbox (or the containment of an unsandboxed one) and
-	// before Start; it rewrites cmd in place (its Path and Args), so that
-	// the process is under the limits before it runs anything, and fails
-	// if they cannot be had.
+	// before they start it; it rewrites the process in place (its Path
+	// and Args), so that it is under the limits before it runs anything,
+	// and fails if they cannot be had.
 	Limit LimitFunc
 }
 
-// LimitFunc puts a process about to start under an agent's resource
-// limits (see Config.Limit).
-type LimitFunc func(cmd *exec.Cmd) error
+// Process is a process about to start, as the Sandbox and Limit hooks
+// see and rewrite it: data, so that the contract between the daemon and
+// its providers runs nothing itself. An adapter turns it into an
+// exec.Cmd to start it.
+type Process struct {
+	// Path is the program; Args its argument list, its name first (as
+	// an exec.Cmd's).
+	Path string
+	Args []string
+	// Env is the whole environment.
+	Env []string
+	// Dir is the working directory.
+	Dir string
+	// Files are descriptors the process inherits as 3, 4, ... (an
+	// exec.Cmd's ExtraFiles): those a sandbox binds. Whoever starts the
+	// process closes them once it has started, or will not be.
+	Files []*os.File
+}
 
-// SandboxFunc wraps a process about to start in an agent's sandbox (see
-// Config.Sandbox).
-type SandboxFunc func(ctx context.Context, cmd *exec.Cmd, needs SandboxNeeds) (*exec.Cmd, error)
+// LimitFunc puts a process about to start under an agent's resource
+// limits (see Config.Limit): it rewrites p's Path and Args.
+type LimitFunc func(p *Process) error
+
+// SandboxFunc returns a process about to start wrapped in an agent's
+// sandbox (see Config.Sandbox).
+type SandboxFunc func(ctx context.Context, p Process, needs SandboxNeeds) (Process, error)
 
 // ApprovalTool is the agent tool a CLI calls when its permission mode
 // would prompt a person (Claude Code: --permission-prompt-tool

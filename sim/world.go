@@ -8,7 +8,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/script"
+	"github.com/substrat/substrat/provider/script/native"
 	"github.com/substrat/substrat/supervisor"
 )
 
@@ -43,7 +43,7 @@ func start(fsys *FS, clock *Clock, ids *IDs, unclean bool, onAck func()) (*world
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
 	}
-	var p provider.Provider = script.New()
+	var p provider.Provider = native.New(nil) // in-process: native mode, nothing run
 	if onAck != nil {
 		p = ackProvider{p, onAck}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 )
 
 // Swap exchanges the names a and b (say a directory and a symlink to "/")
@@ -69,7 +69,7 @@ func Run(c *exec.Cmd) (string, error) {
 	var out, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &out, &stderr
 	err := c.Start()
-	bwrap.CloseFiles(c)
+	launch.CloseFiles(c)
 	if err == nil {
 		err = c.Wait()
 	}

@@ -14,9 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	claudeapi "github.com/substrat/substrat/provider/claude/fakeapi"
-	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
-	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -108,13 +106,13 @@ func withoutMCP(name string, args []string) []string {
 func cliFake(name string) (env []string, stop func()) {
 	switch name {
 	case "claude":
-		s := claudeapi.New(func(claudeapi.Request) claudeapi.Out { return claudeapi.Out{Text: "ok"} })
+		s := fakeapi.NewClaude(func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Text: "ok"} })
 		return []string{"ANTHROPIC_BASE_URL=" + s.URL, "ANTHROPIC_API_KEY=sk-ant-fake", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, s.Close
 	case "codex":
-		s := codexapi.New(func(codexapi.Request) codexapi.Out { return codexapi.Out{Text: "ok"} })
+		s := fakeapi.NewCodex(func(fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: "ok"} })
 		return []string{"OPENAI_BASE_URL=" + s.URL, "OPENAI_API_KEY=sk-fake-codex"}, s.Close
 	case "gemini":
-		s := geminiapi.New(func(geminiapi.Request) geminiapi.Out { return geminiapi.Out{Text: "ok"} })
+		s := fakeapi.NewGemini(func(fakeapi.GeminiRequest) fakeapi.GeminiOut { return fakeapi.GeminiOut{Text: "ok"} })
 		return []string{"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL=" + s.URL}, s.Close
 	}
 	return nil, func() {}

@@ -15,7 +15,7 @@ import (
 	wire "github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 )
 
 var requestRE = regexp.MustCompile(`Approval request (\S+):`)
@@ -47,19 +47,19 @@ func approverModel() int {
 
 // approvalReply is the worker's scripted model: "RUN X" makes it call
 // Bash to write x.txt, and then report what the tool said.
-func approvalReply(req fakeapi.Request) fakeapi.Out {
+func approvalReply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 	last := req.Last()
 	for _, b := range last.Blocks() {
 		if b.Type == "tool_result" {
-			return fakeapi.Out{Text: "the tool said: " + fakeapi.ResultText(b)}
+			return fakeapi.ClaudeOut{Text: "the tool said: " + fakeapi.ResultText(b)}
 		}
 	}
 	if m := regexp.MustCompile(`RUN (\w+)`).FindStringSubmatch(last.Text()); m != nil {
 		word := strings.ToLower(m[1])
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_appr_" + word + fmt.Sprint(len(req.Messages)), Name: "Bash",
-			Input: fmt.Sprintf(`{"command":"echo %s > %s.txt","description":"write a file"}`, word, word)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_appr_" + word + fmt.Sprint(len(req.Messages)), Name: "Bash",
+			Args: fmt.Sprintf(`{"command":"echo %s > %s.txt","description":"write a file"}`, word, word)}}
 	}
-	return fakeapi.Out{Text: "Noted."}
+	return fakeapi.ClaudeOut{Text: "Noted."}
 }
 
 // TestApprovalE2E: a worker running the real Claude Code CLI in its safe
@@ -78,7 +78,7 @@ func TestApprovalE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := fakeapi.New(approvalReply)
+	api := fakeapi.NewClaude(approvalReply)
 	t.Cleanup(api.Close)
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	dir := t.TempDir()

@@ -11,7 +11,7 @@ import (
 	wire "github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 )
 
 // TestApprovalAcrossKillE2E: a root agent (script provider) asks for
@@ -113,7 +113,7 @@ func TestApprovalClaudeAcrossKillE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := fakeapi.New(approvalReply)
+	api := fakeapi.NewClaude(approvalReply)
 	t.Cleanup(api.Close)
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	dir := t.TempDir()

@@ -19,7 +19,7 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/claude"
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/rpc"
@@ -58,25 +58,25 @@ const (
 	e2eAsk      = "what was the word?"
 )
 
-func e2eReply(req fakeapi.Request) fakeapi.Out {
+func e2eReply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 	last := req.Last()
 	for _, b := range last.Blocks() {
 		if b.Type == "tool_result" {
-			return fakeapi.Out{Text: "spawn result: " + fakeapi.ResultText(b)}
+			return fakeapi.ClaudeOut{Text: "spawn result: " + fakeapi.ResultText(b)}
 		}
 	}
 	text := last.Text()
 	switch {
 	case strings.Contains(text, "SPAWN"):
-		return fakeapi.Out{Text: "Spawning a helper.", ToolUse: &fakeapi.ToolUse{ID: e2eSpawnID, Name: "mcp__substrat__spawn_agent",
-			Input: `{"name":"helper","instructions":"Help the boss."}`}}
+		return fakeapi.ClaudeOut{Text: "Spawning a helper.", ToolUse: &fakeapi.Call{ID: e2eSpawnID, Name: "mcp__substrat__spawn_agent",
+			Args: `{"name":"helper","instructions":"Help the boss."}`}}
 	case strings.Contains(text, e2eAsk):
 		if strings.Contains(req.Conversation(), e2eRemember) {
-			return fakeapi.Out{Text: "The word was " + e2eSecret + "."}
+			return fakeapi.ClaudeOut{Text: "The word was " + e2eSecret + "."}
 		}
-		return fakeapi.Out{Text: "I was never told a word."}
+		return fakeapi.ClaudeOut{Text: "I was never told a word."}
 	}
-	return fakeapi.Out{Text: "Noted."}
+	return fakeapi.ClaudeOut{Text: "Noted."}
 }
 
 // e2eDaemon runs `substrat daemon run` as a child, so that it can be
@@ -225,9 +225,9 @@ func (d *e2eDaemon) sessionID(id string) string {
 
 // startE2E starts the fake API and a daemon that runs the real Claude Code
 // CLI against it; both stop when the test ends.
-func startE2E(t *testing.T) (*e2eDaemon, *fakeapi.Server) {
+func startE2E(t *testing.T) (*e2eDaemon, *fakeapi.Claude) {
 	cli := claudeCLI(t)
-	api := fakeapi.New(e2eReply)
+	api := fakeapi.NewClaude(e2eReply)
 	t.Cleanup(api.Close)
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	return d, api
@@ -313,7 +313,7 @@ func TestClaudeE2E(t *testing.T) {
 	if res := d.send("boss", e2eAsk); !strings.Contains(res.Text, e2eSecret) {
 		t.Errorf("(c) reply %q: the resumed session did not remember", res.Text)
 	}
-	var asked *fakeapi.Request
+	var asked *fakeapi.ClaudeRequest
 	for _, r := range api.Requests()[before:] {
 		if strings.Contains(r.Last().Text(), e2eAsk) {
 			asked = &r
@@ -377,11 +377,11 @@ func (s *routedSession) Send(ctx context.Context, turn provider.Turn) (provider.
 // conformanceReply plays the model of the conformance suite: "CALL name
 // args" calls mcp__substrat__name, a tool result is answered "tool said:
 // <result>", anything else "echo: <text>".
-func conformanceReply(req fakeapi.Request) fakeapi.Out {
+func conformanceReply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 	last := req.Last()
 	for _, b := range last.Blocks() {
 		if b.Type == "tool_result" {
-			return fakeapi.Out{Text: "tool said: " + fakeapi.ResultText(b)}
+			return fakeapi.ClaudeOut{Text: "tool said: " + fakeapi.ResultText(b)}
 		}
 	}
 	text := last.Text()
@@ -392,9 +392,9 @@ func conformanceReply(req fakeapi.Request) fakeapi.Out {
 			line, _, _ = strings.Cut(text[j+len("\nCALL "):], "\n")
 		}
 		name, args, _ := strings.Cut(strings.TrimSpace(line), " ")
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: fmt.Sprintf("toolu_conf_%d", len(req.Messages)), Name: "mcp__substrat__" + name, Input: strings.TrimSpace(args)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: fmt.Sprintf("toolu_conf_%d", len(req.Messages)), Name: "mcp__substrat__" + name, Args: strings.TrimSpace(args)}}
 	}
-	return fakeapi.Out{Text: "echo: " + text}
+	return fakeapi.ClaudeOut{Text: "echo: " + text}
 }
 
 // TestClaudeConformance runs the provider conformance suite against the
@@ -402,7 +402,7 @@ func conformanceReply(req fakeapi.Request) fakeapi.Out {
 func TestClaudeConformance(t *testing.T) {
 	cli := claudeCLI(t)
 	// Cleanups, not defers: the parallel cases run after this returns.
-	api := fakeapi.New(conformanceReply)
+	api := fakeapi.NewClaude(conformanceReply)
 	t.Cleanup(api.Close)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -6,8 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
-	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -36,9 +35,9 @@ func TestCodexGeminiE2E(t *testing.T) {
 		}
 		return "noted"
 	}
-	codex := codexapi.New(func(r codexapi.Request) codexapi.Out { return codexapi.Out{Text: remembered(r.Raw)} })
+	codex := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: remembered(r.Raw)} })
 	t.Cleanup(codex.Close)
-	gemini := geminiapi.New(func(r geminiapi.Request) geminiapi.Out { return geminiapi.Out{Text: remembered(r.Raw)} })
+	gemini := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut { return fakeapi.GeminiOut{Text: remembered(r.Raw)} })
 	t.Cleanup(gemini.Close)
 	dir := filepath.Dir(toolsBin(t, "codex"))
 	toolsBin(t, "gemini")

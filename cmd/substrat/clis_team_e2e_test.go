@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
-	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
-	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -130,32 +129,32 @@ func cliTeam(t *testing.T, name string, cut bool) {
 	var env []string
 	switch name {
 	case "codex":
-		api := codexapi.New(func(r codexapi.Request) codexapi.Out {
+		api := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut {
 			what, text := m.step(r.Raw, r.Outputs())
 			switch what {
 			case "spawn":
-				return codexapi.Out{Call: &codexapi.Call{ID: "call_spawn_w1", Namespace: "mcp__substrat", Name: "spawn_agent", Args: spawnArgs}}
+				return fakeapi.CodexOut{Call: &fakeapi.Call{ID: "call_spawn_w1", Namespace: "mcp__substrat", Name: "spawn_agent", Args: spawnArgs}}
 			case "shell":
-				return codexapi.Out{Call: &codexapi.Call{ID: fmt.Sprintf("call_shell_%d", len(r.Input)), Name: "exec_command", Args: fmt.Sprintf(`{"cmd":%q}`, m.shell())}}
+				return fakeapi.CodexOut{Call: &fakeapi.Call{ID: fmt.Sprintf("call_shell_%d", len(r.Input)), Name: "exec_command", Args: fmt.Sprintf(`{"cmd":%q}`, m.shell())}}
 			case "complete":
-				return codexapi.Out{Call: &codexapi.Call{ID: "call_complete_w1", Namespace: "mcp__substrat", Name: "complete", Args: `{"result":"wrote out.txt"}`}}
+				return fakeapi.CodexOut{Call: &fakeapi.Call{ID: "call_complete_w1", Namespace: "mcp__substrat", Name: "complete", Args: `{"result":"wrote out.txt"}`}}
 			}
-			return codexapi.Out{Text: text}
+			return fakeapi.CodexOut{Text: text}
 		})
 		t.Cleanup(api.Close)
 		env = []string{"OPENAI_BASE_URL=" + api.URL, "OPENAI_API_KEY=sk-fake-codex"}
 	case "gemini":
-		api := geminiapi.New(func(r geminiapi.Request) geminiapi.Out {
+		api := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
 			what, text := m.step(r.Raw, r.Responses)
 			switch what {
 			case "spawn":
-				return geminiapi.Out{Call: &geminiapi.Call{Name: "mcp_substrat_spawn_agent", Args: spawnArgs}}
+				return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "mcp_substrat_spawn_agent", Args: spawnArgs}}
 			case "shell":
-				return geminiapi.Out{Call: &geminiapi.Call{Name: "run_shell_command", Args: fmt.Sprintf(`{"command":%q}`, m.shell())}}
+				return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "run_shell_command", Args: fmt.Sprintf(`{"command":%q}`, m.shell())}}
 			case "complete":
-				return geminiapi.Out{Call: &geminiapi.Call{Name: "mcp_substrat_complete", Args: `{"result":"wrote out.txt"}`}}
+				return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "mcp_substrat_complete", Args: `{"result":"wrote out.txt"}`}}
 			}
-			return geminiapi.Out{Text: text}
+			return fakeapi.GeminiOut{Text: text}
 		})
 		t.Cleanup(api.Close)
 		env = []string{"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL=" + api.URL}

@@ -6,9 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	claudeapi "github.com/substrat/substrat/provider/claude/fakeapi"
-	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
-	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -31,20 +29,20 @@ func seen(raw string) string {
 // CLI (Claude Code, Codex, Gemini) sends its API, and the old ones are
 // not; no restart of the daemon or the session is needed.
 func TestInstructionsReachEveryCLI(t *testing.T) {
-	claude := claudeapi.New(func(r claudeapi.Request) claudeapi.Out {
+	claude := fakeapi.NewClaude(func(r fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 		// A resumed claude session keeps its first system prompt; the new
 		// instructions come in the turn's message.
 		last := r.Messages[len(r.Messages)-1]
 		if strings.Contains(string(r.System), "INSTR-ALPHA") && strings.Contains(last.Text(), "INSTR-BETA") {
-			return claudeapi.Out{Text: "saw BETA"}
+			return fakeapi.ClaudeOut{Text: "saw BETA"}
 		}
-		return claudeapi.Out{Text: seen(string(r.System))}
+		return fakeapi.ClaudeOut{Text: seen(string(r.System))}
 	})
 	t.Cleanup(claude.Close)
-	codex := codexapi.New(func(r codexapi.Request) codexapi.Out { return codexapi.Out{Text: seen(lastInput(r.Raw))} })
+	codex := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: seen(lastInput(r.Raw))} })
 	t.Cleanup(codex.Close)
-	gemini := geminiapi.New(func(r geminiapi.Request) geminiapi.Out {
-		return geminiapi.Out{Text: seen(lastInput(r.Raw))}
+	gemini := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
+		return fakeapi.GeminiOut{Text: seen(lastInput(r.Raw))}
 	})
 	t.Cleanup(gemini.Close)
 	cli := claudeCLI(t)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider/openai/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -20,11 +20,11 @@ import (
 // events.jsonl; the transcript keeps every turn; the provider's files stay
 // small; inspect shows the context use.
 func TestOpenAIContextE2E(t *testing.T) {
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewOpenAI(func(r fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
 		if strings.HasPrefix(r.System(), "You write the summary") {
-			return fakeapi.Out{Text: "SUMMARY: the user sent numbered notes; nothing is open."}
+			return fakeapi.OpenAIOut{Text: "SUMMARY: the user sent numbered notes; nothing is open."}
 		}
-		return fakeapi.Out{Text: "noted " + strings.Repeat("n", 360)}
+		return fakeapi.OpenAIOut{Text: "noted " + strings.Repeat("n", 360)}
 	})
 	t.Cleanup(api.Close)
 	api.SetWindow(8192)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider/openai/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -27,12 +27,12 @@ type openaiTeam struct {
 	release chan struct{}
 }
 
-func (m *openaiTeam) reply(req fakeapi.Request) fakeapi.Out {
+func (m *openaiTeam) reply(req fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
 	sys, last := req.System(), req.Last()
 	n := len(req.Messages)
-	call := func(prefix, name string, args any) fakeapi.Out {
+	call := func(prefix, name string, args any) fakeapi.OpenAIOut {
 		b, _ := json.Marshal(args)
-		return fakeapi.Out{Calls: []fakeapi.Call{{ID: fmt.Sprintf("%s_%d", prefix, n), Name: name, Args: string(b)}}}
+		return fakeapi.OpenAIOut{Calls: []fakeapi.Call{{ID: fmt.Sprintf("%s_%d", prefix, n), Name: name, Args: string(b)}}}
 	}
 	after := func(prefix string) bool { return last.Role == "tool" && strings.HasPrefix(last.ToolCallID, prefix+"_") }
 	if w := roleRE.FindStringSubmatch(sys); w != nil {
@@ -58,22 +58,22 @@ func (m *openaiTeam) reply(req fakeapi.Request) fakeapi.Out {
 			out := strings.TrimSpace(strings.Split(last.Text(), "[exit status")[0])
 			return call("complete", "complete", map[string]string{"result": out})
 		}
-		return fakeapi.Out{Text: "done"}
+		return fakeapi.OpenAIOut{Text: "done"}
 	}
 	conv := req.Conversation()
 	switch {
 	case after("spawn1"):
 		return call("spawn2", "spawn_agent", map[string]string{"name": "w2", "instructions": "ROLE=worker name=w2 word=two"})
 	case after("spawn2"):
-		return fakeapi.Out{Text: "Spawned w1 and w2."}
+		return fakeapi.OpenAIOut{Text: "Spawned w1 and w2."}
 	case after("report"):
-		return fakeapi.Out{Text: "Reported."}
+		return fakeapi.OpenAIOut{Text: "Reported."}
 	case strings.Contains(last.Text(), "build the team"):
 		return call("spawn1", "spawn_agent", map[string]string{"name": "w1", "instructions": "ROLE=worker name=w1 word=one"})
 	case strings.Contains(conv, "ONE") && strings.Contains(conv, "TWO") && !strings.Contains(conv, "report_"):
 		return call("report", "send_message", map[string]string{"recipient": "USER", "text": "summary: ONE and TWO"})
 	}
-	return fakeapi.Out{Text: "Waiting."}
+	return fakeapi.OpenAIOut{Text: "Waiting."}
 }
 
 // TestOpenAITeamE2E is the team of TestClaudeTeamE2E on --provider openai
@@ -83,7 +83,7 @@ func (m *openaiTeam) reply(req fakeapi.Request) fakeapi.Out {
 // a restart.
 func TestOpenAITeamE2E(t *testing.T) {
 	model := &openaiTeam{hold: true, held: map[string]bool{}, release: make(chan struct{})}
-	api := fakeapi.New(model.reply)
+	api := fakeapi.NewOpenAI(model.reply)
 	t.Cleanup(api.Close)
 	defer func() {
 		if t.Failed() {

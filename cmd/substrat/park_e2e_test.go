@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/substrat/substrat/provider/openai/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -21,7 +21,7 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 	var mu sync.Mutex
 	var reset time.Time
 	limited := 0
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewOpenAI(func(r fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
 		mu.Lock()
 		defer mu.Unlock()
 		if reset.IsZero() {
@@ -31,9 +31,9 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 			limited++
 			h := http.Header{}
 			h.Set("Retry-After", strconv.Itoa(int(left.Seconds())+1))
-			return fakeapi.Out{Status: http.StatusTooManyRequests, Header: h}
+			return fakeapi.OpenAIOut{Status: http.StatusTooManyRequests, Header: h}
 		}
-		return fakeapi.Out{Text: "answered after the reset"}
+		return fakeapi.OpenAIOut{Text: "answered after the reset"}
 	})
 	t.Cleanup(api.Close)
 	d := runDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")

@@ -15,7 +15,7 @@ import (
 	wire "github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 )
 
 // teamModel plays the model of a team of Claude Code agents: a lead that
@@ -33,7 +33,7 @@ type teamModel struct {
 
 var roleRE = regexp.MustCompile(`ROLE=worker name=(\w+) word=(\w+)`)
 
-func (m *teamModel) reply(req fakeapi.Request) fakeapi.Out {
+func (m *teamModel) reply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 	sys := string(req.System)
 	last := req.Last()
 	var result *fakeapi.Block
@@ -50,26 +50,26 @@ func (m *teamModel) reply(req fakeapi.Request) fakeapi.Out {
 	}
 	if strings.Contains(sys, "ROLE=loner") {
 		if result != nil {
-			return fakeapi.Out{Text: "could not write there: " + fakeapi.ResultText(*result)}
+			return fakeapi.ClaudeOut{Text: "could not write there: " + fakeapi.ResultText(*result)}
 		}
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_loner_write", Name: "Write",
-			Input: `{"file_path":"/tmp/substrat-e2e-outside/planted.txt","content":"should not be here\n"}`}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_loner_write", Name: "Write",
+			Args: `{"file_path":"/tmp/substrat-e2e-outside/planted.txt","content":"should not be here\n"}`}}
 	}
-	return fakeapi.Out{Text: "ok"}
+	return fakeapi.ClaudeOut{Text: "ok"}
 }
 
-func (m *teamModel) worker(name, word string, result *fakeapi.Block, n int) fakeapi.Out {
+func (m *teamModel) worker(name, word string, result *fakeapi.Block, n int) fakeapi.ClaudeOut {
 	// Tool-use ids are unique in a conversation (the CLI treats a repeated
 	// one as interrupted); the step is their prefix.
 	id := func(step string) string { return fmt.Sprintf("toolu_%s_%s_%d", name, step, n) }
 	step := func(s string) bool { return strings.HasPrefix(result.ToolUseID, "toolu_"+name+"_"+s+"_") }
 	switch {
 	case result == nil:
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id("write"), Name: "Write",
-			Input: fmt.Sprintf(`{"file_path":"/workspace/repo/%s.txt","content":"%s\n"}`, name, word)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("write"), Name: "Write",
+			Args: fmt.Sprintf(`{"file_path":"/workspace/repo/%s.txt","content":"%s\n"}`, name, word)}}
 	case step("write"):
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id("bash"), Name: "Bash",
-			Input: fmt.Sprintf(`{"command":"tr a-z A-Z < /workspace/repo/%s.txt && ls /workspace/repo","description":"shout the word"}`, name)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("bash"), Name: "Bash",
+			Args: fmt.Sprintf(`{"command":"tr a-z A-Z < /workspace/repo/%s.txt && ls /workspace/repo","description":"shout the word"}`, name)}}
 	case step("bash"):
 		m.mu.Lock()
 		hold, ch := m.hold, m.release
@@ -81,34 +81,34 @@ func (m *teamModel) worker(name, word string, result *fakeapi.Block, n int) fake
 			<-ch // the daemon is killed meanwhile
 		}
 		out, _ := json.Marshal(map[string]string{"result": fakeapi.ResultText(*result)})
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id("complete"), Name: "mcp__substrat__complete", Input: string(out)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("complete"), Name: "mcp__substrat__complete", Args: string(out)}}
 	}
-	return fakeapi.Out{Text: "done"}
+	return fakeapi.ClaudeOut{Text: "done"}
 }
 
-func (m *teamModel) lead(req fakeapi.Request, result *fakeapi.Block) fakeapi.Out {
-	spawn := func(id, name, word string) fakeapi.Out {
+func (m *teamModel) lead(req fakeapi.ClaudeRequest, result *fakeapi.Block) fakeapi.ClaudeOut {
+	spawn := func(id, name, word string) fakeapi.ClaudeOut {
 		in, _ := json.Marshal(map[string]string{"name": name, "instructions": fmt.Sprintf("ROLE=worker name=%s word=%s. Write the word to a file and report what shouting it gives.", name, word)})
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id, Name: "mcp__substrat__spawn_agent", Input: string(in)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id, Name: "mcp__substrat__spawn_agent", Args: string(in)}}
 	}
 	conv := req.Conversation()
 	switch {
 	case result != nil && result.ToolUseID == "toolu_lead_spawn1":
 		return spawn("toolu_lead_spawn2", "w2", "two")
 	case result != nil && result.ToolUseID == "toolu_lead_spawn2":
-		return fakeapi.Out{Text: "Spawned w1 and w2."}
+		return fakeapi.ClaudeOut{Text: "Spawned w1 and w2."}
 	case result != nil && result.ToolUseID == "toolu_lead_report":
-		return fakeapi.Out{Text: "Reported to USER."}
+		return fakeapi.ClaudeOut{Text: "Reported to USER."}
 	case strings.Contains(last(req), "build the team"):
 		return spawn("toolu_lead_spawn1", "w1", "one")
 	case strings.Contains(conv, "ONE") && strings.Contains(conv, "TWO") && !strings.Contains(conv, "toolu_lead_report"):
 		in, _ := json.Marshal(map[string]string{"recipient": "USER", "text": "summary: w1 said ONE, w2 said TWO"})
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_lead_report", Name: "mcp__substrat__send_message", Input: string(in)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_lead_report", Name: "mcp__substrat__send_message", Args: string(in)}}
 	}
-	return fakeapi.Out{Text: "Waiting for the team."}
+	return fakeapi.ClaudeOut{Text: "Waiting for the team."}
 }
 
-func last(req fakeapi.Request) string { return req.Last().Text() }
+func last(req fakeapi.ClaudeRequest) string { return req.Last().Text() }
 
 // TestClaudeTeamE2E runs a team of real Claude Code CLIs doing work in
 // their bwrap sandbox, against the loopback fake API: a lead in a
@@ -128,7 +128,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 	}
 	cli := claudeCLI(t)
 	model := &teamModel{hold: true, waiting: map[string]int{}, release: make(chan struct{})}
-	api := fakeapi.New(model.reply)
+	api := fakeapi.NewClaude(model.reply)
 	t.Cleanup(api.Close)
 	defer func() {
 		if t.Failed() {

@@ -8,9 +8,7 @@ import (
 	"testing"
 
 	"github.com/substrat/substrat/fsstore"
-	claudeapi "github.com/substrat/substrat/provider/claude/fakeapi"
-	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
-	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -23,12 +21,16 @@ import (
 // session's running totals; counted as each turn's, they came to about
 // twice the truth after three turns, and more after a restart.
 func TestCLIUsageE2E(t *testing.T) {
-	cu := claudeapi.Usage{InputTokens: 1000, OutputTokens: 50, CacheCreationInputTokens: 200, CacheReadInputTokens: 300}
-	claude := claudeapi.New(func(claudeapi.Request) claudeapi.Out { return claudeapi.Out{Text: "ok", Usage: &cu} })
+	cu := fakeapi.Usage{InputTokens: 1000, OutputTokens: 50, CacheCreationInputTokens: 200, CacheReadInputTokens: 300}
+	claude := fakeapi.NewClaude(func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Text: "ok", Usage: &cu} })
 	t.Cleanup(claude.Close)
-	codex := codexapi.New(func(codexapi.Request) codexapi.Out { return codexapi.Out{Text: "ok", Usage: [2]int{1000, 50}} })
+	codex := fakeapi.NewCodex(func(fakeapi.CodexRequest) fakeapi.CodexOut {
+		return fakeapi.CodexOut{Text: "ok", Usage: [2]int{1000, 50}}
+	})
 	t.Cleanup(codex.Close)
-	gemini := geminiapi.New(func(geminiapi.Request) geminiapi.Out { return geminiapi.Out{Text: "ok", Usage: [2]int{1000, 50}} })
+	gemini := fakeapi.NewGemini(func(fakeapi.GeminiRequest) fakeapi.GeminiOut {
+		return fakeapi.GeminiOut{Text: "ok", Usage: [2]int{1000, 50}}
+	})
 	t.Cleanup(gemini.Close)
 	cli := claudeCLI(t)
 	toolsBin(t, "codex")

@@ -14,6 +14,7 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
@@ -287,7 +288,7 @@ func (c *WorkspaceExecCmd) Run(g *Globals) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cmd, err := bwrap.Shell(ctx, spec, w.ShellState(layout), shellQuote(args))
+	cmd, err := launch.Shell(ctx, spec, w.ShellState(layout), shellQuote(args))
 	if errors.Is(err, bwrap.ErrNotInstalled) {
 		return fail(err.Error(), bwrap.InstallHint)
 	}
@@ -296,7 +297,7 @@ func (c *WorkspaceExecCmd) Run(g *Globals) error {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	err = cmd.Start()
-	bwrap.CloseFiles(cmd) // the sandbox holds what it bound
+	launch.CloseFiles(cmd) // the sandbox holds what it bound
 	if err == nil {
 		err = cmd.Wait()
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -17,7 +17,7 @@ import (
 // the lead spawns the worker in a worktree of its own; the worker writes a
 // file and commits it with Bash, then completes; the lead, told, merges
 // the worker's branch with Bash.
-func worktreeModel(req fakeapi.Request) fakeapi.Out {
+func worktreeModel(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 	sys := string(req.System)
 	var result *fakeapi.Block
 	for _, b := range req.Last().Blocks() {
@@ -25,9 +25,9 @@ func worktreeModel(req fakeapi.Request) fakeapi.Out {
 			result = &b
 		}
 	}
-	bash := func(id, command string) fakeapi.Out {
+	bash := func(id, command string) fakeapi.ClaudeOut {
 		in, _ := json.Marshal(map[string]string{"command": command, "description": "git"})
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: id, Name: "Bash", Input: string(in)}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id, Name: "Bash", Args: string(in)}}
 	}
 	switch {
 	case strings.Contains(sys, "ROLE=wtworker"):
@@ -37,24 +37,24 @@ func worktreeModel(req fakeapi.Request) fakeapi.Out {
 				`git -c user.email=w@example.com -c user.name=worker commit -qm "worker: work.txt" && git log --format=%s -1`)
 		case result.ToolUseID == "toolu_wt_commit":
 			out, _ := json.Marshal(map[string]string{"result": "committed: " + fakeapi.ResultText(*result)})
-			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_wt_complete", Name: "mcp__substrat__complete", Input: string(out)}}
+			return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_wt_complete", Name: "mcp__substrat__complete", Args: string(out)}}
 		}
-		return fakeapi.Out{Text: "done"}
+		return fakeapi.ClaudeOut{Text: "done"}
 	case strings.Contains(sys, "ROLE=wtlead"):
 		switch {
 		case result != nil && result.ToolUseID == "toolu_wt_spawn":
-			return fakeapi.Out{Text: "Spawned the worker."}
+			return fakeapi.ClaudeOut{Text: "Spawned the worker."}
 		case result != nil && result.ToolUseID == "toolu_wt_merge":
-			return fakeapi.Out{Text: "merged: " + fakeapi.ResultText(*result)}
+			return fakeapi.ClaudeOut{Text: "merged: " + fakeapi.ResultText(*result)}
 		case strings.Contains(req.Last().Text(), "start"):
 			in, _ := json.Marshal(map[string]any{"name": "w1", "instructions": "ROLE=wtworker. Commit your work.", "worktree": true})
-			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_wt_spawn", Name: "mcp__substrat__spawn_agent", Input: string(in)}}
+			return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_wt_spawn", Name: "mcp__substrat__spawn_agent", Args: string(in)}}
 		case strings.Contains(req.Last().Text(), "committed: worker: work.txt"):
 			return bash("toolu_wt_merge", `cd /workspace && git -c user.email=l@example.com -c user.name=lead fetch -q origin && git -c user.email=l@example.com -c user.name=lead merge --no-edit origin/substrat/w1 >/dev/null && git log --format=%s -1 && ls`)
 		}
-		return fakeapi.Out{Text: "waiting"}
+		return fakeapi.ClaudeOut{Text: "waiting"}
 	}
-	return fakeapi.Out{Text: "ok"}
+	return fakeapi.ClaudeOut{Text: "ok"}
 }
 
 // TestClaudeWorktreeE2E: a lead running the real Claude Code CLI in a git
@@ -68,7 +68,7 @@ func TestClaudeWorktreeE2E(t *testing.T) {
 			t.Fatalf("%s is missing (%v): run make tools", tool, err)
 		}
 	}
-	api := fakeapi.New(worktreeModel)
+	api := fakeapi.NewClaude(worktreeModel)
 	t.Cleanup(api.Close)
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 

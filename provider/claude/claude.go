@@ -29,7 +29,7 @@
 // socket, Config.ToolSocket (without one, `--home <home>`, the daemon's
 // socket); the CLI passes its tool-use id,
 // which becomes the idempotency key. Only the substrat tools are allowed
-// (Options.AllowedTools adds others).
+// (the rules of Config.Permissions add others: see Permissions).
 //
 // The CLI's own agent machinery is off: --disallowedTools takes its
 // sub-agents, their messages, background tasks, cron, wake-ups,
@@ -103,124 +103,57 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
-	"github.com/substrat/substrat/provider/internal/proc"
-	"github.com/substrat/substrat/provider/internal/retry"
 )
 
-// Options configure the provider. The zero value suits the daemon.
-type Options struct {
-	// Name is the registry name; default "claude".
-	Name string
-	// Command is the CLI, a path or a name looked up in PATH at each turn;
-	// default "claude".
-	Command string
-	// Home is the Substrat home. Default: derived from Config.WorkDir,
-	// which the daemon sets to <home>/agents/<agent-id>.
-	Home string
-	// StateDir holds the provider's files; default <Home>/providers/claude.
-	StateDir string
-	// ClaudeHome is the CLI's HOME; default <StateDir>/home.
-	ClaudeHome string
-	// Substrat is the substrat binary that mcp.json starts; default the
-	// running executable.
-	Substrat string
-	// AllowedTools are allowed besides mcp__substrat__*.
-	AllowedTools []string
-	// ExtraArgs are added to every command line.
-	ExtraArgs []string
-	// Env is added to the environment of every turn.
-	Env []string
-	// Retry is the retry policy of failed turns; zero is retry.Default.
-	Retry retry.Policy
-	// ExitGrace is how long the CLI may take to exit after its result.
-	ExitGrace time.Duration
-}
+// Options configure the provider (see cli.Options); Name and Command
+// default to "claude". The zero value suits the daemon.
+type Options = cli.Options
 
 // New returns the provider.
 func New(opts Options) provider.Provider {
-	if opts.Name == "" {
-		opts.Name = "claude"
-	}
-	if opts.Command == "" {
-		opts.Command = "claude"
-	}
-	a := &adapter{opts: opts}
-	return cli.New(cli.Spec{
-		Name:      opts.Name,
-		StateDir:  a.stateDir,
-		NewID:     uuid.NewString,
-		Prepare:   a.writeMCPConfig,
-		Command:   a.command,
-		Parse:     parse,
-		Retry:     opts.Retry,
-		ExitGrace: opts.ExitGrace,
-	})
+	return cli.Adapter{
+		Name:    "claude",
+		CLI:     "the Claude Code CLI",
+		Install: "install it with npm install -g @anthropic-ai/claude-code",
+		HomeEnv: "HOME",
+		Home:    claudeHome,
+		NewID:   uuid.NewString,
+		Config:  config,
+		Command: command,
+		KeepEnv: sandboxEnv,
+		Parse:   parse,
+	}.New(opts)
 }
 
-type adapter struct {
-	opts Options
-}
-
-// home returns the Substrat home of cfg's agent.
-func (a *adapter) home(cfg provider.Config) (string, error) {
-	return cli.Home(a.opts.Name, a.opts.Home, cfg)
-}
-
-func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
-}
-
-func (a *adapter) claudeHome(cfg provider.Config) (string, error) {
-	if a.opts.ClaudeHome != "" {
-		return a.opts.ClaudeHome, nil
-	}
-	dir, err := a.stateDir(cfg)
-	if err != nil {
-		return "", err
-	}
+// claudeHome is the CLI's HOME: in a sandbox the agent's own, else one
+// that the provider's unsandboxed sessions share, <StateDir>/home.
+func claudeHome(stateDir string, cfg provider.Config) string {
 	if cfg.Sandbox != nil {
-		return cli.AgentHome(dir, cfg.AgentID), nil
+		return cli.AgentHome(stateDir, cfg.AgentID)
 	}
-	return filepath.Join(dir, "home"), nil
+	return filepath.Join(stateDir, "home")
 }
 
-func (a *adapter) mcpConfigPath(cfg provider.Config) (string, string, error) {
-	home, err := a.home(cfg)
-	if err != nil {
-		return "", "", err
-	}
-	return fsstore.Layout{Home: home}.Agent(cfg.AgentID).MCPConfig(), home, nil
+// mcpConfigPath is the agent's mcp.json, in its directory.
+func mcpConfigPath(p cli.Paths, cfg provider.Config) string {
+	return fsstore.Layout{Home: p.Home}.Agent(cfg.AgentID).MCPConfig()
 }
 
-// writeMCPConfig writes the agent's mcp.json (atomically, and only if it
+// config is the agent's mcp.json (written atomically, and only if it
 // changed). The agent directory must exist: it is the daemon's.
-func (a *adapter) writeMCPConfig(cfg provider.Config) error {
-	path, home, err := a.mcpConfigPath(cfg)
-	if err != nil {
-		return err
-	}
-	substrat, err := cli.Substrat(a.opts.Substrat)
-	if err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	if err := cli.WriteFile(path, cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "stdio")); err != nil {
-		return fmt.Errorf("%s: writing mcp.json: %w", a.opts.Name, err)
-	}
-	return nil
+func config(s cli.Setup) ([]cli.File, error) {
+	return []cli.File{{Path: mcpConfigPath(s.Paths, s.Config), Data: s.MCP.JSON("stdio")}}, nil
 }
 
 // instructionsNote is the record, kept in the adapter's state directory
@@ -231,20 +164,13 @@ type instructionsNote struct {
 	SHA256  string `json:"sha256"`
 }
 
-func (a *adapter) notePath(cfg provider.Config) (string, error) {
-	dir, err := a.stateDir(cfg)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "instructions", cfg.AgentID+".json"), nil
+func notePath(stateDir string, cfg provider.Config) string {
+	return filepath.Join(stateDir, "instructions", cfg.AgentID+".json")
 }
 
 // noteInstructions records that session id now has cfg's instructions.
-func (a *adapter) noteInstructions(cfg provider.Config, id string) error {
-	p, err := a.notePath(cfg)
-	if err != nil {
-		return err
-	}
+func noteInstructions(stateDir string, cfg provider.Config, id string) error {
+	p := notePath(stateDir, cfg)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
@@ -256,21 +182,18 @@ func (a *adapter) noteInstructions(cfg provider.Config, id string) error {
 // instructionsChanged reports whether cfg's instructions differ from
 // those session id was last given, and records them as given. A session
 // with no record (made before this record existed) is taken as current.
-func (a *adapter) instructionsChanged(cfg provider.Config, id string) (bool, error) {
-	p, err := a.notePath(cfg)
-	if err != nil {
-		return false, err
-	}
+func instructionsChanged(stateDir string, cfg provider.Config, id string) (bool, error) {
+	p := notePath(stateDir, cfg)
 	var note instructionsNote
 	data, err := os.ReadFile(p)
 	if err != nil || json.Unmarshal(data, &note) != nil || note.Session != id {
-		return false, a.noteInstructions(cfg, id)
+		return false, noteInstructions(stateDir, cfg, id)
 	}
 	sum := sha256.Sum256([]byte(cfg.Instructions))
 	if note.SHA256 == hex.EncodeToString(sum[:]) {
 		return false, nil
 	}
-	return true, a.noteInstructions(cfg, id)
+	return true, noteInstructions(stateDir, cfg, id)
 }
 
 // transcriptExists reports whether the CLI has a transcript of session id
@@ -280,38 +203,19 @@ func transcriptExists(claudeHome, id string) bool {
 	return len(matches) > 0
 }
 
-func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
+// command is a turn's command line, environment and prompt.
+func command(t cli.Turn) (cli.Invocation, error) {
+	cfg, id, prompt := t.Config, t.ID, t.Prompt
 	if _, err := uuid.Parse(id); err != nil {
-		return cli.Command{}, fmt.Errorf("session id %q is not a UUID (%v)", id, err)
+		return cli.Invocation{}, fmt.Errorf("session id %q is not a UUID (%v)", id, err)
 	}
-	path, err := exec.LookPath(a.opts.Command)
-	if err != nil {
-		return cli.Command{}, fmt.Errorf("the Claude Code CLI is not installed (%v); install it with npm install -g @anthropic-ai/claude-code", err)
-	}
-	mcp, _, err := a.mcpConfigPath(cfg)
-	if err != nil {
-		return cli.Command{}, err
-	}
-	chome, err := a.claudeHome(cfg)
-	if err != nil {
-		return cli.Command{}, err
-	}
-	if err := os.MkdirAll(chome, 0o700); err != nil {
-		return cli.Command{}, err
-	}
-	var needs provider.SandboxNeeds
-	if cfg.Sandbox != nil {
-		// mcp.json is read inside the sandbox too.
-		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, chome, mcp); err != nil {
-			return cli.Command{}, err
-		}
-	}
+	mcp := mcpConfigPath(t.Paths, cfg)
 	perm := cfg.Permissions
 	mode := perm.Mode
 	if mode == "" {
 		mode = provider.ModeDefault
 	}
-	allowed := slices.Concat([]string{"mcp__substrat__*"}, a.opts.AllowedTools, perm.AllowedTools)
+	allowed := slices.Concat([]string{"mcp__substrat__*"}, perm.AllowedTools)
 	args := []string{"-p", "--output-format", "stream-json", "--verbose",
 		"--mcp-config", mcp, "--strict-mcp-config",
 		"--permission-mode", mode,
@@ -329,29 +233,27 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	fresh := !transcriptExists(chome, id)
+	fresh := !transcriptExists(t.CLIHome, id)
 	if fresh {
 		args = append(args, "--session-id", id)
-		if err := a.noteInstructions(cfg, id); err != nil {
-			return cli.Command{}, err
+		if err := noteInstructions(t.StateDir, cfg, id); err != nil {
+			return cli.Invocation{}, err
 		}
 	} else {
 		args = append(args, "--resume", id)
 		// A resumed session keeps the system prompt it started with and
 		// ignores --append-system-prompt (checked with 2.1.328): new
 		// instructions go in the prompt, once.
-		if changed, err := a.instructionsChanged(cfg, id); err != nil {
-			return cli.Command{}, err
+		if changed, err := instructionsChanged(t.StateDir, cfg, id); err != nil {
+			return cli.Invocation{}, err
 		} else if changed {
 			prompt = "<instructions>\nYour instructions have changed. From now on they are:\n" +
 				strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
 		}
 	}
-	args = append(args, a.opts.ExtraArgs...)
+	args = append(args, t.ExtraArgs...)
 	set := map[string]string{
-		"HOME":               chome,
 		"ENABLE_TOOL_SEARCH": "false",
-		"SUBSTRAT_AGENT_ID":  cfg.AgentID,
 		// No run_in_background on Bash, no cron, no workflows: see
 		// ownAgentTools.
 		"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1",
@@ -363,13 +265,16 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 		// in a sandbox, which it does: bwrap is the boundary.
 		set["IS_SANDBOX"] = "1"
 	}
-	env := cli.Environ(set, map[string]string{
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-		"DISABLE_AUTOUPDATER":                      "1",
-		"CLAUDE_CODE_MAX_RETRIES":                  "2",
-	}, []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"}, a.opts.Env)
-	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append(sandboxEnv, cli.Names(a.opts.Env)...), Fresh: fresh}, nil
+	return cli.Invocation{Args: args, Stdin: prompt, Env: set,
+		Defaults: map[string]string{
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+			"DISABLE_AUTOUPDATER":                      "1",
+			"CLAUDE_CODE_MAX_RETRIES":                  "2",
+		},
+		Drop: []string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"},
+		// mcp.json is read inside the sandbox too.
+		ReadOnly: []string{mcp},
+		Fresh:    fresh}, nil
 }
 
 // ownAgentTools are the CLI's own ways to start agents and background
@@ -458,11 +363,8 @@ const toolPrefix = "mcp__substrat__"
 // which one it could not read).
 func parse(b []byte) (cli.Line, error) {
 	var l streamLine
-	if err := json.Unmarshal(b, &l); err != nil {
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) {
-			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
-		}
+	if err := cli.Unmarshal(b, &l); err != nil {
+		return cli.Line{}, err
 	}
 	var out cli.Line
 	switch l.Type {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/clitest"
 	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
@@ -81,15 +81,7 @@ func (e *env) provider() provider.Provider {
 
 func (e *env) create(t *testing.T) (provider.Session, provider.Config, *[]string) {
 	t.Helper()
-	cfg := e.d.Config(t)
-	var ids []string
-	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
-	s, err := e.provider().Create(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s, cfg, &ids
+	return clitest.Start(t, e.provider(), e.d.Config(t))
 }
 
 func send(t *testing.T, s provider.Session, prompt string) provider.TurnResult {
@@ -471,7 +463,7 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 		wrappedCmd string
 		needs      provider.SandboxNeeds
 	)
-	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+	cfg.Sandbox = func(ctx context.Context, cmd provider.Process, n provider.SandboxNeeds) (provider.Process, error) {
 		wrappedEnv, wrappedCmd, needs = cmd.Env, cmd.Path, n
 		return cmd, nil
 	}
@@ -522,8 +514,8 @@ func TestTrackAndSandboxHooks(t *testing.T) {
 	}
 	// A sandbox that cannot be had fails the turn, saying so.
 	cfg2 := e.d.Config(t)
-	cfg2.Sandbox = func(ctx context.Context, cmd *exec.Cmd, _ provider.SandboxNeeds) (*exec.Cmd, error) {
-		return nil, errors.New("bwrap is not installed")
+	cfg2.Sandbox = func(ctx context.Context, cmd provider.Process, _ provider.SandboxNeeds) (provider.Process, error) {
+		return provider.Process{}, errors.New("bwrap is not installed")
 	}
 	s2, err := e.provider().Create(context.Background(), cfg2)
 	if err != nil {
@@ -562,7 +554,7 @@ func TestPermissionFlags(t *testing.T) {
 			cfg.Permissions = c.perm
 			var env []string
 			if c.sandboxed {
-				cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+				cfg.Sandbox = func(ctx context.Context, cmd provider.Process, n provider.SandboxNeeds) (provider.Process, error) {
 					env = cmd.Env
 					return cmd, nil
 				}

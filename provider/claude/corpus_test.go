@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/provider/internal/cli"
 	"github.com/substrat/substrat/provider/internal/retry"
 )
@@ -27,21 +27,21 @@ type corpusCase struct {
 	name  string
 	args  []string // besides -p PROMPT --output-format stream-json --verbose
 	env   []string // besides HOME and the fake's
-	reply func(fakeapi.Request) fakeapi.Out
+	reply func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut
 	hooks bool // a settings.json with hooks in the CLI's HOME
 	want  func(t *testing.T, lines []cli.Line)
 }
 
 // toolThenText answers the first request with a tool call, the next with
 // text.
-func toolThenText(name, input string) func(fakeapi.Request) fakeapi.Out {
-	return func(req fakeapi.Request) fakeapi.Out {
+func toolThenText(name, input string) func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
+	return func(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 		for _, b := range req.Last().Blocks() {
 			if b.Type == "tool_result" {
-				return fakeapi.Out{Text: "after the tool: " + fakeapi.ResultText(b)}
+				return fakeapi.ClaudeOut{Text: "after the tool: " + fakeapi.ResultText(b)}
 			}
 		}
-		return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_corpus_1", Name: name, Input: input}}
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_corpus_1", Name: name, Args: input}}
 	}
 }
 
@@ -83,9 +83,9 @@ func corpusCases() []corpusCase {
 		}
 	}
 	return []corpusCase{
-		{name: "text", reply: func(fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "hello there"} }, want: succeeded},
+		{name: "text", reply: func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Text: "hello there"} }, want: succeeded},
 		{name: "partial_messages", args: []string{"--include-partial-messages"},
-			reply: func(fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "streamed in pieces"} }, want: succeeded},
+			reply: func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Text: "streamed in pieces"} }, want: succeeded},
 		{name: "write_allowed", args: []string{"--permission-mode", "acceptEdits"},
 			reply: toolThenText("Write", `{"file_path":"CWD/made.txt","content":"made\n"}`), want: both(succeeded, hasChunk(provider.ChunkToolCall, ""))},
 		{name: "write_denied", reply: toolThenText("Write", `{"file_path":"/tmp/substrat-corpus-outside/x.txt","content":"x\n"}`),
@@ -99,9 +99,9 @@ func corpusCases() []corpusCase {
 		{name: "max_turns", args: []string{"--max-turns", "1", "--permission-mode", "acceptEdits"},
 			reply: toolThenText("Write", `{"file_path":"CWD/once.txt","content":"1\n"}`), want: failed},
 		{name: "api_error", env: []string{"CLAUDE_CODE_MAX_RETRIES=0"},
-			reply: func(fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 500} }, want: both(failed, retryable)},
+			reply: func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Status: 500} }, want: both(failed, retryable)},
 		{name: "overloaded", env: []string{"CLAUDE_CODE_MAX_RETRIES=1"},
-			reply: func(fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 529} }, want: both(failed, retryable)},
+			reply: func(fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Status: 529} }, want: both(failed, retryable)},
 	}
 }
 
@@ -156,7 +156,7 @@ func writeCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range corpusCases() {
-		api := fakeapi.New(c.reply)
+		api := fakeapi.NewClaude(c.reply)
 		home, cwd := t.TempDir(), t.TempDir()
 		if c.hooks {
 			settings := `{"hooks":{"PreToolUse":[{"matcher":"Write","hooks":[{"type":"command","command":"echo pre-tool-use"}]}],` +
@@ -167,11 +167,11 @@ func writeCorpus(t *testing.T) {
 			}
 		}
 		reply := c.reply
-		api.SetReply(func(req fakeapi.Request) fakeapi.Out {
+		api.SetReply(func(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 			out := reply(req)
 			if out.ToolUse != nil {
 				tu := *out.ToolUse
-				tu.Input = strings.ReplaceAll(tu.Input, "CWD", cwd)
+				tu.Args = strings.ReplaceAll(tu.Args, "CWD", cwd)
 				out.ToolUse = &tu
 			}
 			return out

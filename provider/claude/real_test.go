@@ -12,7 +12,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/claude/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/provider/internal/clitest"
 	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
@@ -34,7 +34,7 @@ func sonnetCost(u fakeapi.Usage) float64 {
 // realProvider is the claude provider on the pinned CLI against api (with
 // env besides), its MCP server the substrat binary, and a config for a new
 // agent.
-func realProvider(t *testing.T, api *fakeapi.Server, env ...string) (provider.Provider, provider.Config) {
+func realProvider(t *testing.T, api *fakeapi.Claude, env ...string) (provider.Provider, provider.Config) {
 	t.Helper()
 	bin, err := clitest.Substrat()
 	if err != nil {
@@ -57,18 +57,18 @@ func realProvider(t *testing.T, api *fakeapi.Server, env ...string) (provider.Pr
 // the model's prices, after three turns (one of them a tool call, two
 // requests) and after each restart a daemon puts the session through.
 func TestRealUsageTotals(t *testing.T) {
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewClaude(func(r fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 		u := &fakeapi.Usage{InputTokens: 1000, OutputTokens: 50, CacheCreationInputTokens: 200, CacheReadInputTokens: 300}
 		for _, b := range r.Last().Blocks() {
 			if b.Type == "tool_result" {
-				return fakeapi.Out{Text: "the tool said " + fakeapi.ResultText(b), Usage: u}
+				return fakeapi.ClaudeOut{Text: "the tool said " + fakeapi.ResultText(b), Usage: u}
 			}
 		}
 		if strings.Contains(r.Last().Text(), "USE-THE-TOOL") {
-			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_u_1", Name: "mcp__substrat__send_message", Input: `{"recipient":"USER","text":"hi"}`},
+			return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_u_1", Name: "mcp__substrat__send_message", Args: `{"recipient":"USER","text":"hi"}`},
 				Usage: &fakeapi.Usage{InputTokens: 1300, OutputTokens: 40, CacheReadInputTokens: 700}}
 		}
-		return fakeapi.Out{Text: "ok", Usage: u}
+		return fakeapi.ClaudeOut{Text: "ok", Usage: u}
 	})
 	t.Cleanup(api.Close)
 	p, cfg := realProvider(t, api)
@@ -113,7 +113,7 @@ func TestRealOwnAgentToolsOff(t *testing.T) {
 		"ScheduleWakeup", "Workflow", "Monitor", "Skill"}
 	for _, mode := range []string{provider.ModeDefault, provider.ModeFull} {
 		t.Run(mode, func(t *testing.T) {
-			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
+			api := fakeapi.NewClaude(func(r fakeapi.ClaudeRequest) fakeapi.ClaudeOut { return fakeapi.ClaudeOut{Text: "ok"} })
 			t.Cleanup(api.Close)
 			// The CLI refuses bypassPermissions to root outside a sandbox;
 			// the adapter says IS_SANDBOX=1 only inside one.
@@ -157,16 +157,16 @@ func TestRealOwnAgentToolsOff(t *testing.T) {
 // (the pinned CLI did so with Agent disallowed). Called anyway, Skill is
 // refused, and no sub-agent's request reaches the API.
 func TestRealForkingSkillRefused(t *testing.T) {
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewClaude(func(r fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 		for _, b := range r.Last().Blocks() {
 			if b.Type == "tool_result" {
-				return fakeapi.Out{Text: "after: " + fakeapi.ResultText(b)}
+				return fakeapi.ClaudeOut{Text: "after: " + fakeapi.ResultText(b)}
 			}
 		}
 		if strings.Contains(r.Last().Text(), "FORK-ME") {
-			return fakeapi.Out{ToolUse: &fakeapi.ToolUse{ID: "toolu_skill_1", Name: "Skill", Input: `{"skill":"forky"}`}}
+			return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_skill_1", Name: "Skill", Args: `{"skill":"forky"}`}}
 		}
-		return fakeapi.Out{Text: "a sub-agent ran"}
+		return fakeapi.ClaudeOut{Text: "a sub-agent ran"}
 	})
 	t.Cleanup(api.Close)
 	p, cfg := realProvider(t, api)

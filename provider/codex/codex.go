@@ -65,85 +65,44 @@ package codex
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
-	"github.com/substrat/substrat/provider/internal/proc"
-	"github.com/substrat/substrat/provider/internal/retry"
 )
 
-// Options configure the provider. The zero value suits the daemon.
+// Options configure the provider (see cli.Options; Name and Command
+// default to "codex"). The zero value suits the daemon.
 type Options struct {
-	// Name is the registry name; default "codex".
-	Name string
-	// Command is the CLI, a path or a name looked up in PATH; default
-	// "codex".
-	Command string
-	// Home is the Substrat home; default derived from the config.
-	Home string
-	// StateDir holds the provider's files; default <Home>/providers/codex.
-	StateDir string
-	// Substrat is the substrat binary the MCP config starts; default the
-	// running executable.
-	Substrat string
+	cli.Options
 	// BaseURL, if set, is the Responses API the CLI talks to; default
 	// OPENAI_BASE_URL of the environment, else the CLI's own default.
 	BaseURL string
-	// ExtraArgs are added to every command line.
-	ExtraArgs []string
-	// Env is added to the environment of every turn.
-	Env []string
-	// Retry is the retry policy of failed turns; zero is retry.Default.
-	Retry retry.Policy
-	// ExitGrace is how long the CLI may take to exit after its last line.
-	ExitGrace time.Duration
 }
 
 // New returns the provider.
 func New(opts Options) provider.Provider {
-	if opts.Name == "" {
-		opts.Name = "codex"
-	}
-	if opts.Command == "" {
-		opts.Command = "codex"
-	}
 	a := &adapter{opts: opts}
-	return cli.New(cli.Spec{
-		Name:     opts.Name,
-		StateDir: a.stateDir,
-		NewID:    func() string { return "" },
-		Prepare:  a.prepare,
-		Command:  a.command,
-		Parse:    parse,
+	return cli.Adapter{
+		Name:        "codex",
+		CLI:         "the Codex CLI",
+		Install:     "install it with npm install -g @openai/codex",
+		HomeEnv:     "CODEX_HOME",
+		Config:      config,
+		Command:     a.command,
+		SandboxPath: nativeBinary,
+		KeepEnv:     []string{"OPENAI_", "CODEX_"},
+		Parse:       parse,
 		// Each agent_message is a whole message.
 		TextSeparator: "\n\n",
-		Retry:         opts.Retry,
-		ExitGrace:     opts.ExitGrace,
-	})
+	}.New(opts.Options)
 }
 
 type adapter struct {
 	opts Options
-}
-
-func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
-}
-
-// codexHome is the agent's own CODEX_HOME.
-func (a *adapter) codexHome(cfg provider.Config) (string, error) {
-	dir, err := a.stateDir(cfg)
-	if err != nil {
-		return "", err
-	}
-	return cli.AgentHome(dir, cfg.AgentID), nil
 }
 
 // ownAgentToolsOff is the part of config.toml that turns off the CLI's own
@@ -165,43 +124,21 @@ goals = false
 enabled = false
 `
 
-// prepare writes the agent's config.toml: the substrat MCP server, its
-// tools approved, and the CLI's own agent tools off.
-func (a *adapter) prepare(cfg provider.Config) error {
-	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
-	if err != nil {
-		return err
-	}
-	substrat, err := cli.Substrat(a.opts.Substrat)
-	if err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	chome, err := a.codexHome(cfg)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(chome, 0o700); err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}
-	if cfg.ToolSocket != "" {
-		args = []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}
-	}
+// config is the agent's config.toml, in its CODEX_HOME: the substrat
+// MCP server, its tools approved, and the CLI's own agent tools off.
+func config(s cli.Setup) ([]cli.File, error) {
 	var b strings.Builder
-	b.WriteString("# Written by Substrat for agent " + cfg.AgentID + "; rewritten at each session start.\n")
-	fmt.Fprintf(&b, "[mcp_servers.substrat]\ncommand = %s\nargs = [", toml(substrat))
-	for i, s := range args {
+	b.WriteString("# Written by Substrat for agent " + s.Config.AgentID + "; rewritten at each session start.\n")
+	fmt.Fprintf(&b, "[mcp_servers.substrat]\ncommand = %s\nargs = [", toml(s.MCP.Command))
+	for i, arg := range s.MCP.Args {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(toml(s))
+		b.WriteString(toml(arg))
 	}
 	b.WriteString("]\ndefault_tools_approval_mode = \"approve\"\n")
 	b.WriteString(ownAgentToolsOff)
-	if err := cli.WriteFile(filepath.Join(chome, "config.toml"), []byte(b.String())); err != nil {
-		return fmt.Errorf("%s: writing config.toml: %w", a.opts.Name, err)
-	}
-	return nil
+	return []cli.File{{Path: "config.toml", Data: []byte(b.String())}}, nil
 }
 
 // toml quotes s as a TOML basic string (JSON's escapes are TOML's).
@@ -210,24 +147,10 @@ func toml(s string) string {
 	return string(b)
 }
 
-func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
-	path, err := exec.LookPath(a.opts.Command)
-	if err != nil {
-		return cli.Command{}, fmt.Errorf("the Codex CLI is not installed (%v); install it with npm install -g @openai/codex", err)
-	}
-	chome, err := a.codexHome(cfg)
-	if err != nil {
-		return cli.Command{}, err
-	}
-	var needs provider.SandboxNeeds
-	if cfg.Sandbox != nil {
-		// npm's codex is a Node script that starts the native binary of a
-		// sibling package: in a sandbox, run that binary itself.
-		path = nativeBinary(path)
-		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, chome); err != nil {
-			return cli.Command{}, err
-		}
-	}
+// command is a turn's command line and prompt: `codex exec`, or `codex
+// exec resume <thread-id>` once the CLI told the thread's id.
+func (a *adapter) command(t cli.Turn) (cli.Invocation, error) {
+	cfg, id := t.Config, t.ID
 	args := []string{"exec"}
 	if id != "" {
 		args = append(args, "resume", id)
@@ -251,19 +174,15 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	args = append(args, a.opts.ExtraArgs...)
+	args = append(args, t.ExtraArgs...)
 	args = append(args, "-")
-	if cfg.Instructions != "" {
-		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
-	}
-	set := map[string]string{"CODEX_HOME": chome, "SUBSTRAT_AGENT_ID": cfg.AgentID}
-	env := cli.Environ(set, nil, nil, a.opts.Env)
-	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append([]string{"OPENAI_", "CODEX_"}, cli.Names(a.opts.Env)...), Fresh: id == ""}, nil
+	return cli.Invocation{Args: args, Stdin: cli.LeadWith(cfg.Instructions, t.Prompt), Fresh: id == ""}, nil
 }
 
 // nativeBinary returns the native codex binary of an npm install whose
-// launcher is path, or path itself.
+// launcher is path, or path itself. npm's codex is a Node script that
+// starts the native binary of a sibling package: in a sandbox, that
+// binary runs itself.
 func nativeBinary(path string) string {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil || filepath.Ext(real) != ".js" {
@@ -319,11 +238,8 @@ type usage struct {
 // parse reads one --json line. Only a line that is not JSON fails it.
 func parse(b []byte) (cli.Line, error) {
 	var l line
-	if err := json.Unmarshal(b, &l); err != nil {
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) {
-			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
-		}
+	if err := cli.Unmarshal(b, &l); err != nil {
+		return cli.Line{}, err
 	}
 	var out cli.Line
 	switch l.Type {

@@ -1,7 +1,6 @@
 package codex
 
 import (
-	"context"
 	"errors"
 	"os/exec"
 	"path/filepath"
@@ -9,47 +8,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/substrat/substrat/provider/internal/clitest"
-
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/codex/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
+	"github.com/substrat/substrat/provider/internal/cli"
+	"github.com/substrat/substrat/provider/internal/clitest"
 	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
-func start(t *testing.T, reply func(fakeapi.Request) fakeapi.Out) (provider.Session, provider.Config, *[]string, *fakeapi.Server) {
-	t.Helper()
-	bin, err := clitest.Substrat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := fakeapi.New(reply)
-	t.Cleanup(api.Close)
-	d := rpctest.Start(t)
-	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin, BaseURL: api.URL,
+// pinned is the provider of the pinned Codex CLI, under d, talking to the
+// fake API at url, with no retries of its own or of the engine.
+func pinned(t *testing.T, d *rpctest.Daemon, bin, url string) provider.Provider {
+	return d.Wrap(New(Options{BaseURL: url, Options: cli.Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin,
 		Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
 		ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
-		Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}))
-	cfg := d.Config(t)
-	cfg.Model = "fake-model"
-	var ids []string
-	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
-	s, err := p.Create(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s, cfg, &ids, api
+		Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}}))
 }
 
-func send(t *testing.T, s provider.Session, prompt string, tools provider.ToolHandler) (provider.TurnResult, []provider.Chunk, error) {
+func start(t *testing.T, reply func(fakeapi.CodexRequest) fakeapi.CodexOut) (provider.Session, provider.Config, *[]string, *fakeapi.Codex) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var chunks []provider.Chunk
-	res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
-	return res, chunks, err
+	api := fakeapi.NewCodex(reply)
+	t.Cleanup(api.Close)
+	p, cfg := newProvider(t, api)
+	s, cfg, ids := clitest.Start(t, p, cfg)
+	return s, cfg, ids, api
 }
 
 // TestCodexTurns: the real Codex CLI, against a loopback fake of the
@@ -57,17 +40,17 @@ func send(t *testing.T, s provider.Session, prompt string, tools provider.ToolHa
 // an unknown cost), and a second turn that resumes the same thread (the
 // fake sees the first exchange).
 func TestCodexTurns(t *testing.T) {
-	s, _, ids, api := start(t, func(r fakeapi.Request) fakeapi.Out {
+	s, _, ids, api := start(t, func(r fakeapi.CodexRequest) fakeapi.CodexOut {
 		switch {
 		case strings.Contains(r.Text(), "what did I say"):
 			if strings.Contains(r.Text(), "remember PAPAYA") {
-				return fakeapi.Out{Text: "you said PAPAYA"}
+				return fakeapi.CodexOut{Text: "you said PAPAYA"}
 			}
-			return fakeapi.Out{Text: "I was never told"}
+			return fakeapi.CodexOut{Text: "I was never told"}
 		}
-		return fakeapi.Out{Text: "noted", Usage: [2]int{40, 3}}
+		return fakeapi.CodexOut{Text: "noted", Usage: [2]int{40, 3}}
 	})
-	res, _, err := send(t, s, "remember PAPAYA", nil)
+	res, _, err := clitest.Send(t, s, "remember PAPAYA", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +60,7 @@ func TestCodexTurns(t *testing.T) {
 	if len(*ids) != 1 || (*ids)[0] == "" {
 		t.Fatalf("thread id reported %v", *ids)
 	}
-	res, _, err = send(t, s, "what did I say?", nil)
+	res, _, err = clitest.Send(t, s, "what did I say?", nil)
 	if err != nil || res.Text != "you said PAPAYA" {
 		t.Fatalf("second turn: %q %v (requests: %d)", res.Text, err, len(api.Requests()))
 	}
@@ -91,14 +74,14 @@ func TestCodexTurns(t *testing.T) {
 // the turn's tools with the model's call id as its key, and its result
 // goes back to the model.
 func TestCodexToolCall(t *testing.T) {
-	s, _, _, api := start(t, func(r fakeapi.Request) fakeapi.Out {
+	s, _, _, api := start(t, func(r fakeapi.CodexRequest) fakeapi.CodexOut {
 		if out := r.Outputs(); len(out) > 0 {
-			return fakeapi.Out{Text: "the tool said " + out[0]}
+			return fakeapi.CodexOut{Text: "the tool said " + out[0]}
 		}
-		return fakeapi.Out{Call: &fakeapi.Call{ID: "call_send_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`}}
+		return fakeapi.CodexOut{Call: &fakeapi.Call{ID: "call_send_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`}}
 	})
 	rec := &clitest.Recorder{Answer: "sent to USER: message m1"}
-	res, chunks, err := send(t, s, "tell USER hi", rec)
+	res, chunks, err := clitest.Send(t, s, "tell USER hi", rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +113,10 @@ func TestCodexToolCall(t *testing.T) {
 // TestCodexGarbage: an API that answers garbage fails the turn with an
 // error, in time.
 func TestCodexGarbage(t *testing.T) {
-	s, _, _, _ := start(t, func(r fakeapi.Request) fakeapi.Out {
-		return fakeapi.Out{Garbage: "event: response.created\ndata: {not json\n\n"}
+	s, _, _, _ := start(t, func(r fakeapi.CodexRequest) fakeapi.CodexOut {
+		return fakeapi.CodexOut{Garbage: "event: response.created\ndata: {not json\n\n"}
 	})
-	_, _, err := send(t, s, "hello", nil)
+	_, _, err := clitest.Send(t, s, "hello", nil)
 	if err == nil {
 		t.Fatal("a garbage stream gave no error")
 	}
@@ -143,7 +126,7 @@ func TestCodexGarbage(t *testing.T) {
 // TestCommandLine: the permission setting maps onto the CLI's sandbox
 // settings; resume carries the thread id.
 func TestCommandLine(t *testing.T) {
-	a := &adapter{opts: Options{Command: "sh", Home: t.TempDir(), BaseURL: "http://127.0.0.1:1/v1"}}
+	a := &adapter{opts: Options{BaseURL: "http://127.0.0.1:1/v1"}}
 	for _, c := range []struct {
 		mode, want string
 	}{
@@ -153,11 +136,11 @@ func TestCommandLine(t *testing.T) {
 		{provider.ModePlan, `sandbox_mode="read-only"`},
 	} {
 		cfg := provider.Config{AgentID: "0199aaaa-0000-7000-8000-000000000001", WorkDir: t.TempDir(), Permissions: provider.Permissions{Mode: c.mode}}
-		cmd, err := a.command(cfg, "th_1", "hi")
+		inv, err := a.command(cli.Turn{Config: cfg, ID: "th_1", Prompt: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := strings.Join(cmd.Args, " ")
+		args := strings.Join(inv.Args, " ")
 		if !strings.Contains(args, c.want) || !strings.HasPrefix(args, "exec resume th_1 --json") || !strings.Contains(args, `approval_policy="never"`) {
 			t.Errorf("%s: %s", c.mode, args)
 		}
@@ -184,27 +167,24 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut {
 		if out := r.Outputs(); len(out) > 0 {
-			return fakeapi.Out{Text: "the tool said " + out[len(out)-1]}
+			return fakeapi.CodexOut{Text: "the tool said " + out[len(out)-1]}
 		}
 		if i := strings.LastIndex(r.Raw, "CALL "); i >= 0 {
 			rest := r.Raw[i+len("CALL "):]
 			name, args, _ := strings.Cut(rest, " ")
 			args = args[:strings.Index(args, "}")+1] // the probe's args end at the first }: {"n":42,...,"list":[1,"x"]}
 			args = strings.ReplaceAll(args, `\"`, `"`)
-			return fakeapi.Out{Call: &fakeapi.Call{ID: "call_probe", Namespace: "mcp__substrat", Name: name, Args: args}}
+			return fakeapi.CodexOut{Call: &fakeapi.Call{ID: "call_probe", Namespace: "mcp__substrat", Name: name, Args: args}}
 		}
-		return fakeapi.Out{Text: "hello back"}
+		return fakeapi.CodexOut{Text: "hello back"}
 	})
 	t.Cleanup(api.Close)
 	d := rpctest.Start(t)
 	providertest.Run(t, providertest.Harness{
 		New: func(t *testing.T) provider.Provider {
-			return d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin, BaseURL: api.URL,
-				Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
-				ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
-				Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}))
+			return pinned(t, d, bin, api.URL)
 		},
 		Config:     func(t *testing.T) provider.Config { c := d.Config(t); c.Model = "fake-model"; return c },
 		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
@@ -215,8 +195,8 @@ func TestConformance(t *testing.T) {
 // TestCodexOverloaded: an API answering 429 fails the turn with an error
 // the engine retries (a *retry.Transient).
 func TestCodexOverloaded(t *testing.T) {
-	s, _, _, _ := start(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 429} })
-	_, _, err := send(t, s, "hello", nil)
+	s, _, _, _ := start(t, func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Status: 429} })
+	_, _, err := clitest.Send(t, s, "hello", nil)
 	var tr *retry.Transient
 	if !errors.As(err, &tr) {
 		t.Fatalf("a 429 gave %v, not a retryable error", err)

@@ -10,25 +10,21 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/codex/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/provider/internal/clitest"
-	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
 // newProvider is the codex provider on the pinned CLI against api, its
 // MCP server the substrat binary, and a config for a new agent.
-func newProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider.Config) {
+func newProvider(t *testing.T, api *fakeapi.Codex) (provider.Provider, provider.Config) {
 	t.Helper()
 	bin, err := clitest.Substrat()
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := rpctest.Start(t)
-	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin, BaseURL: api.URL,
-		Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
-		ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
-		Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}))
+	p := pinned(t, d, bin, api.URL)
 	cfg := d.Config(t)
 	cfg.Model = "fake-model"
 	return p, cfg
@@ -40,12 +36,12 @@ func newProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider
 // call, two requests) and after each restart a daemon puts the session
 // through.
 func TestCodexUsageTotals(t *testing.T) {
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut {
 		if len(r.Outputs()) == 0 && r.Text() != "" && containsLast(r, "USE-THE-TOOL") {
-			return fakeapi.Out{Call: &fakeapi.Call{ID: "call_u_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`},
+			return fakeapi.CodexOut{Call: &fakeapi.Call{ID: "call_u_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`},
 				Usage: [2]int{1300, 40}}
 		}
-		return fakeapi.Out{Text: "ok", Usage: [2]int{1000, 50}}
+		return fakeapi.CodexOut{Text: "ok", Usage: [2]int{1000, 50}}
 	})
 	t.Cleanup(api.Close)
 	p, cfg := newProvider(t, api)
@@ -59,7 +55,7 @@ func TestCodexUsageTotals(t *testing.T) {
 }
 
 // containsLast reports whether the last input item of r mentions s.
-func containsLast(r fakeapi.Request, s string) bool {
+func containsLast(r fakeapi.CodexRequest, s string) bool {
 	if len(r.Input) == 0 {
 		return false
 	}
@@ -73,17 +69,17 @@ func containsLast(r fakeapi.Request, s string) bool {
 func TestCodexUsageAfterKill(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut {
 		switch {
 		case containsLast(r, "KILL-ME") && len(r.Outputs()) == 0:
-			return fakeapi.Out{Call: &fakeapi.Call{ID: "call_k_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`},
+			return fakeapi.CodexOut{Call: &fakeapi.Call{ID: "call_k_1", Namespace: "mcp__substrat", Name: "send_message", Args: `{"recipient":"USER","text":"hi"}`},
 				Usage: [2]int{1300, 40}}
 		case len(r.Outputs()) > 0 && strings.Contains(r.Raw, "KILL-ME") && !strings.Contains(r.Raw, "after the kill"):
 			once.Do(func() { close(held) })
 			<-release
-			return fakeapi.Out{Status: 500}
+			return fakeapi.CodexOut{Status: 500}
 		}
-		return fakeapi.Out{Text: "ok", Usage: [2]int{1000, 50}}
+		return fakeapi.CodexOut{Text: "ok", Usage: [2]int{1000, 50}}
 	})
 	t.Cleanup(api.Close)
 	defer close(release)
@@ -156,7 +152,7 @@ func TestCodexOwnAgentToolsOff(t *testing.T) {
 		"create_goal", "get_goal", "update_goal"}
 	for _, mode := range []string{provider.ModeDefault, provider.ModeAcceptEdits, provider.ModeFull} {
 		t.Run(mode, func(t *testing.T) {
-			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
+			api := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: "ok"} })
 			t.Cleanup(api.Close)
 			p, cfg := newProvider(t, api)
 			cfg.Permissions.Mode = mode

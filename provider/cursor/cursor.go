@@ -60,130 +60,44 @@ package cursor
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
-	"github.com/substrat/substrat/provider/internal/proc"
-	"github.com/substrat/substrat/provider/internal/retry"
 )
 
-// Options configure the provider. The zero value suits the daemon.
-type Options struct {
-	// Name is the registry name; default "cursor-agent".
-	Name string
-	// Command is the CLI, a path or a name looked up in PATH at each turn;
-	// default "cursor-agent".
-	Command string
-	// Home is the Substrat home. Default: derived from Config.WorkDir,
-	// which the daemon sets to <home>/agents/<agent-id>.
-	Home string
-	// StateDir holds the provider's files; default <Home>/providers/<Name>.
-	StateDir string
-	// Substrat is the substrat binary that mcp.json starts; default the
-	// running executable.
-	Substrat string
-	// ExtraArgs are added to every command line (before the prompt), for
-	// example --force.
-	ExtraArgs []string
-	// Env is added to the environment of every turn.
-	Env []string
-	// Retry is the retry policy of failed turns; zero is retry.Default.
-	Retry retry.Policy
-	// ExitGrace is how long the CLI may take to exit after its result.
-	ExitGrace time.Duration
-}
+// Options configure the provider (see cli.Options); Name and Command
+// default to "cursor-agent". The zero value suits the daemon.
+type Options = cli.Options
 
 // New returns the provider.
 func New(opts Options) provider.Provider {
-	if opts.Name == "" {
-		opts.Name = "cursor-agent"
-	}
-	if opts.Command == "" {
-		opts.Command = "cursor-agent"
-	}
-	a := &adapter{opts: opts}
-	return cli.New(cli.Spec{
-		Name:      opts.Name,
-		StateDir:  a.stateDir,
-		NewID:     func() string { return "" },
-		Prepare:   a.prepare,
-		Command:   a.command,
-		Parse:     parse,
-		Retry:     opts.Retry,
-		ExitGrace: opts.ExitGrace,
-	})
+	return cli.Adapter{
+		Name:    "cursor-agent",
+		CLI:     "the cursor-agent CLI",
+		Install: "see https://cursor.com/cli",
+		HomeEnv: "HOME",
+		Config:  config,
+		Command: command,
+		KeepEnv: []string{"CURSOR_"},
+		Parse:   parse,
+	}.New(opts)
 }
 
-type adapter struct {
-	opts Options
-}
-
-func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
-}
-
-// agentHome is the CLI's private HOME: <StateDir>/homes/<agent-id>.
-func (a *adapter) agentHome(cfg provider.Config) (string, error) {
-	dir, err := a.stateDir(cfg)
-	if err != nil {
-		return "", err
-	}
-	return cli.AgentHome(dir, cfg.AgentID), nil
-}
-
-// prepare writes the MCP config into the user config of the CLI's private
-// HOME ($HOME/.cursor/mcp.json): never into the agent's working
+// config is the MCP config in the user config of the CLI's private
+// HOME ($HOME/.cursor/mcp.json): never in the agent's working
 // directory, which is the user's.
-func (a *adapter) prepare(cfg provider.Config) error {
-	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
-	if err != nil {
-		return err
-	}
-	substrat, err := cli.Substrat(a.opts.Substrat)
-	if err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	ahome, err := a.agentHome(cfg)
-	if err != nil {
-		return err
-	}
-	dot := filepath.Join(ahome, ".cursor")
-	if err := cli.PrivateDir(dot); err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	if err := cli.WriteFile(filepath.Join(dot, "mcp.json"), cli.MCPConfig(substrat, home, cfg.AgentID, cfg.ToolSocket, "")); err != nil {
-		return fmt.Errorf("%s: writing the MCP config: %w", a.opts.Name, err)
-	}
-	return nil
+func config(s cli.Setup) ([]cli.File, error) {
+	return []cli.File{{Path: filepath.Join(".cursor", "mcp.json"), Data: s.MCP.JSON("")}}, nil
 }
 
-func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
-	path, err := exec.LookPath(a.opts.Command)
-	if err != nil {
-		return cli.Command{}, fmt.Errorf("the cursor-agent CLI is not installed (%v); see https://cursor.com/cli", err)
-	}
-	ahome, err := a.agentHome(cfg)
-	if err != nil {
-		return cli.Command{}, err
-	}
-	set := map[string]string{"SUBSTRAT_AGENT_ID": cfg.AgentID, "HOME": ahome}
-	var needs provider.SandboxNeeds
-	if cfg.Sandbox != nil {
-		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, ahome); err != nil {
-			return cli.Command{}, err
-		}
-	}
+// command is a turn's command line, the prompt its last argument.
+func command(t cli.Turn) (cli.Invocation, error) {
+	cfg := t.Config
 	// The CLI has no system-prompt flag: the instructions lead the prompt.
-	if cfg.Instructions != "" {
-		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
-	}
+	prompt := cli.LeadWith(cfg.Instructions, t.Prompt)
 	args := []string{"--print", "--output-format", "stream-json", "--approve-mcps", "--trust"}
 	switch cfg.Permissions.Mode {
 	case provider.ModeFull:
@@ -194,17 +108,14 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	if id != "" {
-		args = append(args, "--resume", id)
+	if t.ID != "" {
+		args = append(args, "--resume", t.ID)
 	}
-	args = append(args, a.opts.ExtraArgs...)
+	args = append(args, t.ExtraArgs...)
 	if strings.HasPrefix(prompt, "-") {
 		prompt = "\n" + prompt
 	}
-	args = append(args, prompt)
-	env := cli.Environ(set, nil, nil, a.opts.Env)
-	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir}, Needs: needs,
-		KeepEnv: append([]string{"CURSOR_"}, cli.Names(a.opts.Env)...)}, nil
+	return cli.Invocation{Args: append(args, prompt)}, nil
 }
 
 type streamLine struct {
@@ -228,11 +139,8 @@ type streamLine struct {
 // unexpected shape is left out (encoding/json fills the others).
 func parse(b []byte) (cli.Line, error) {
 	var l streamLine
-	if err := json.Unmarshal(b, &l); err != nil {
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) {
-			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
-		}
+	if err := cli.Unmarshal(b, &l); err != nil {
+		return cli.Line{}, err
 	}
 	var out cli.Line
 	switch l.Type {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/internal/clitest"
 	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
@@ -241,15 +241,7 @@ func (e *env) provider() provider.Provider {
 
 func (e *env) create(t *testing.T) (provider.Session, provider.Config, *[]string) {
 	t.Helper()
-	cfg := e.d.Config(t)
-	var ids []string
-	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
-	s, err := e.provider().Create(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s, cfg, &ids
+	return clitest.Start(t, e.provider(), e.d.Config(t))
 }
 
 func send(t *testing.T, s provider.Session, prompt string) provider.TurnResult {
@@ -398,7 +390,7 @@ func TestSandboxed(t *testing.T) {
 		env   []string
 		prog  string
 	)
-	cfg.Sandbox = func(ctx context.Context, cmd *exec.Cmd, n provider.SandboxNeeds) (*exec.Cmd, error) {
+	cfg.Sandbox = func(ctx context.Context, cmd provider.Process, n provider.SandboxNeeds) (provider.Process, error) {
 		needs, env, prog = n, cmd.Env, cmd.Path
 		return cmd, nil
 	}

@@ -65,108 +65,37 @@ package gemini
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
-	"github.com/substrat/substrat/provider/internal/proc"
-	"github.com/substrat/substrat/provider/internal/retry"
 )
 
-// Options configure the provider. The zero value suits the daemon.
-type Options struct {
-	// Name is the registry name; default "gemini".
-	Name string
-	// Command is the CLI, a path or a name looked up in PATH; default
-	// "gemini".
-	Command string
-	// Home is the Substrat home; default derived from the config.
-	Home string
-	// StateDir holds the provider's files; default <Home>/providers/gemini.
-	StateDir string
-	// Substrat is the substrat binary the MCP config starts; default the
-	// running executable.
-	Substrat string
-	// ExtraArgs are added to every command line.
-	ExtraArgs []string
-	// Env is added to the environment of every turn.
-	Env []string
-	// Retry is the retry policy of failed turns; zero is retry.Default.
-	Retry retry.Policy
-	// ExitGrace is how long the CLI may take to exit after its result.
-	ExitGrace time.Duration
-}
+// Options configure the provider (see cli.Options); Name and Command
+// default to "gemini". The zero value suits the daemon.
+type Options = cli.Options
 
 // New returns the provider.
 func New(opts Options) provider.Provider {
-	if opts.Name == "" {
-		opts.Name = "gemini"
-	}
-	if opts.Command == "" {
-		opts.Command = "gemini"
-	}
-	a := &adapter{opts: opts}
-	return cli.New(cli.Spec{
-		Name:      opts.Name,
-		StateDir:  a.stateDir,
-		NewID:     func() string { return "" },
-		Prepare:   a.prepare,
-		Command:   a.command,
-		Parse:     parse,
-		Retry:     opts.Retry,
-		ExitGrace: opts.ExitGrace,
-	})
+	return cli.Adapter{
+		Name:    "gemini",
+		CLI:     "the Gemini CLI",
+		Install: "install it with npm install -g @google/gemini-cli",
+		HomeEnv: "HOME",
+		Config:  config,
+		Command: command,
+		KeepEnv: []string{"GEMINI_", "GOOGLE_"},
+		Parse:   parse,
+	}.New(opts)
 }
 
-type adapter struct {
-	opts Options
-}
-
-func (a *adapter) stateDir(cfg provider.Config) (string, error) {
-	return cli.StateDir(a.opts.Name, a.opts.StateDir, a.opts.Home, cfg)
-}
-
-// agentHome is the CLI's HOME for the agent.
-func (a *adapter) agentHome(cfg provider.Config) (string, error) {
-	dir, err := a.stateDir(cfg)
-	if err != nil {
-		return "", err
-	}
-	return cli.AgentHome(dir, cfg.AgentID), nil
-}
-
-// prepare writes $HOME/.gemini/settings.json (API-key auth, the substrat
-// MCP server, trusted, and the CLI's own agent tools excluded) and the
+// config is $HOME/.gemini/settings.json (API-key auth, the substrat MCP
+// server, trusted, and the CLI's own agent tools excluded) and the
 // policy that refuses background shell commands.
-func (a *adapter) prepare(cfg provider.Config) error {
-	home, err := cli.Home(a.opts.Name, a.opts.Home, cfg)
-	if err != nil {
-		return err
-	}
-	substrat, err := cli.Substrat(a.opts.Substrat)
-	if err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	ahome, err := a.agentHome(cfg)
-	if err != nil {
-		return err
-	}
-	dot := filepath.Join(ahome, ".gemini")
-	if err := cli.PrivateDir(dot); err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	args := []string{"mcp", "--agent", cfg.AgentID, "--home", home}
-	if cfg.ToolSocket != "" {
-		args = []string{"mcp", "--agent", cfg.AgentID, "--socket", cfg.ToolSocket}
-	}
+func config(s cli.Setup) ([]cli.File, error) {
 	settings := map[string]any{
 		"security":   map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
-		"mcpServers": map[string]any{"substrat": map[string]any{"command": substrat, "args": args, "trust": true}},
+		"mcpServers": map[string]any{"substrat": map[string]any{"command": s.MCP.Command, "args": s.MCP.Args, "trust": true}},
 		// Offline and quiet: no update checks, no usage statistics.
 		"general":   map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
 		"privacy":   map[string]any{"usageStatisticsEnabled": false},
@@ -175,17 +104,11 @@ func (a *adapter) prepare(cfg provider.Config) error {
 		// No sub-agents at all, invoke_agent excluded or not.
 		"experimental": map[string]any{"enableAgents": false},
 	}
-	if err := cli.PrivateDir(filepath.Join(dot, "policies")); err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Name, err)
-	}
-	if err := cli.WriteFile(filepath.Join(dot, "policies", "substrat.toml"), []byte(policy)); err != nil {
-		return fmt.Errorf("%s: writing the policy: %w", a.opts.Name, err)
-	}
 	data, _ := json.MarshalIndent(settings, "", "  ")
-	if err := cli.WriteFile(filepath.Join(dot, "settings.json"), append(data, '\n')); err != nil {
-		return fmt.Errorf("%s: writing settings.json: %w", a.opts.Name, err)
-	}
-	return nil
+	return []cli.File{
+		{Path: filepath.Join(".gemini", "policies", "substrat.toml"), Data: []byte(policy)},
+		{Path: filepath.Join(".gemini", "settings.json"), Data: append(data, '\n')},
+	}, nil
 }
 
 // ownAgentTools are the CLI's own ways to start agents and background
@@ -207,21 +130,9 @@ priority = 999
 denyMessage = "Background commands are off under Substrat: run the command in the foreground, or spawn an agent with spawn_agent."
 `
 
-func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, error) {
-	path, err := exec.LookPath(a.opts.Command)
-	if err != nil {
-		return cli.Command{}, fmt.Errorf("the Gemini CLI is not installed (%v); install it with npm install -g @google/gemini-cli", err)
-	}
-	ahome, err := a.agentHome(cfg)
-	if err != nil {
-		return cli.Command{}, err
-	}
-	var needs provider.SandboxNeeds
-	if cfg.Sandbox != nil {
-		if path, needs, err = cli.Sandboxed(path, a.opts.Substrat, ahome); err != nil {
-			return cli.Command{}, err
-		}
-	}
+// command is a turn's command line and prompt.
+func command(t cli.Turn) (cli.Invocation, error) {
+	cfg := t.Config
 	mode := "default"
 	switch cfg.Permissions.Mode {
 	case provider.ModeFull:
@@ -235,19 +146,14 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	if id != "" {
-		args = append(args, "--resume", id)
+	if t.ID != "" {
+		args = append(args, "--resume", t.ID)
 	}
-	args = append(args, a.opts.ExtraArgs...)
-	if cfg.Instructions != "" {
-		prompt = "<instructions>\n" + strings.TrimRight(cfg.Instructions, "\n") + "\n</instructions>\n\n" + prompt
-	}
+	args = append(args, t.ExtraArgs...)
 	// GEMINI_CLI_NO_RELAUNCH: one process, not a relaunched child (which
 	// outlived a cancelled turn's kill for seconds).
-	set := map[string]string{"HOME": ahome, "SUBSTRAT_AGENT_ID": cfg.AgentID, "GEMINI_CLI_NO_RELAUNCH": "true"}
-	env := cli.Environ(set, nil, nil, a.opts.Env)
-	return cli.Command{Command: proc.Command{Path: path, Args: args, Env: env, Dir: cfg.WorkDir, Stdin: prompt}, Needs: needs,
-		KeepEnv: append([]string{"GEMINI_", "GOOGLE_"}, cli.Names(a.opts.Env)...)}, nil
+	return cli.Invocation{Args: args, Stdin: cli.LeadWith(cfg.Instructions, t.Prompt),
+		Env: map[string]string{"GEMINI_CLI_NO_RELAUNCH": "true"}}, nil
 }
 
 // line is one stream-json line.
@@ -272,11 +178,8 @@ type line struct {
 // parse reads one stream-json line. Only a line that is not JSON fails it.
 func parse(b []byte) (cli.Line, error) {
 	var l line
-	if err := json.Unmarshal(b, &l); err != nil {
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) {
-			return cli.Line{}, fmt.Errorf("not JSON (%v)", err)
-		}
+	if err := cli.Unmarshal(b, &l); err != nil {
+		return cli.Line{}, err
 	}
 	var out cli.Line
 	switch l.Type {

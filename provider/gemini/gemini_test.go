@@ -7,46 +7,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/substrat/substrat/provider/internal/clitest"
-
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
+	"github.com/substrat/substrat/provider/internal/cli"
+	"github.com/substrat/substrat/provider/internal/clitest"
 	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
-func start(t *testing.T, reply func(fakeapi.Request) fakeapi.Out) (provider.Session, provider.Config, *[]string, *fakeapi.Server) {
-	t.Helper()
-	bin, err := clitest.Substrat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := fakeapi.New(reply)
-	t.Cleanup(api.Close)
-	d := rpctest.Start(t)
-	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "gemini"), Home: d.Home, Substrat: bin,
-		Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
+// pinned is the provider of the pinned Gemini CLI, under d, talking to
+// the fake API at url, with no retries of the engine.
+func pinned(t *testing.T, d *rpctest.Daemon, bin, url string) provider.Provider {
+	return d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "gemini"), Home: d.Home, Substrat: bin,
+		Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + url},
 		Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
-	cfg := d.Config(t)
-	cfg.Model = "fake-model"
-	var ids []string
-	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
-	s, err := p.Create(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s, cfg, &ids, api
 }
 
-func send(t *testing.T, s provider.Session, prompt string, tools provider.ToolHandler) (provider.TurnResult, []provider.Chunk, error) {
+func start(t *testing.T, reply func(fakeapi.GeminiRequest) fakeapi.GeminiOut) (provider.Session, provider.Config, *[]string, *fakeapi.Gemini) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var chunks []provider.Chunk
-	res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
-	return res, chunks, err
+	api := fakeapi.NewGemini(reply)
+	t.Cleanup(api.Close)
+	p, cfg := newProvider(t, api)
+	s, cfg, ids := clitest.Start(t, p, cfg)
+	return s, cfg, ids, api
 }
 
 // TestGeminiTurns: the real Gemini CLI, against a loopback fake of the
@@ -54,17 +38,17 @@ func send(t *testing.T, s provider.Session, prompt string, tools provider.ToolHa
 // unknown cost), and a second turn that resumes the same session (the
 // fake sees the first exchange).
 func TestGeminiTurns(t *testing.T) {
-	s, _, ids, api := start(t, func(r fakeapi.Request) fakeapi.Out {
+	s, _, ids, api := start(t, func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
 		switch {
 		case strings.Contains(r.Raw, "what did I say"):
 			if strings.Contains(r.Raw, "remember PAPAYA") {
-				return fakeapi.Out{Text: "you said PAPAYA"}
+				return fakeapi.GeminiOut{Text: "you said PAPAYA"}
 			}
-			return fakeapi.Out{Text: "I was never told"}
+			return fakeapi.GeminiOut{Text: "I was never told"}
 		}
-		return fakeapi.Out{Text: "noted", Usage: [2]int{40, 3}}
+		return fakeapi.GeminiOut{Text: "noted", Usage: [2]int{40, 3}}
 	})
-	res, _, err := send(t, s, "remember PAPAYA", nil)
+	res, _, err := clitest.Send(t, s, "remember PAPAYA", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +58,7 @@ func TestGeminiTurns(t *testing.T) {
 	if len(*ids) != 1 || (*ids)[0] == "" {
 		t.Fatalf("thread id reported %v", *ids)
 	}
-	res, _, err = send(t, s, "what did I say?", nil)
+	res, _, err = clitest.Send(t, s, "what did I say?", nil)
 	if err != nil || res.Text != "you said PAPAYA" {
 		t.Fatalf("second turn: %q %v (requests: %d)", res.Text, err, len(api.Requests()))
 	}
@@ -88,14 +72,14 @@ func TestGeminiTurns(t *testing.T) {
 // tools under a key of substrat mcp's own (the CLI sends no call id), and
 // its result goes back to the model.
 func TestGeminiToolCall(t *testing.T) {
-	s, _, _, api := start(t, func(r fakeapi.Request) fakeapi.Out {
+	s, _, _, api := start(t, func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
 		if len(r.Responses) > 0 {
-			return fakeapi.Out{Text: "the tool said " + r.Responses[0]}
+			return fakeapi.GeminiOut{Text: "the tool said " + r.Responses[0]}
 		}
-		return fakeapi.Out{Call: &fakeapi.Call{Name: "mcp_substrat_send_message", Args: `{"recipient":"USER","text":"hi"}`}}
+		return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "mcp_substrat_send_message", Args: `{"recipient":"USER","text":"hi"}`}}
 	})
 	rec := &clitest.Recorder{Answer: "sent to USER: message m1"}
-	res, chunks, err := send(t, s, "tell USER hi", rec)
+	res, chunks, err := clitest.Send(t, s, "tell USER hi", rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +111,10 @@ func TestGeminiToolCall(t *testing.T) {
 // TestGeminiGarbage: an API that answers garbage fails the turn with an
 // error, in time.
 func TestGeminiGarbage(t *testing.T) {
-	s, _, _, _ := start(t, func(r fakeapi.Request) fakeapi.Out {
-		return fakeapi.Out{Garbage: "data: {not json\n\n"}
+	s, _, _, _ := start(t, func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
+		return fakeapi.GeminiOut{Garbage: "data: {not json\n\n"}
 	})
-	_, _, err := send(t, s, "hello", nil)
+	_, _, err := clitest.Send(t, s, "hello", nil)
 	if err == nil {
 		t.Fatal("a garbage stream gave no error")
 	}
@@ -140,7 +124,6 @@ func TestGeminiGarbage(t *testing.T) {
 // TestCommandLine: the permission setting maps onto --approval-mode;
 // later turns resume the session.
 func TestCommandLine(t *testing.T) {
-	a := &adapter{opts: Options{Command: "sh", Home: t.TempDir()}}
 	for _, c := range []struct {
 		mode, want string
 	}{
@@ -150,11 +133,11 @@ func TestCommandLine(t *testing.T) {
 		{provider.ModeDefault, "--approval-mode default"},
 	} {
 		cfg := provider.Config{AgentID: "0199aaaa-0000-7000-8000-000000000001", WorkDir: t.TempDir(), Permissions: provider.Permissions{Mode: c.mode}}
-		cmd, err := a.command(cfg, "s-1", "hi")
+		inv, err := command(cli.Turn{Config: cfg, ID: "s-1", Prompt: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := strings.Join(cmd.Args, " ")
+		args := strings.Join(inv.Args, " ")
 		if !strings.Contains(args, c.want) || !strings.Contains(args, "--resume s-1") || !strings.Contains(args, "--output-format stream-json") {
 			t.Errorf("%s: %s", c.mode, args)
 		}
@@ -168,26 +151,24 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
 		if len(r.Responses) > 0 {
-			return fakeapi.Out{Text: "the tool said " + r.Responses[len(r.Responses)-1]}
+			return fakeapi.GeminiOut{Text: "the tool said " + r.Responses[len(r.Responses)-1]}
 		}
 		if i := strings.LastIndex(r.Raw, "CALL "); i >= 0 {
 			rest := r.Raw[i+len("CALL "):]
 			name, args, _ := strings.Cut(rest, " ")
 			args = args[:strings.Index(args, "}")+1]
 			args = strings.ReplaceAll(args, `\"`, `"`)
-			return fakeapi.Out{Call: &fakeapi.Call{Name: "mcp_substrat_" + name, Args: args}}
+			return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "mcp_substrat_" + name, Args: args}}
 		}
-		return fakeapi.Out{Text: "hello back"}
+		return fakeapi.GeminiOut{Text: "hello back"}
 	})
 	t.Cleanup(api.Close)
 	d := rpctest.Start(t)
 	providertest.Run(t, providertest.Harness{
 		New: func(t *testing.T) provider.Provider {
-			return d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "gemini"), Home: d.Home, Substrat: bin,
-				Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
-				Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
+			return pinned(t, d, bin, api.URL)
 		},
 		Config:     func(t *testing.T) provider.Config { c := d.Config(t); c.Model = "fake-model"; return c },
 		ToolPrompt: func(name, args string) string { return "CALL " + name + " " + args },
@@ -200,7 +181,7 @@ func TestConformance(t *testing.T) {
 // pinned CLI does not give up on its own within 90 s); the turn then ends
 // with its deadline, promptly.
 func TestGeminiOverloaded(t *testing.T) {
-	s, _, _, api := start(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 429} })
+	s, _, _, api := start(t, func(r fakeapi.GeminiRequest) fakeapi.GeminiOut { return fakeapi.GeminiOut{Status: 429} })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	begin := time.Now()

@@ -13,24 +13,21 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/provider/gemini/fakeapi"
+	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/provider/internal/clitest"
-	"github.com/substrat/substrat/provider/internal/retry"
 	"github.com/substrat/substrat/supervisor/rpc/rpctest"
 )
 
 // newProvider is the gemini provider on the pinned CLI against api, its
 // MCP server the substrat binary, and a config for a new agent.
-func newProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider.Config) {
+func newProvider(t *testing.T, api *fakeapi.Gemini) (provider.Provider, provider.Config) {
 	t.Helper()
 	bin, err := clitest.Substrat()
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := rpctest.Start(t)
-	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "gemini"), Home: d.Home, Substrat: bin,
-		Env:   []string{"GEMINI_API_KEY=fake-gemini-key", "GOOGLE_GEMINI_BASE_URL=" + api.URL},
-		Retry: retry.Policy{Tries: 1, Base: time.Millisecond}}))
+	p := pinned(t, d, bin, api.URL)
 	cfg := d.Config(t)
 	cfg.Model = "fake-model"
 	return p, cfg
@@ -41,11 +38,11 @@ func newProvider(t *testing.T, api *fakeapi.Server) (provider.Provider, provider
 // the fake API served, after three turns (one of them a tool call, two
 // requests) and after each restart a daemon puts the session through.
 func TestGeminiUsageTotals(t *testing.T) {
-	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+	api := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
 		if strings.Contains(r.Raw, "USE-THE-TOOL") && len(r.Responses) == 0 {
-			return fakeapi.Out{Call: &fakeapi.Call{Name: "mcp_substrat_send_message", Args: `{"recipient":"USER","text":"hi"}`}, Usage: [2]int{1300, 40}}
+			return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "mcp_substrat_send_message", Args: `{"recipient":"USER","text":"hi"}`}, Usage: [2]int{1300, 40}}
 		}
-		return fakeapi.Out{Text: "ok", Usage: [2]int{1000, 50}}
+		return fakeapi.GeminiOut{Text: "ok", Usage: [2]int{1000, 50}}
 	})
 	t.Cleanup(api.Close)
 	p, cfg := newProvider(t, api)
@@ -85,14 +82,14 @@ func TestGeminiOwnAgentToolsOff(t *testing.T) {
 	const marker = "sleep 3173"
 	for _, mode := range []string{provider.ModeDefault, provider.ModeFull} {
 		t.Run(mode, func(t *testing.T) {
-			api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out {
+			api := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut {
 				switch {
 				case len(r.Responses) > 0:
-					return fakeapi.Out{Text: "the tool said " + r.Responses[len(r.Responses)-1]}
+					return fakeapi.GeminiOut{Text: "the tool said " + r.Responses[len(r.Responses)-1]}
 				case mode == provider.ModeFull:
-					return fakeapi.Out{Call: &fakeapi.Call{Name: "run_shell_command", Args: `{"command":"` + marker + `","description":"wait","is_background":true}`}}
+					return fakeapi.GeminiOut{Call: &fakeapi.Call{Name: "run_shell_command", Args: `{"command":"` + marker + `","description":"wait","is_background":true}`}}
 				}
-				return fakeapi.Out{Text: "ok"}
+				return fakeapi.GeminiOut{Text: "ok"}
 			})
 			t.Cleanup(api.Close)
 			p, cfg := newProvider(t, api)

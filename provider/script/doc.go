@@ -115,4 +115,10 @@
 // {"version":1,"session_id":"script-…","turns":N}; Restore accepts that or
 // nil (a fresh count). A session runs one turn at a time: a concurrent Send or
 // Suspend fails with provider.ErrBusy.
+//
+// # Packages
+//
+// The sessions and native mode are package native, which runs nothing:
+// the simulation drives it in-process. This package adds model mode, the
+// one part that starts processes.
 package script

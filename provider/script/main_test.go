@@ -2,6 +2,7 @@ package script
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/script/native"
 )
 
 // The test binary doubles as the model program of model-mode tests: run
@@ -116,27 +118,30 @@ func startSleep() int {
 }
 
 var fakeModels = map[string]func(f *fakeIO) int{
-	// native plays native mode through the protocol, giving no ids.
+	// native plays native mode through the protocol, giving no ids: the
+	// native provider, in this process, its tools called through Substrat.
 	"native": func(f *fakeIO) int {
 		turn := f.turn()
-		var echoed, results []string
-		for _, l := range parsePrompt(turn["prompt"].(string)) {
-			switch l.kind {
-			case lineText:
-				f.send(map[string]any{"type": "text", "text": l.text})
-				echoed = append(echoed, l.text)
-			case lineCall, lineBadCall:
-				args := any(l.args)
-				if l.kind == lineBadCall {
-					args = l.argsError // a string: Substrat refuses it
-				}
-				res := f.call(map[string]any{"name": l.name, "args": args})
-				results = append(results, resultLine(l.name, provider.ToolResult{
-					Text: res["text"].(string), IsError: res["is_error"].(bool),
-				}))
+		s, err := native.New(nil).Create(context.Background(), provider.Config{AgentID: "fake-model"})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fake model: %v\n", err)
+			return 9
+		}
+		tools := provider.ToolHandlerFunc(func(_ context.Context, c provider.ToolCall) provider.ToolResult {
+			res := f.call(map[string]any{"name": c.Name, "args": c.Args})
+			return provider.ToolResult{Text: res["text"].(string), IsError: res["is_error"].(bool)}
+		})
+		text := func(c provider.Chunk) {
+			if c.Kind == provider.ChunkText {
+				f.send(map[string]any{"type": "text", "text": c.Text})
 			}
 		}
-		f.send(map[string]any{"type": "done", "text": strings.Join(append(echoed, results...), "\n")})
+		res, err := s.Send(context.Background(), provider.Turn{Prompt: turn["prompt"].(string), Tools: tools, Output: text})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fake model: %v\n", err)
+			return 9
+		}
+		f.send(map[string]any{"type": "done", "text": res.Text})
 		return 0
 	},
 	// echo-turn reports what it was given.

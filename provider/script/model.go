@@ -18,6 +18,7 @@ import (
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/proc"
+	"github.com/substrat/substrat/provider/script/native"
 )
 
 // Limits of model mode. Variables so that tests can shorten them.
@@ -75,10 +76,10 @@ var errLineTooLong = errors.New("line too long")
 
 // modelRun is one turn of a model program.
 type modelRun struct {
-	s      *session
+	t      native.ModelTurn
 	turn   provider.Turn
 	ctx    context.Context // the turn's
-	key    string          // promptKey(turn.Prompt)
+	key    string          // native.PromptKey(turn.Prompt)
 	in     *lineWriter
 	lines  int    // lines read
 	last   []byte // the last non-blank line read
@@ -89,9 +90,11 @@ type modelRun struct {
 	failed error // an "error" line
 }
 
-func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (provider.TurnResult, error) {
+// runModel runs one turn of a session in model mode.
+func runModel(ctx context.Context, t native.ModelTurn) (provider.TurnResult, error) {
+	turn, n := t.Turn, t.N
 	fail := func(err error) (provider.TurnResult, error) {
-		return provider.TurnResult{}, fmt.Errorf("script: model %s: %w", s.model, err)
+		return provider.TurnResult{}, fmt.Errorf("script: model %s: %w", t.Path, err)
 	}
 	// runCtx is what kills the process group: the turn's context, or
 	// killRun when the grace period after the turn ends runs out.
@@ -111,31 +114,30 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	defer outR.Close()
 
 	stderr := &proc.TailBuffer{Max: stderrKeep}
-	cmd := exec.CommandContext(runCtx, s.model)
-	cmd.Dir = s.cfg.WorkDir
-	cmd.Env = []string{
-		"SUBSTRAT_AGENT_ID=" + s.cfg.AgentID,
-		"SUBSTRAT_AGENT_NAME=" + s.cfg.Name,
-		"SUBSTRAT_SESSION_ID=" + s.id}
-	if s.cfg.Sandbox != nil {
-		if cmd, err = s.cfg.Sandbox(runCtx, cmd, provider.SandboxNeeds{}); err != nil {
+	process := provider.Process{Path: t.Path, Args: []string{t.Path}, Dir: t.Config.WorkDir, Env: []string{
+		"SUBSTRAT_AGENT_ID=" + t.Config.AgentID,
+		"SUBSTRAT_AGENT_NAME=" + t.Config.Name,
+		"SUBSTRAT_SESSION_ID=" + t.SessionID}}
+	if t.Config.Sandbox != nil {
+		if process, err = t.Config.Sandbox(runCtx, process, provider.SandboxNeeds{}); err != nil {
 			inR.Close()
 			inW.Close()
 			outW.Close()
-			return fail(fmt.Errorf("script: sandbox for %s: %w", s.model, err))
+			return fail(fmt.Errorf("script: sandbox for %s: %w", t.Path, err))
 		}
 	} else {
-		cmd.Env = append(os.Environ(), cmd.Env...)
+		process.Env = append(os.Environ(), process.Env...)
 	}
-	if s.cfg.Limit != nil {
-		if err := s.cfg.Limit(cmd); err != nil {
-			proc.CloseExtraFiles(cmd)
+	if t.Config.Limit != nil {
+		if err := t.Config.Limit(&process); err != nil {
+			proc.CloseFiles(process)
 			inR.Close()
 			inW.Close()
 			outW.Close()
-			return fail(fmt.Errorf("resource limits for %s: %w", s.model, err))
+			return fail(fmt.Errorf("resource limits for %s: %w", t.Path, err))
 		}
 	}
+	cmd := proc.Cmd(runCtx, process)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
 	// Its own process group, killed as a whole; and killed by the kernel
 	// if the daemon dies (kill -9 included).
@@ -145,7 +147,7 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
-	proc.CloseExtraFiles(cmd)
+	proc.CloseFiles(process)
 	if err != nil {
 		inW.Close()
 		if ctx.Err() != nil {
@@ -153,11 +155,11 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 		}
 		return fail(err)
 	}
-	if s.cfg.Track != nil {
-		defer s.cfg.Track(cmd.Process.Pid)()
+	if t.Config.Track != nil {
+		defer t.Config.Track(cmd.Process.Pid)()
 	}
 
-	r := &modelRun{s: s, turn: turn, ctx: ctx, key: promptKey(turn.Prompt), in: startLineWriter(inW)}
+	r := &modelRun{t: t, turn: turn, ctx: ctx, key: native.PromptKey(turn.Prompt), in: startLineWriter(inW)}
 	// Unblock our reads and writes when the turn is cancelled or the
 	// program killed, even if an escaped grandchild holds the pipes.
 	stopUnblock := context.AfterFunc(runCtx, func() {
@@ -168,8 +170,8 @@ func (s *session) sendModel(ctx context.Context, turn provider.Turn, n int) (pro
 	defer stopUnblock()
 
 	r.in.send(turnMsg{
-		Type: "turn", AgentID: s.cfg.AgentID, Name: s.cfg.Name, SessionID: s.id,
-		Instructions: provider.InstructionsOf(s.cfg, turn), Prompt: turn.Prompt, Turn: n,
+		Type: "turn", AgentID: t.Config.AgentID, Name: t.Config.Name, SessionID: t.SessionID,
+		Instructions: provider.InstructionsOf(t.Config, turn), Prompt: turn.Prompt, Turn: n,
 	})
 	readErr := r.read(bufio.NewReaderSize(outR, readBufSize))
 
@@ -266,7 +268,7 @@ func (r *modelRun) handle(b []byte) error {
 				return fmt.Errorf("%w: line %d: more than %d bytes of text in one turn", provider.ErrProtocol, r.lines, maxTurnText)
 			}
 			r.texts = append(r.texts, *m.Text)
-			emit(r.turn, "text", *m.Text)
+			native.Emit(r.turn, "text", *m.Text)
 		}
 	case "call":
 		if m.Name == "" {
@@ -297,7 +299,7 @@ func (r *modelRun) handle(b []byte) error {
 func (r *modelRun) call(m outMsg) {
 	id := m.ID
 	if id == "" {
-		id = ToolUseID(r.s.cfg.AgentID, r.key, r.calls)
+		id = native.ToolUseID(r.t.Config.AgentID, r.key, r.calls)
 	}
 	r.calls++
 	args := json.RawMessage(bytes.TrimSpace(m.Args))
@@ -308,10 +310,10 @@ func (r *modelRun) call(m outMsg) {
 	if args[0] != '{' {
 		res = provider.ToolResult{Text: "args must be a JSON object, got " + proc.Quote(args, 80), IsError: true}
 	} else {
-		emit(r.turn, "tool_call", m.Name+" "+string(args))
-		res = callTool(r.ctx, r.turn.Tools, provider.ToolCall{ID: id, Name: m.Name, Args: args})
+		native.Emit(r.turn, "tool_call", m.Name+" "+string(args))
+		res = native.CallTool(r.ctx, r.turn.Tools, provider.ToolCall{ID: id, Name: m.Name, Args: args})
 	}
-	emit(r.turn, "tool_result", resultLine(m.Name, res))
+	native.Emit(r.turn, "tool_result", native.ResultLine(m.Name, res))
 	r.in.send(resultMsg{Type: "result", ID: id, Text: res.Text, IsError: res.IsError})
 }
 
@@ -320,7 +322,7 @@ func (r *modelRun) result() provider.TurnResult {
 	if r.done.Text != nil {
 		text = *r.done.Text
 	}
-	usage := estimate(r.turn.Prompt, text)
+	usage := native.Estimate(r.turn.Prompt, text)
 	if r.done.Usage != nil {
 		usage = *r.done.Usage
 	}

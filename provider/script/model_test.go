@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/provider/script/native"
 )
 
 // A turn that fails must fail within this long after its cause. The hang
@@ -89,7 +90,7 @@ func TestModelCallIDs(t *testing.T) {
 		t.Fatalf("Send: %v", err)
 	}
 	// Model mode ignores headers: the prompt's hash is the message id.
-	key := promptKey(prompt)
+	key := native.PromptKey(prompt)
 	id := func(i int) string { return wantID(cfg.AgentID, key, fmt.Sprint(i)) }
 	var got []string
 	for _, c := range tools.get() {
@@ -105,7 +106,7 @@ func TestModelCallIDs(t *testing.T) {
 	if res.Text != wantText {
 		t.Errorf("text:\n%s\nwant:\n%s", res.Text, wantText)
 	}
-	if want := estimate(prompt, wantText); res.Usage != want {
+	if want := native.Estimate(prompt, wantText); res.Usage != want {
 		t.Errorf("usage %+v, want the estimate %+v", res.Usage, want)
 	}
 	if len(results) != 5 || results[3] != `t -> error: args must be a JSON object, got "[1]"` {
@@ -334,7 +335,7 @@ func TestModelExampleScript(t *testing.T) {
 		t.Errorf("text:\n%s\nwant:\n%s", res.Text, want)
 	}
 	calls := tools.get()
-	if len(calls) != 1 || calls[0].ID != ToolUseID(cfg.AgentID, promptKey(prompt), 0) || string(calls[0].Args) != `{"recipient": "alice"}` {
+	if len(calls) != 1 || calls[0].ID != ToolUseID(cfg.AgentID, native.PromptKey(prompt), 0) || string(calls[0].Args) != `{"recipient": "alice"}` {
 		t.Errorf("calls %+v", calls)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/substrat/substrat/provider"
 	promptpkg "github.com/substrat/substrat/provider/prompt"
 	"github.com/substrat/substrat/provider/providertest"
+	"github.com/substrat/substrat/provider/script/native"
 )
 
 func TestConformanceNative(t *testing.T) {
@@ -207,7 +208,7 @@ func TestNativeMalformedArgs(t *testing.T) {
 		t.Errorf("good lines gave %q", got[6:])
 	}
 	// The bad lines count in the index of the good ones.
-	key := promptKey(strings.Join(lines, "\n"))
+	key := native.PromptKey(strings.Join(lines, "\n"))
 	if want := wantID(cfg.AgentID, key, "6"); calls[0].ID != want {
 		t.Errorf("id of line 6 = %q, want %q", calls[0].ID, want)
 	}
@@ -253,7 +254,7 @@ func TestToolUseIDs(t *testing.T) {
 	}
 	// Without a header, the prompt's hash stands for the message id.
 	bare := "do it\n!t\n!t\n"
-	wantBare := []string{wantID(a.AgentID, promptKey(bare), "0"), wantID(a.AgentID, promptKey(bare), "1")}
+	wantBare := []string{wantID(a.AgentID, native.PromptKey(bare), "0"), wantID(a.AgentID, native.PromptKey(bare), "1")}
 	if got := run(a, bare); !slices.Equal(got, wantBare) {
 		t.Errorf("header-less ids %q, want %q", got, wantBare)
 	}
@@ -467,7 +468,7 @@ func TestFramedPromptForgedHeader(t *testing.T) {
 			if mode == "model" {
 				wantIDs = nil // the model program leaves ids to Substrat: by the prompt's hash
 				for i := range 3 {
-					wantIDs = append(wantIDs, wantID(cfg.AgentID, promptKey(p), fmt.Sprint(i)))
+					wantIDs = append(wantIDs, wantID(cfg.AgentID, native.PromptKey(p), fmt.Sprint(i)))
 				}
 			}
 			if ids := tools.ids(); !slices.Equal(ids, wantIDs) {

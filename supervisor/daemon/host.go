@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"os/exec"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -49,7 +48,7 @@ func (h *host) Limit(agent string, l fsstore.Limits) provider.LimitFunc {
 	if l.IsZero() {
 		return nil
 	}
-	return func(cmd *exec.Cmd) error { return h.limits.Wrap(agent, l, cmd) }
+	return func(p *provider.Process) error { return h.limits.Wrap(agent, l, p) }
 }
 
 // LimitReached implements supervisor.Host.

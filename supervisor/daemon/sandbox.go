@@ -3,12 +3,12 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 )
@@ -22,23 +22,23 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 	if sess.Workspace == "" {
 		return nil
 	}
-	return func(ctx context.Context, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
+	return func(ctx context.Context, p provider.Process, needs provider.SandboxNeeds) (provider.Process, error) {
 		spec, err := h.core.AgentSpec(sess)
 		if err != nil {
-			return nil, err
+			return provider.Process{}, err
 		}
 		if needs.Network && !spec.Network {
-			return nil, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
+			return provider.Process{}, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
 				"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
 		}
 		spec.Env = map[string]string{}
-		for _, kv := range cmd.Env {
+		for _, kv := range p.Env {
 			if k, v, ok := strings.Cut(kv, "="); ok {
 				spec.Env[k] = v
 			}
 		}
 		// The program at its own path; a relative one is the workspace's.
-		prog := cmd.Path
+		prog := p.Path
 		ro := needs.ReadOnly
 		if filepath.IsAbs(prog) {
 			ro = append([]string{prog}, ro...)
@@ -47,20 +47,33 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 		if needs.ToolSocket {
 			sock, err := h.toolSocket(sess.ID)
 			if err != nil {
-				return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
+				return provider.Process{}, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
 			}
 			rw = append(append([]string(nil), rw...), sock)
 		}
 		if spec.Mounts, err = addBinds(spec, h.store.Layout().Home, ro, rw); err != nil {
-			return nil, err
+			return provider.Process{}, err
 		}
-		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
-		if err != nil {
-			return nil, err
-		}
-		sb.Dir = cmd.Dir
-		return sb, nil
+		return sandboxed(spec, append([]string{prog}, p.Args[1:]...), p.Dir)
 	}
+}
+
+// sandboxed is the process that runs argv inside the sandbox spec, bwrap
+// itself starting in dir: launch.Command's, as data.
+func sandboxed(spec bwrap.Spec, argv []string, dir string) (provider.Process, error) {
+	path, err := launch.LookPath()
+	if err != nil {
+		return provider.Process{}, err
+	}
+	plan, err := bwrap.PlanCommand(path, spec, argv)
+	if err != nil {
+		return provider.Process{}, err
+	}
+	files, err := launch.Open(plan)
+	if err != nil {
+		return provider.Process{}, err
+	}
+	return provider.Process{Path: plan.Argv[0], Args: plan.Argv, Env: plan.Env, Dir: dir, Files: files}, nil
 }
 
 // addBinds returns spec's mounts plus host paths bound at their own paths:

@@ -62,7 +62,7 @@ func TestSandboxLinkRace(t *testing.T) {
 	var bound, refused int
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		cmd, err := hook(ctx, exec.Command("/bin/ls", "-A", "/linked"), provider.SandboxNeeds{})
+		cmd, err := wrap(ctx, hook, exec.Command("/bin/ls", "-A", "/linked"), provider.SandboxNeeds{})
 		var got string
 		if err == nil {
 			got, err = bwraptest.Run(cmd)

@@ -25,7 +25,7 @@ const maxSocketPath = 107
 // toolSockets are the per-agent sockets. The MCP server that a CLI starts
 // cannot reach daemon.sock, and must not: whoever reaches it drives the
 // whole daemon. Inside an agent's sandbox it does not see it; outside one
-// it runs in a PID namespace of its own (bwrap.Contain), which daemon.sock
+// it runs in a PID namespace of its own (launch.Contain), which daemon.sock
 // refuses. It gets run/<id>.sock instead, which answers tool.list and
 // tool.call for that one agent and nothing else. A socket is opened when
 // the agent's provider session starts, and closed when the agent leaves

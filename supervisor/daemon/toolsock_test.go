@@ -17,6 +17,7 @@ import (
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
@@ -41,17 +42,17 @@ func TestToolSocket(t *testing.T) {
 		t.Fatal("only the agent with a workspace gets a sandbox")
 	}
 	// A provider that needs the network, in a workspace without it.
-	_, err := hook(context.Background(), exec.Command("/bin/true"), provider.SandboxNeeds{ReadOnly: []string{"/opt/cli"}, Network: true})
+	_, err := wrap(context.Background(), hook, exec.Command("/bin/true"), provider.SandboxNeeds{ReadOnly: []string{"/opt/cli"}, Network: true})
 	if err == nil || !strings.Contains(err.Error(), "no network access") {
 		t.Fatalf("network refused with %v", err)
 	}
 	state, cli := t.TempDir(), t.TempDir()
-	cmd, err := hook(context.Background(), exec.Command("/bin/true"),
+	cmd, err := wrap(context.Background(), hook, exec.Command("/bin/true"),
 		provider.SandboxNeeds{ReadOnly: []string{cli, "/usr/lib"}, ReadWrite: []string{state}, ToolSocket: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bwrap.CloseFiles(cmd)
+	defer launch.CloseFiles(cmd)
 	args := strings.Join(cmd.Args, " ")
 	got := fdBinds(t, cmd)
 	for target, want := range map[string]string{state: "rw " + state, sock: "rw " + sock, cli: "ro " + cli} {
@@ -132,7 +133,7 @@ func TestSandboxCannotDriveDaemon(t *testing.T) {
 		{Source: bwrap.Source{Host: home}, Target: "/mnt/home", ReadOnly: true},
 		{Source: bwrap.Source{Host: exe}, Target: exe, ReadOnly: true},
 	}, Env: map[string]string{dialEnv: "/mnt/home/daemon.sock"}}
-	inside, err := bwrap.Command(context.Background(), spec, []string{exe})
+	inside, err := launch.Command(context.Background(), spec, []string{exe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,4 +196,16 @@ func TestAddBinds(t *testing.T) {
 			t.Errorf("addBinds(ro %q, rw %q) succeeded", bad.ro, bad.rw)
 		}
 	}
+}
+
+// wrap runs a sandbox hook on cmd and returns the command to start, as
+// a provider would (the hook maps processes, as data).
+func wrap(ctx context.Context, hook provider.SandboxFunc, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
+	p, err := hook(ctx, provider.Process{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}, needs)
+	if err != nil {
+		return nil, err
+	}
+	c := exec.CommandContext(ctx, p.Path)
+	c.Args, c.Env, c.Dir, c.ExtraFiles = p.Args, p.Env, p.Dir, p.Files
+	return c, nil
 }

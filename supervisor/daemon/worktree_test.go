@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
@@ -34,11 +34,11 @@ func sh(t *testing.T, c *supervisor.Core, h *host, ref, script string) string {
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "GIT_AUTHOR_NAME=" + ref, "GIT_AUTHOR_EMAIL=a@example.com",
 		"GIT_COMMITTER_NAME=" + ref, "GIT_COMMITTER_EMAIL=a@example.com"}
-	wrapped, err := hook(context.Background(), cmd, provider.SandboxNeeds{})
+	wrapped, err := wrap(context.Background(), hook, cmd, provider.SandboxNeeds{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bwrap.CloseFiles(wrapped)
+	defer launch.CloseFiles(wrapped)
 	var out bytes.Buffer
 	wrapped.Stdout, wrapped.Stderr = &out, &out
 	if err := wrapped.Run(); err != nil {

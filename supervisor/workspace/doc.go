@@ -10,7 +10,7 @@
 //	workspaces/<scope>/<name>/
 //	  workspace.json   the description below, replaced only by atomic rename
 //	  root/            the workspace's files, bound at /workspace (not in a view)
-//	  shell-state/     the persisted shell state of bwrap.Shell (made on use)
+//	  shell-state/     the persisted shell state of launch.Shell (made on use)
 //	  git/             a git workspace's git directory (see git.go), bound
 //	                   at /workspace/.git; root/.git is an empty directory
 //	  git-creating     a git workspace being made: its Git record
@@ -68,7 +68,7 @@
 // A process in one sandbox can write what its workspace grants, and so can
 // swap a directory that another sandbox binds for a symlink to "/". No
 // path is therefore trusted by name when it is bound. Spec names, for each
-// bind, how bwrap.Command resolves it as the sandbox is built: a root/
+// bind, how launch.Command resolves it as the sandbox is built: a root/
 // beneath the home, with no symlink below it; a view's subdir beneath the
 // source's root/, following only symlinks that stay inside it; a link's
 // host path with no symlink in it at all. The descriptors it opens are

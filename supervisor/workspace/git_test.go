@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/workspace"
 	"github.com/substrat/substrat/supervisor/workspace/gitws"
@@ -84,11 +84,11 @@ func (e *gitEnv) sh(t *testing.T, w *workspace.Workspace, script string) (string
 		t.Fatal(err)
 	}
 	spec.Env = map[string]string{"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
-	c, err := bwrap.Command(context.Background(), spec, []string{"/bin/sh", "-c", script})
+	c, err := launch.Command(context.Background(), spec, []string{"/bin/sh", "-c", script})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bwrap.CloseFiles(c)
+	defer launch.CloseFiles(c)
 	var out, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &out, &stderr
 	err = c.Run()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 )
 
 // sandboxRun runs c and returns its stdout and exit code.
@@ -58,7 +59,7 @@ func TestWorkspaceSandbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sh := func(spec bwrap.Spec, script string) (string, int) {
-		c, err := bwrap.Command(ctx, spec, []string{"/bin/sh", "-c", script})
+		c, err := launch.Command(ctx, spec, []string{"/bin/sh", "-c", script})
 		return sandboxRun(t, c, err)
 	}
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -88,7 +89,7 @@ func TestWorkspaceSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	shell := func(script string) (string, int) {
-		c, err := bwrap.Shell(ctx, vspec, v.ShellState(l), script)
+		c, err := launch.Shell(ctx, vspec, v.ShellState(l), script)
 		return sandboxRun(t, c, err)
 	}
 	if _, code := shell("cd sub && export STEP=one"); code != 0 {

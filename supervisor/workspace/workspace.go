@@ -259,7 +259,7 @@ func (w *Workspace) Validate() error {
 // the view's mode), its links as mounts in order, and the network if
 // network_access. Env is left for the caller to fill.
 //
-// Each bind says how bwrap.Command resolves it when the sandbox is built,
+// Each bind says how launch.Command resolves it when the sandbox is built,
 // which is what holds against a process that swaps a directory for a
 // symlink: a root/ is found beneath the home (the anchor), with no
 // symlink below it; a view's subdir beneath the source's root/, following
@@ -352,7 +352,7 @@ func (w *Workspace) ReadOnlySpec(l fsstore.Layout) (bwrap.Spec, error) {
 	return s, nil
 }
 
-// ShellState is where bwrap.Shell keeps w's shell state: beside root/,
+// ShellState is where launch.Shell keeps w's shell state: beside root/,
 // never inside it, so that it works for read-only views; found beneath the
 // home like a root/.
 func (w *Workspace) ShellState(l fsstore.Layout) bwrap.Source {

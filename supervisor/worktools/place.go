@@ -12,7 +12,7 @@
 // Writes replace a file atomically (a temporary file in the same
 // directory, renamed), never through a symlink.
 //
-// Shell commands run through bwrap.Shell in a sandbox, or /bin/sh in the
+// Shell commands run through launch.Shell in a sandbox, or /bin/sh in the
 // directory, with the working directory and exported variables persisted
 // between calls, in a process group of their own that is killed whole on
 // timeout; their output is capped, with a note saying what was cut.

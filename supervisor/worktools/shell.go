@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
+	"github.com/substrat/substrat/provider"
 )
 
 // Shell limits.
@@ -26,7 +28,7 @@ const (
 )
 
 // Shell runs command with /bin/sh in the place: in the sandbox through
-// bwrap.Shell, or in the directory, in the working directory and with the
+// launch.Shell, or in the directory, in the working directory and with the
 // exported variables the previous call left. stdout and stderr are
 // returned together, capped at MaxShellOutput with a note of what was
 // cut, followed by the exit status. A command still running after timeout
@@ -48,15 +50,17 @@ func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration
 		return "", err
 	}
 	if pl.Limit != nil {
-		if err := pl.Limit(cmd); err != nil {
-			bwrap.CloseFiles(cmd)
+		p := provider.Process{Path: cmd.Path, Args: cmd.Args}
+		if err := pl.Limit(&p); err != nil {
+			launch.CloseFiles(cmd)
 			return "", fmt.Errorf("resource limits: %w", err)
 		}
+		cmd.Path, cmd.Args = p.Path, p.Args
 	}
 	out := &capped{max: MaxShellOutput}
 	cmd.Stdout, cmd.Stderr = out, out
 	err = cmd.Start()
-	bwrap.CloseFiles(cmd)
+	launch.CloseFiles(cmd)
 	if err != nil {
 		return "", fmt.Errorf("starting the shell: %w", err)
 	}
@@ -86,7 +90,7 @@ func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration
 // shellCommand builds the command of Shell.
 func (pl Place) shellCommand(ctx context.Context, command string) (*exec.Cmd, error) {
 	if pl.Sandbox != nil {
-		return bwrap.Shell(ctx, *pl.Sandbox, pl.ShellState, command)
+		return launch.Shell(ctx, *pl.Sandbox, pl.ShellState, command)
 	}
 	if pl.Dir == "" {
 		return nil, fmt.Errorf("%w: the agent has no working directory", ErrInvalid)
@@ -97,10 +101,10 @@ func (pl Place) shellCommand(ctx context.Context, command string) (*exec.Cmd, er
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", bwrap.ShellWrapper(pl.ShellState.Host), "substrat-shell", command)
 	cmd.Dir = pl.Dir
 	cmd.Env = pl.Env
-	cmd = bwrap.Contain(ctx, cmd) // what it starts dies with it, setsid or not
+	cmd = launch.Contain(ctx, cmd) // what it starts dies with it, setsid or not
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = bwrap.WaitDelay
+	cmd.WaitDelay = launch.WaitDelay
 	return cmd, nil
 }
 

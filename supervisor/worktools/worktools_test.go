@@ -223,7 +223,7 @@ func TestShellInDir(t *testing.T) {
 
 	// A command past its timeout is killed with everything it started,
 	// even what left its process group (setsid): the shell runs in a PID
-	// namespace of its own (bwrap.Contain).
+	// namespace of its own (launch.Contain).
 	tag := fmt.Sprintf("3173%d", os.Getpid()%10000)
 	start := time.Now()
 	got, err = pl.Shell(ctx, "setsid sleep "+tag+" </dev/null >/dev/null 2>&1 & sleep 300", time.Second)

@@ -3,8 +3,11 @@
 // JSON lines; the CLI keeps the conversation, and Substrat keeps its
 // session id.
 //
-// An adapter gives a Spec: how to build a turn's command and how to read
-// one output line. The engine runs the process (see package proc), streams
+// An adapter gives an Adapter (adapter.go): its flags, its config format
+// and its parser; the engine does the rest of a turn's command (the CLI
+// found in PATH, a HOME of its own, the environment, the sandbox's
+// needs) and writes the config files. Underneath, a Spec says how to
+// build a turn's command and how to read one output line. The engine runs the process (see package proc), streams
 // chunks, persists the CLI's session id the moment it is known (through
 // Config.SessionID, and in a small file of its own so that Restore(nil)
 // can resume after a crash), retries transient failures, and turns
@@ -70,7 +73,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -474,7 +476,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	if sandbox := s.cfg.Sandbox; sandbox != nil {
 		c.Env = Minimal(c.Env, c.KeepEnv...)
 		needs := c.Needs
-		c.Wrap = func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error) { return sandbox(ctx, cmd, needs) }
+		c.Wrap = func(ctx context.Context, p provider.Process) (provider.Process, error) { return sandbox(ctx, p, needs) }
 	}
 	c.Limit = s.cfg.Limit
 	if c.Fresh {

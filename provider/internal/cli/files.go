@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -32,23 +31,6 @@ func Home(name, home string, cfg provider.Config) (string, error) {
 	}
 	return "", fmt.Errorf("%s: cannot tell the Substrat home from the work dir %q (want <home>/agents/%s); set the provider's Options.Home",
 		name, cfg.WorkDir, cfg.AgentID)
-}
-
-// MCPConfig returns an MCP config ({"mcpServers":{"substrat":…}}) that
-// starts `substrat mcp --agent ID --home HOME`, or, when socket is set (a
-// sandboxed agent: provider.Config.ToolSocket), `substrat mcp --agent ID
-// --socket SOCKET`. typ, if set, is the server's "type" ("stdio").
-func MCPConfig(substrat, home, agentID, socket, typ string) []byte {
-	args := []string{"mcp", "--agent", agentID, "--home", home}
-	if socket != "" {
-		args = []string{"mcp", "--agent", agentID, "--socket", socket}
-	}
-	server := map[string]any{"command": substrat, "args": args}
-	if typ != "" {
-		server["type"] = typ
-	}
-	b, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"substrat": server}}, "", "  ")
-	return append(b, '\n')
 }
 
 // AgentHome is the private HOME of one sandboxed agent's CLI under the

@@ -154,3 +154,29 @@ func UsageTotals(t *testing.T, p provider.Provider, cfg provider.Config, served 
 	})
 	return tools.Calls()
 }
+
+// Start creates a session of p with cfg, recording the session ids it
+// reports through Config.SessionID, and returns it with its config; the
+// session stops at the end of the test.
+func Start(t *testing.T, p provider.Provider, cfg provider.Config) (provider.Session, provider.Config, *[]string) {
+	t.Helper()
+	var ids []string
+	cfg.SessionID = func(id string) error { ids = append(ids, id); return nil }
+	s, err := p.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s, cfg, &ids
+}
+
+// Send runs one turn of s with tools, within 90 s, and returns what it
+// streamed besides its result.
+func Send(t *testing.T, s provider.Session, prompt string, tools provider.ToolHandler) (provider.TurnResult, []provider.Chunk, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var chunks []provider.Chunk
+	res, err := s.Send(ctx, provider.Turn{Prompt: prompt, Tools: tools, Output: func(c provider.Chunk) { chunks = append(chunks, c) }})
+	return res, chunks, err
+}

@@ -21,7 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
+	"github.com/substrat/substrat/provider"
 )
 
 // ErrLineTooLong is returned by Line for a line over the limit.
@@ -42,14 +43,14 @@ type Command struct {
 	Env   []string // the whole environment
 	Dir   string
 	Stdin string // written to stdin, which is then closed
-	// Wrap, if set, turns the command into the one to start (a sandbox:
-	// provider.Config.Sandbox). It gets the command before any pipe is
-	// attached. The ExtraFiles of the command it returns are closed once
-	// it has started.
-	Wrap func(ctx context.Context, cmd *exec.Cmd) (*exec.Cmd, error)
-	// Limit, if set, puts the command to start (wrapped, or contained)
+	// Wrap, if set, turns the process into the one to start (a sandbox:
+	// provider.Config.Sandbox). The Files of the process it returns are
+	// closed once it has started. Without it the process is contained
+	// (launch.Contain).
+	Wrap func(ctx context.Context, p provider.Process) (provider.Process, error)
+	// Limit, if set, puts the process to start (wrapped, or contained)
 	// under the agent's resource limits (provider.Config.Limit).
-	Limit func(cmd *exec.Cmd) error
+	Limit provider.LimitFunc
 }
 
 // String is the command line, for messages.
@@ -80,28 +81,26 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 		return nil, err
 	}
 	stderr := &TailBuffer{Max: stderrKeep}
-	cmd := exec.CommandContext(runCtx, c.Path, c.Args...)
-	cmd.Dir = c.Dir
-	cmd.Env = c.Env
+	process := provider.Process{Path: c.Path, Args: append([]string{c.Path}, c.Args...), Env: c.Env, Dir: c.Dir}
 	if c.Wrap != nil {
-		if cmd, err = c.Wrap(runCtx, cmd); err != nil {
+		if process, err = c.Wrap(runCtx, process); err != nil {
 			outR.Close()
 			outW.Close()
 			kill()
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	} else {
-		cmd = bwrap.Contain(runCtx, cmd) // the turn's processes die with it, setsid or not
+		// The turn's processes die with it, setsid or not.
+		process.Args = launch.ContainArgv(process.Args, process.Dir)
+		process.Path = process.Args[0]
 	}
-	if c.Limit != nil {
-		if err := c.Limit(cmd); err != nil {
-			CloseExtraFiles(cmd)
-			outR.Close()
-			outW.Close()
-			kill()
-			return nil, fmt.Errorf("resource limits: %w", err)
-		}
+	if err := Limit(&process, c.Limit); err != nil {
+		outR.Close()
+		outW.Close()
+		kill()
+		return nil, err
 	}
+	cmd := Cmd(runCtx, process)
 	cmd.Stdin = strings.NewReader(c.Stdin)
 	cmd.Stdout, cmd.Stderr = outW, stderr
 	// Its own group, so that everything it starts is killed with it; and
@@ -111,7 +110,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
 	outW.Close()
-	CloseExtraFiles(cmd)
+	CloseFiles(process)
 	if err != nil {
 		outR.Close()
 		kill()
@@ -128,14 +127,33 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 	return p, nil
 }
 
-// CloseExtraFiles closes the descriptors a sandbox put in cmd.ExtraFiles
-// for bwrap to bind (provider.Config.Sandbox); call it once cmd has
-// started or failed to: the started process has its own copies.
-func CloseExtraFiles(cmd *exec.Cmd) {
-	for _, f := range cmd.ExtraFiles {
+// Limit puts p under the resource limits of limit, if set
+// (provider.Config.Limit); if that fails, it closes p's files.
+func Limit(p *provider.Process, limit provider.LimitFunc) error {
+	if limit == nil {
+		return nil
+	}
+	if err := limit(p); err != nil {
+		CloseFiles(*p)
+		return fmt.Errorf("resource limits: %w", err)
+	}
+	return nil
+}
+
+// Cmd returns the command that starts p, under ctx.
+func Cmd(ctx context.Context, p provider.Process) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, p.Path)
+	cmd.Args, cmd.Env, cmd.Dir, cmd.ExtraFiles = p.Args, p.Env, p.Dir, p.Files
+	return cmd
+}
+
+// CloseFiles closes the descriptors a sandbox put in p.Files for bwrap
+// to bind (provider.Config.Sandbox); call it once p has started or
+// failed to: the started process has its own copies.
+func CloseFiles(p provider.Process) {
+	for _, f := range p.Files {
 		f.Close()
 	}
-	cmd.ExtraFiles = nil
 }
 
 // Pid is the process id (and process group id) of the command.

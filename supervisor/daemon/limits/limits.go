@@ -49,7 +49,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -58,6 +57,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
 )
 
 // Mechanisms.
@@ -337,12 +337,12 @@ func (m *Manager) dirs(agent string) map[string]string {
 	return out
 }
 
-// Wrap rewrites cmd (its Path and Args) so that the process it starts
-// runs under limits l of agent: in the agent's group, made and set now,
-// or under rlimits. l's zero fields limit nothing.
-func (m *Manager) Wrap(agent string, l fsstore.Limits, cmd *exec.Cmd) error {
-	if cmd.Err != nil || cmd.Path == "" {
-		return nil // Start fails anyway, with its own error
+// Wrap rewrites p (its Path and Args) so that the process runs under
+// limits l of agent: in the agent's group, made and set now, or under
+// rlimits. l's zero fields limit nothing.
+func (m *Manager) Wrap(agent string, l fsstore.Limits, p *provider.Process) error {
+	if p.Path == "" {
+		return nil // starting it fails anyway, with its own error
 	}
 	if !fsstore.IsID(agent) {
 		return fmt.Errorf("agent id %q is not an id", agent)
@@ -372,8 +372,8 @@ func (m *Manager) Wrap(agent string, l fsstore.Limits, cmd *exec.Cmd) error {
 		script = b.String()
 	}
 	args := append([]string{"substrat-limits", "-c", script, "substrat-limits"}, files...)
-	cmd.Args = append(append(args, cmd.Path), cmd.Args[1:]...)
-	cmd.Path = Shell
+	p.Args = append(append(args, p.Path), p.Args[1:]...)
+	p.Path = Shell
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
 )
 
 const mountinfo = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -50,7 +51,7 @@ func TestWrapArgv(t *testing.T) {
 	}
 	id := fsstore.NewID()
 	cmd := exec.Command("/bin/echo", "a b", "$x")
-	if err := m.Wrap(id, fsstore.Limits{MemoryBytes: 64 << 20, Pids: 32}, cmd); err != nil {
+	if err := wrap(m, id, fsstore.Limits{MemoryBytes: 64 << 20, Pids: 32}, cmd); err != nil {
 		t.Fatal(err)
 	}
 	mem, pids := filepath.Join(base, "m", id), filepath.Join(base, "p", id)
@@ -64,7 +65,7 @@ func TestWrapArgv(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", file, b, err, v)
 		}
 	}
-	if err := m.Wrap("../../etc", fsstore.Limits{Pids: 32}, exec.Command("/bin/true")); err == nil {
+	if err := wrap(m, "../../etc", fsstore.Limits{Pids: 32}, exec.Command("/bin/true")); err == nil {
 		t.Fatal("a path as agent id was taken")
 	}
 }
@@ -74,7 +75,7 @@ func TestWrapArgv(t *testing.T) {
 func TestRlimit(t *testing.T) {
 	m := &Manager{mech: Rlimit, agents: map[string]*group{}}
 	cmd := exec.Command("/bin/sh", "-c", "ulimit -d; ulimit -p 2>/dev/null || ulimit -u")
-	if err := m.Wrap(fsstore.NewID(), fsstore.Limits{MemoryBytes: 256 << 20, Pids: 4000}, cmd); err != nil {
+	if err := wrap(m, fsstore.NewID(), fsstore.Limits{MemoryBytes: 256 << 20, Pids: 4000}, cmd); err != nil {
 		t.Fatal(err)
 	}
 	out, err := cmd.CombinedOutput()
@@ -102,7 +103,7 @@ func TestCgroup(t *testing.T) {
 	// A process that stays behind in the group (its own session, not
 	// waited for), and one that runs out of processes.
 	cmd := exec.Command("/bin/sh", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & for i in $(seq 40); do sleep 1 & done; wait")
-	if err := m.Wrap(id, fsstore.Limits{Pids: 16}, cmd); err != nil {
+	if err := wrap(m, id, fsstore.Limits{Pids: 16}, cmd); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := cmd.CombinedOutput()
@@ -160,7 +161,7 @@ func TestV2Layout(t *testing.T) {
 	m := &Manager{mech: CgroupV2, bases: map[string]string{"": base}, agents: map[string]*group{}}
 	id := fsstore.NewID()
 	cmd := exec.Command("/bin/true")
-	if err := m.Wrap(id, fsstore.Limits{MemoryBytes: 1 << 30, CPUWeight: 50}, cmd); err != nil {
+	if err := wrap(m, id, fsstore.Limits{MemoryBytes: 1 << 30, CPUWeight: 50}, cmd); err != nil {
 		t.Fatal(err)
 	}
 	if want := filepath.Join(base, id, "cgroup.procs"); cmd.Args[4] != want {
@@ -180,4 +181,14 @@ func TestV2Layout(t *testing.T) {
 	if _, err := setupV2([]Mount{{Dir: mnt, V2: true}}, map[string]string{"": "/user.slice/substrat.service"}, "abc"); err == nil {
 		t.Fatal("v2 chosen without memory and pids")
 	}
+}
+
+// wrap puts cmd under limits l of agent with m.Wrap.
+func wrap(m *Manager, agent string, l fsstore.Limits, cmd *exec.Cmd) error {
+	p := provider.Process{Path: cmd.Path, Args: cmd.Args}
+	if err := m.Wrap(agent, l, &p); err != nil {
+		return err
+	}
+	cmd.Path, cmd.Args = p.Path, p.Args
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
 
@@ -45,7 +46,7 @@ func (d *Runner) sandboxed(w *workspace.Workspace, stdout io.Writer, limit int64
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd, err := bwrap.Command(ctx, spec, append(append([]string{"git"}, hardening...), args...))
+	cmd, err := launch.Command(ctx, spec, append(append([]string{"git"}, hardening...), args...))
 	if err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func (d *Runner) sandboxed(w *workspace.Workspace, stdout io.Writer, limit int64
 	var errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, lw, &limitWriter{w: &errb, n: 64 << 10}
 	err = cmd.Start()
-	bwrap.CloseFiles(cmd)
+	launch.CloseFiles(cmd)
 	if err == nil {
 		err = cmd.Wait()
 	}

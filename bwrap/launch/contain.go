@@ -1,4 +1,4 @@
-package bwrap
+package launch
 
 import (
 	"context"
@@ -36,16 +36,26 @@ func containPath() string {
 // bwrap is not installed. The caller sets the streams, process group and
 // cancellation of the command returned.
 func Contain(ctx context.Context, cmd *exec.Cmd) *exec.Cmd {
-	bw := containPath()
-	if bw == "" {
+	if containPath() == "" {
 		return cmd
 	}
-	args := []string{"--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--proc", "/proc"}
-	if cmd.Dir != "" {
-		args = append(args, "--chdir", cmd.Dir)
-	}
-	args = append(append(args, "--", cmd.Path), cmd.Args[1:]...)
-	c := exec.CommandContext(ctx, bw, args...)
+	argv := ContainArgv(append([]string{cmd.Path}, cmd.Args[1:]...), cmd.Dir)
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	c.Dir, c.Env = cmd.Dir, cmd.Env
 	return c
+}
+
+// ContainArgv returns the command line that runs argv (the program's
+// path first) as Contain does, in a PID namespace of its own with dir as
+// its working directory; argv itself when bwrap is not installed.
+func ContainArgv(argv []string, dir string) []string {
+	bw := containPath()
+	if bw == "" {
+		return argv
+	}
+	args := []string{bw, "--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--proc", "/proc"}
+	if dir != "" {
+		args = append(args, "--chdir", dir)
+	}
+	return append(append(args, "--"), argv...)
 }

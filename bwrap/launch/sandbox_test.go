@@ -1,4 +1,4 @@
-package bwrap
+package launch
 
 // These tests run the real bwrap to prove that the sandbox holds. They fail,
 // never skip, when bwrap is missing: `make test` installs it.
@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/bwrap"
 )
 
 // requireBwrap fails the test, with the install hint, when bwrap is missing.
@@ -31,7 +33,7 @@ type result struct {
 }
 
 // run runs cmd in the sandbox s and returns its output and exit code.
-func run(t *testing.T, s Spec, cmd ...string) result {
+func run(t *testing.T, s bwrap.Spec, cmd ...string) result {
 	t.Helper()
 	requireBwrap(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -81,13 +83,13 @@ func newRoot(t *testing.T) (dir, root string) {
 func TestLookPathMissing(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	_, err := LookPath()
-	if !errors.Is(err, ErrNotInstalled) {
+	if !errors.Is(err, bwrap.ErrNotInstalled) {
 		t.Fatalf("LookPath with no bwrap in PATH: %v, want ErrNotInstalled", err)
 	}
 	if !strings.Contains(err.Error(), "install bubblewrap: sudo apt-get install bubblewrap") {
 		t.Fatalf("error %q lacks the install hint", err)
 	}
-	if _, err := Command(context.Background(), Spec{Root: Source{Host: "/r"}}, []string{"true"}); !errors.Is(err, ErrNotInstalled) {
+	if _, err := Command(context.Background(), bwrap.Spec{Root: bwrap.Source{Host: "/r"}}, []string{"true"}); !errors.Is(err, bwrap.ErrNotInstalled) {
 		t.Fatalf("Command with no bwrap: %v", err)
 	}
 }
@@ -98,13 +100,13 @@ func TestSandboxCannotReadUnlinkedFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "mine"), []byte("visible\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := Spec{Root: Source{Host: root}}
+	s := bwrap.Spec{Root: bwrap.Source{Host: root}}
 
 	// Positive controls: the root is readable, and the secret is once linked.
 	if r := run(t, s, "/bin/cat", "/workspace/mine"); r.code != 0 || r.stdout != "visible\n" {
 		t.Fatalf("reading the root: %+v", r)
 	}
-	linked := Spec{Root: Source{Host: root}, Mounts: []Mount{{Source: Source{Host: dir}, Target: "/linked", ReadOnly: true}}}
+	linked := bwrap.Spec{Root: bwrap.Source{Host: root}, Mounts: []bwrap.Mount{{Source: bwrap.Source{Host: dir}, Target: "/linked", ReadOnly: true}}}
 	if r := run(t, linked, "/bin/cat", "/linked/secret"); r.code != 0 || r.stdout != "TOP-SECRET-42\n" {
 		t.Fatalf("reading a linked file: %+v", r)
 	}
@@ -131,11 +133,11 @@ func TestSandboxWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := Spec{Root: Source{Host: root}, Mounts: []Mount{
-		{Source: Source{Host: ro}, Target: "/data/ro", ReadOnly: true},
-		{Source: Source{Host: rw}, Target: "/data/rw"},
+	s := bwrap.Spec{Root: bwrap.Source{Host: root}, Mounts: []bwrap.Mount{
+		{Source: bwrap.Source{Host: ro}, Target: "/data/ro", ReadOnly: true},
+		{Source: bwrap.Source{Host: rw}, Target: "/data/rw"},
 	}}
-	write := func(s Spec, path string) result {
+	write := func(s bwrap.Spec, path string) result {
 		return run(t, s, "/bin/sh", "-c", `echo written > "$1"`, "sh", path)
 	}
 	exists := func(path string) bool { _, err := os.Stat(path); return err == nil }
@@ -187,12 +189,12 @@ func interfaces(procNetDev string) []string {
 
 func TestSandboxNetwork(t *testing.T) {
 	_, root := newRoot(t)
-	r := run(t, Spec{Root: Source{Host: root}}, "/bin/cat", "/proc/net/dev")
+	r := run(t, bwrap.Spec{Root: bwrap.Source{Host: root}}, "/bin/cat", "/proc/net/dev")
 	if got := interfaces(r.stdout); !reflect.DeepEqual(got, []string{"lo"}) {
 		t.Fatalf("interfaces without network = %q, want only lo\n%s", got, r.stdout)
 	}
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
-		if r := run(t, Spec{Root: Source{Host: root}}, "/bin/cat", f); r.code == 0 {
+		if r := run(t, bwrap.Spec{Root: bwrap.Source{Host: root}}, "/bin/cat", f); r.code == 0 {
 			t.Errorf("%s present without network", f)
 		}
 	}
@@ -202,7 +204,7 @@ func TestSandboxNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostIfs := interfaces(string(host))
-	r = run(t, Spec{Root: Source{Host: root}, Network: true}, "/bin/cat", "/proc/net/dev")
+	r = run(t, bwrap.Spec{Root: bwrap.Source{Host: root}, Network: true}, "/bin/cat", "/proc/net/dev")
 	inside := interfaces(r.stdout)
 	if !reflect.DeepEqual(inside, hostIfs) {
 		t.Fatalf("interfaces with network = %q, want the host's %q", inside, hostIfs)
@@ -215,7 +217,7 @@ func TestSandboxNetwork(t *testing.T) {
 func TestSandboxEnvironment(t *testing.T) {
 	_, root := newRoot(t)
 	t.Setenv("SUBSTRAT_LEAK_CHECK", "leaked")
-	s := Spec{Root: Source{Host: root}, Env: map[string]string{"API_KEY": "k1", "EMPTY": "", "MULTI": "a b=c"}}
+	s := bwrap.Spec{Root: bwrap.Source{Host: root}, Env: map[string]string{"API_KEY": "k1", "EMPTY": "", "MULTI": "a b=c"}}
 	r := run(t, s, "/usr/bin/env")
 	if r.code != 0 {
 		t.Fatalf("env: %+v", r)
@@ -227,7 +229,7 @@ func TestSandboxEnvironment(t *testing.T) {
 		"EMPTY=",
 		"HOME=/workspace",
 		"MULTI=a b=c",
-		"PATH=" + DefaultPath,
+		"PATH=" + bwrap.DefaultPath,
 		"PWD=/workspace", // set by bwrap --chdir
 		"TERM=dumb",
 	}
@@ -238,7 +240,7 @@ func TestSandboxEnvironment(t *testing.T) {
 
 func TestSandboxNoCapabilities(t *testing.T) {
 	_, root := newRoot(t)
-	r := run(t, Spec{Root: Source{Host: root}}, "/bin/grep", "^CapEff:", "/proc/self/status")
+	r := run(t, bwrap.Spec{Root: bwrap.Source{Host: root}}, "/bin/grep", "^CapEff:", "/proc/self/status")
 	if strings.TrimSpace(r.stdout) != "CapEff:\t0000000000000000" {
 		t.Fatalf("effective capabilities inside: %q", r.stdout)
 	}
@@ -250,7 +252,7 @@ func TestSandboxCancelKillsProcessGroup(t *testing.T) {
 	const marker = "61.4172" // an unusual sleep length to find the process by
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := Command(ctx, Spec{Root: Source{Host: root}}, []string{"/bin/sh", "-c", "/bin/sleep " + marker + " & /bin/sleep " + marker + "; wait"})
+	c, err := Command(ctx, bwrap.Spec{Root: bwrap.Source{Host: root}}, []string{"/bin/sh", "-c", "/bin/sleep " + marker + " & /bin/sleep " + marker + "; wait"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
-// Package fakeapi is a loopback fake of the Anthropic Messages API for
-// tests that run the real Claude Code CLI (ANTHROPIC_BASE_URL points at
-// it). It records every request and answers each with what a test's Reply
-// function scripts, streamed as server-sent events in the order the CLI
-// reads them: message_start; per block content_block_start, its deltas,
-// content_block_stop; message_delta with the stop reason; message_stop.
+// The Anthropic Messages API, for tests that run the real Claude Code CLI
+// (ANTHROPIC_BASE_URL points at it). Each POST /v1/messages is answered
+// with what the test's reply function scripts, streamed in the order the
+// CLI reads the events: message_start; per block content_block_start, its
+// deltas, content_block_stop; message_delta with the stop reason;
+// message_stop.
+
 package fakeapi
 
 import (
@@ -11,16 +12,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 )
 
-// Request is one recorded POST /v1/messages.
-type Request struct {
+// ClaudeRequest is one recorded POST /v1/messages.
+type ClaudeRequest struct {
 	Model    string          `json:"model"`
 	System   json.RawMessage `json:"system"`
-	Messages []Message       `json:"messages"`
+	Messages []ClaudeMessage `json:"messages"`
 	Tools    []struct {
 		Name string `json:"name"`
 	} `json:"tools"`
@@ -30,7 +29,7 @@ type Request struct {
 }
 
 // ToolNames lists the names of the tools the request offers.
-func (r Request) ToolNames() []string {
+func (r ClaudeRequest) ToolNames() []string {
 	var out []string
 	for _, t := range r.Tools {
 		out = append(out, t.Name)
@@ -38,8 +37,8 @@ func (r Request) ToolNames() []string {
 	return out
 }
 
-// Message is one message of a request.
-type Message struct {
+// ClaudeMessage is one message of a request.
+type ClaudeMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 }
@@ -58,7 +57,7 @@ type Block struct {
 
 // Blocks returns the message's content as blocks (a string content is one
 // text block).
-func (m Message) Blocks() []Block {
+func (m ClaudeMessage) Blocks() []Block {
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {
 		return []Block{{Type: "text", Text: s}}
@@ -70,7 +69,7 @@ func (m Message) Blocks() []Block {
 
 // Text returns the text of the message's text blocks, and of its tool
 // results, joined.
-func (m Message) Text() string {
+func (m ClaudeMessage) Text() string {
 	var parts []string
 	for _, b := range m.Blocks() {
 		switch b.Type {
@@ -101,7 +100,7 @@ func ResultText(b Block) string {
 // Last returns the last user message that is not only the CLI's own
 // context (the CLI may append a message of environment notes after the
 // prompt).
-func (r Request) Last() Message {
+func (r ClaudeRequest) Last() ClaudeMessage {
 	for i := len(r.Messages) - 1; i >= 0; i-- {
 		m := r.Messages[i]
 		if m.Role != "user" {
@@ -112,11 +111,11 @@ func (r Request) Last() Message {
 		}
 		return m
 	}
-	return Message{}
+	return ClaudeMessage{}
 }
 
 // Conversation returns the text of every message, in order, one per line.
-func (r Request) Conversation() string {
+func (r ClaudeRequest) Conversation() string {
 	var b strings.Builder
 	for _, m := range r.Messages {
 		fmt.Fprintf(&b, "%s: %s\n", m.Role, m.Text())
@@ -124,13 +123,13 @@ func (r Request) Conversation() string {
 	return b.String()
 }
 
-// Out is a scripted answer.
-type Out struct {
+// ClaudeOut is a scripted answer.
+type ClaudeOut struct {
 	// Text, if set, is the answer's text block.
 	Text string
-	// ToolUse, if set, is a tool_use block after the text; the stop reason
-	// is then tool_use.
-	ToolUse *ToolUse
+	// ToolUse, if set, is a tool_use block after the text (ID, Name,
+	// Args); the stop reason is then tool_use.
+	ToolUse *Call
 	// Status, if not 0 or 200, answers with this HTTP error instead.
 	Status int
 	// Usage, if set, is the answer's usage; default 100 input and 20
@@ -138,7 +137,8 @@ type Out struct {
 	Usage *Usage
 }
 
-// Usage is the token usage of one answer, as the API reports it.
+// Usage is the token usage of one answer, as the Messages API reports
+// it.
 type Usage struct {
 	InputTokens              int64 `json:"input_tokens"`
 	OutputTokens             int64 `json:"output_tokens"`
@@ -154,66 +154,31 @@ func (v *Usage) Add(u Usage) {
 	v.CacheReadInputTokens += u.CacheReadInputTokens
 }
 
-// ToolUse is a scripted tool call.
-type ToolUse struct {
-	ID    string
-	Name  string
-	Input string // JSON
+// Claude is the fake Messages API.
+type Claude struct {
+	server[ClaudeRequest, ClaudeOut]
+	other []string // guarded by mu
 }
 
-// Server is the fake.
-type Server struct {
-	URL string
-	srv *httptest.Server
-
-	mu       sync.Mutex
-	reply    func(Request) Out
-	requests []Request
-	other    []string
-	served   Usage
-}
-
-// New starts a fake that answers with reply. Close it when done.
-func New(reply func(Request) Out) *Server {
-	s := &Server{reply: reply}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
+// NewClaude starts a fake that answers with reply. Close it when done.
+func NewClaude(reply func(ClaudeRequest) ClaudeOut) *Claude {
+	s := &Claude{}
+	s.start(reply, s.handle, "")
 	return s
-}
-
-// Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
-
-// SetReply replaces the reply function.
-func (s *Server) SetReply(reply func(Request) Out) {
-	s.mu.Lock()
-	s.reply = reply
-	s.mu.Unlock()
-}
-
-// Requests returns the messages requests so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
 }
 
 // Served returns the sum of the usage of every answer served so far: what
 // the API would bill.
-func (s *Server) Served() Usage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
-}
+func (s *Claude) Served() Usage { return s.servedUsage() }
 
 // Other returns the other requests, as "METHOD PATH".
-func (s *Server) Other() []string {
+func (s *Claude) Other() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.other...)
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+func (s *Claude) handle(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" {
 		s.mu.Lock()
 		s.other = append(s.other, r.Method+" "+r.URL.Path)
@@ -230,31 +195,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	var req Request
+	var req ClaudeRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	req.Raw = body
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	n := len(s.requests)
-	reply := s.reply
-	s.mu.Unlock()
-	out := reply(req)
+	out, n := s.answer(req)
 	if out.Status != 0 && out.Status != http.StatusOK {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(out.Status)
-		fmt.Fprintf(w, `{"type":"error","error":{"type":"api_error","message":"scripted status %d"}}`, out.Status)
+		fail(w, out.Status, nil, fmt.Sprintf(`{"type":"error","error":{"type":"api_error","message":"scripted status %d"}}`, out.Status))
 		return
 	}
 	u := Usage{InputTokens: 100, OutputTokens: 20}
 	if out.Usage != nil {
 		u = *out.Usage
 	}
-	s.mu.Lock()
-	s.served.Add(u)
-	s.mu.Unlock()
+	s.serve(u)
 	id := fmt.Sprintf("msg_fake_%d", n)
 	stop := "end_turn"
 	if out.ToolUse != nil {
@@ -266,7 +222,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			content = append(content, map[string]any{"type": "text", "text": out.Text})
 		}
 		if tu := out.ToolUse; tu != nil {
-			content = append(content, map[string]any{"type": "tool_use", "id": tu.ID, "name": tu.Name, "input": json.RawMessage(tu.Input)})
+			content = append(content, map[string]any{"type": "tool_use", "id": tu.ID, "name": tu.Name, "input": json.RawMessage(tu.Args)})
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"id": id, "type": "message", "role": "assistant", "model": req.Model,
@@ -274,36 +230,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"usage": u})
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	ev := func(typ string, data any) {
-		b, _ := json.Marshal(data)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, b)
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-	}
+	ev := stream(w)
 	ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": req.Model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil, "usage": Usage{InputTokens: u.InputTokens, OutputTokens: 1,
 			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}}})
 	idx := 0
-	if out.Text != "" {
-		ev("content_block_start", map[string]any{"type": "content_block_start", "index": idx, "content_block": map[string]any{"type": "text", "text": ""}})
-		half := len(out.Text) / 2
-		for _, piece := range []string{out.Text[:half], out.Text[half:]} {
-			ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx, "delta": map[string]any{"type": "text_delta", "text": piece}})
+	block := func(start map[string]any, delta string, text string) {
+		ev("content_block_start", map[string]any{"type": "content_block_start", "index": idx, "content_block": start})
+		half := len(text) / 2
+		key := map[string]string{"text_delta": "text", "input_json_delta": "partial_json"}[delta]
+		for _, piece := range []string{text[:half], text[half:]} {
+			ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx, "delta": map[string]any{"type": delta, key: piece}})
 		}
 		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": idx})
 		idx++
 	}
+	if out.Text != "" {
+		block(map[string]any{"type": "text", "text": ""}, "text_delta", out.Text)
+	}
 	if tu := out.ToolUse; tu != nil {
-		ev("content_block_start", map[string]any{"type": "content_block_start", "index": idx, "content_block": map[string]any{"type": "tool_use", "id": tu.ID, "name": tu.Name, "input": map[string]any{}}})
-		half := len(tu.Input) / 2
-		for _, piece := range []string{tu.Input[:half], tu.Input[half:]} {
-			ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx, "delta": map[string]any{"type": "input_json_delta", "partial_json": piece}})
-		}
-		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": idx})
+		block(map[string]any{"type": "tool_use", "id": tu.ID, "name": tu.Name, "input": map[string]any{}}, "input_json_delta", tu.Args)
 	}
 	ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]int64{"output_tokens": u.OutputTokens}})
 	ev("message_stop", map[string]any{"type": "message_stop"})

@@ -1,4 +1,4 @@
-package bwrap
+package launch
 
 import (
 	"context"
@@ -8,15 +8,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/bwrap"
 )
 
 // shell runs script with Shell and returns its result.
-func shell(t *testing.T, s Spec, stateDir, script string) result {
+func shell(t *testing.T, s bwrap.Spec, stateDir, script string) result {
 	t.Helper()
 	requireBwrap(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Shell(ctx, s, Source{Host: stateDir}, script)
+	c, err := Shell(ctx, s, bwrap.Source{Host: stateDir}, script)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func TestShellStatePersists(t *testing.T) {
 				t.Fatal(err)
 			}
 			state := filepath.Join(dir, "shell-state")
-			s := Spec{Root: Source{Host: root}, RootReadOnly: readOnly, Env: map[string]string{"GIVEN": "g"}}
+			s := bwrap.Spec{Root: bwrap.Source{Host: root}, RootReadOnly: readOnly, Env: map[string]string{"GIVEN": "g"}}
 
 			if r := shell(t, s, state, `cd sub && export FOO="bar baz'q" && BARE=unexported`); r.code != 0 {
 				t.Fatalf("first command: %+v", r)
@@ -64,7 +66,7 @@ func TestShellStatePersists(t *testing.T) {
 func TestShellExitStatus(t *testing.T) {
 	dir, root := newRoot(t)
 	state := filepath.Join(dir, "state")
-	s := Spec{Root: Source{Host: root}}
+	s := bwrap.Spec{Root: bwrap.Source{Host: root}}
 	for _, tt := range []struct {
 		script string
 		code   int
@@ -93,7 +95,7 @@ func TestShellExitStatus(t *testing.T) {
 func TestShellLostDirectory(t *testing.T) {
 	dir, root := newRoot(t)
 	state := filepath.Join(dir, "state")
-	s := Spec{Root: Source{Host: root}}
+	s := bwrap.Spec{Root: bwrap.Source{Host: root}}
 	if r := shell(t, s, state, "mkdir gone && cd gone"); r.code != 0 {
 		t.Fatalf("%+v", r)
 	}
@@ -108,12 +110,12 @@ func TestShellLostDirectory(t *testing.T) {
 
 func TestShellArguments(t *testing.T) {
 	_, root := newRoot(t)
-	_, err := Shell(context.Background(), Spec{Root: Source{Host: root}}, Source{Host: "relative/state"}, "true")
-	if !errors.Is(err, ErrInvalidSpec) {
+	_, err := Shell(context.Background(), bwrap.Spec{Root: bwrap.Source{Host: root}}, bwrap.Source{Host: "relative/state"}, "true")
+	if !errors.Is(err, bwrap.ErrInvalidSpec) {
 		t.Errorf("relative state dir: %v", err)
 	}
-	_, err = Shell(context.Background(), Spec{Root: Source{Host: root}, Mounts: []Mount{{Source: Source{Host: "/x"}, Target: ShellDir}}}, Source{Host: "/s"}, "true")
-	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "shadow "+ShellDir) {
-		t.Errorf("a mount at %s: %v", ShellDir, err)
+	_, err = Shell(context.Background(), bwrap.Spec{Root: bwrap.Source{Host: root}, Mounts: []bwrap.Mount{{Source: bwrap.Source{Host: "/x"}, Target: bwrap.ShellDir}}}, bwrap.Source{Host: "/s"}, "true")
+	if !errors.Is(err, bwrap.ErrInvalidSpec) || !strings.Contains(err.Error(), "shadow "+bwrap.ShellDir) {
+		t.Errorf("a mount at %s: %v", bwrap.ShellDir, err)
 	}
 }

@@ -1,9 +1,9 @@
-// Package fakeapi is a loopback fake of the OpenAI Responses API for the
-// tests that run the real Codex CLI (its model provider's base_url points
-// at it). It records every request and answers each with what a test's
-// reply function scripts, streamed as the server-sent events the CLI
-// reads: response.created, the output item (a message, or a function
+// The OpenAI Responses API, for tests that run the real Codex CLI (its
+// model provider's base_url points at it). Each POST .../responses is
+// answered with what the test's reply function scripts, as the events the
+// CLI reads: response.created, the output item (a message, or a function
 // call), response.completed with usage.
+
 package fakeapi
 
 import (
@@ -11,13 +11,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 )
 
-// Request is one recorded POST /v1/responses.
-type Request struct {
+// CodexRequest is one recorded POST /v1/responses.
+type CodexRequest struct {
 	Model string            `json:"model"`
 	Input []json.RawMessage `json:"input"`
 	Raw   string            `json:"-"`
@@ -25,10 +23,10 @@ type Request struct {
 
 // Text returns the texts of the request's input items, joined: the
 // conversation as the model sees it.
-func (r Request) Text() string { return r.Raw }
+func (r CodexRequest) Text() string { return r.Raw }
 
 // Outputs returns the outputs of the function calls the request carries.
-func (r Request) Outputs() []string {
+func (r CodexRequest) Outputs() []string {
 	var out []string
 	for _, raw := range r.Input {
 		var it struct {
@@ -42,8 +40,8 @@ func (r Request) Outputs() []string {
 	return out
 }
 
-// Out is a scripted answer.
-type Out struct {
+// CodexOut is a scripted answer.
+type CodexOut struct {
 	Text string
 	// Call, if set, is a function call instead of text: Name, in
 	// Namespace (an MCP server's tools are in "mcp__<server>"), with Args.
@@ -55,85 +53,44 @@ type Out struct {
 	Usage   [2]int // input, output tokens; default 11, 7
 }
 
-// Call is a function call of the model.
-type Call struct {
-	ID, Name, Namespace, Args string
+// Codex is the fake Responses API.
+type Codex struct {
+	server[CodexRequest, CodexOut]
 }
 
-// Server is the fake.
-type Server struct {
-	URL string
-	srv *httptest.Server
-
-	mu     sync.Mutex
-	reply  func(Request) Out
-	reqs   []Request
-	served [2]int // input, output tokens of the answers served
-}
-
-// New starts a fake on loopback.
-func New(reply func(Request) Out) *Server {
-	s := &Server{reply: reply}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL + "/v1"
+// NewCodex starts a fake on loopback; its URL ends in /v1.
+func NewCodex(reply func(CodexRequest) CodexOut) *Codex {
+	s := &Codex{}
+	s.start(reply, s.handle, "/v1")
 	return s
 }
 
-// Close stops it.
-func (s *Server) Close() { s.srv.Close() }
-
 // Served returns the input and output tokens of every answer served so
 // far: what the API would bill.
-func (s *Server) Served() [2]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
-}
+func (s *Codex) Served() [2]int { return s.servedUsage().tokens() }
 
-// Requests returns what was asked so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.reqs...)
-}
-
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+func (s *Codex) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
 	}
-	var req Request
+	var req CodexRequest
 	json.Unmarshal(body, &req)
 	req.Raw = string(body)
-	s.mu.Lock()
-	s.reqs = append(s.reqs, req)
-	reply := s.reply
-	s.mu.Unlock()
-	out := reply(req)
+	out, n := s.answer(req)
 	if out.Status != 0 {
 		http.Error(w, `{"error":{"message":"scripted failure"}}`, out.Status)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
+	ev := stream(w)
 	if out.Garbage != "" {
 		fmt.Fprint(w, out.Garbage)
 		return
 	}
-	in, outTok := out.Usage[0], out.Usage[1]
-	if in == 0 && outTok == 0 {
-		in, outTok = 11, 7
-	}
-	s.mu.Lock()
-	s.served[0] += in
-	s.served[1] += outTok
-	s.mu.Unlock()
-	n := len(s.Requests())
-	ev := func(v map[string]any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", v["type"], b)
-	}
-	ev(map[string]any{"type": "response.created", "response": map[string]any{"id": fmt.Sprintf("resp_%d", n)}})
+	in, outTok := tokens(out.Usage, 11, 7)
+	s.serve(Usage{InputTokens: int64(in), OutputTokens: int64(outTok)})
+	ev("response.created", map[string]any{"type": "response.created", "response": map[string]any{"id": fmt.Sprintf("resp_%d", n)}})
 	var itm map[string]any
 	if c := out.Call; c != nil {
 		itm = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", n), "call_id": c.ID, "name": c.Name, "arguments": c.Args}
@@ -144,8 +101,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		itm = map[string]any{"type": "message", "role": "assistant", "id": fmt.Sprintf("msg_%d", n),
 			"content": []any{map[string]any{"type": "output_text", "text": out.Text, "annotations": []any{}}}}
 	}
-	ev(map[string]any{"type": "response.output_item.done", "output_index": 0, "item": itm})
-	ev(map[string]any{"type": "response.completed", "response": map[string]any{"id": fmt.Sprintf("resp_%d", n),
+	ev("response.output_item.done", map[string]any{"type": "response.output_item.done", "output_index": 0, "item": itm})
+	ev("response.completed", map[string]any{"type": "response.completed", "response": map[string]any{"id": fmt.Sprintf("resp_%d", n),
 		"usage": map[string]any{"input_tokens": in, "input_tokens_details": map[string]any{"cached_tokens": 0},
 			"output_tokens": outTok, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": in + outTok}}})
 }
+
+// tokens returns a scripted answer's input and output tokens, or the
+// defaults when it scripts none.
+func tokens(scripted [2]int, in, out int) (int, int) {
+	if scripted[0] == 0 && scripted[1] == 0 {
+		return in, out
+	}
+	return scripted[0], scripted[1]
+}
+
+// tokens returns u's input and output tokens.
+func (u Usage) tokens() [2]int { return [2]int{int(u.InputTokens), int(u.OutputTokens)} }
