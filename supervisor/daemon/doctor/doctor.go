@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/bwrap"
+	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -189,7 +190,7 @@ func checkBwrap(ctx context.Context, sandboxed int) api.DoctorCheck {
 	if sandboxed > 0 {
 		bad, note = api.DoctorFail, fmt.Sprintf(" (%d agent(s) run in a workspace)", sandboxed)
 	}
-	path, err := bwrap.LookPath()
+	path, err := launch.LookPath()
 	if err != nil {
 		c.Status, c.Detail, c.Hint = bad, "bwrap is not on PATH"+note, bwrap.InstallHint
 		return c
@@ -202,13 +203,13 @@ func checkBwrap(ctx context.Context, sandboxed int) api.DoctorCheck {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd, err := bwrap.Command(ctx, bwrap.Spec{Root: bwrap.Source{Host: dir}}, []string{"/bin/sh", "-c", "echo sandboxed"})
+	cmd, err := launch.Command(ctx, bwrap.Spec{Root: bwrap.Source{Host: dir}}, []string{"/bin/sh", "-c", "echo sandboxed"})
 	if err != nil {
 		c.Status, c.Detail = bad, "building a sandbox: "+err.Error()+note
 		return c
 	}
 	out, err := cmd.CombinedOutput()
-	bwrap.CloseFiles(cmd)
+	launch.CloseFiles(cmd)
 	if err != nil || strings.TrimSpace(string(out)) != "sandboxed" {
 		c.Status, c.Detail = bad, fmt.Sprintf("%s cannot run a sandbox: %v: %s%s", path, err, cut(strings.TrimSpace(string(out)), 200), note)
 		c.Hint = "bwrap needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 (and, on Ubuntu 24.04, kernel.apparmor_restrict_unprivileged_userns=0)"
