@@ -100,10 +100,12 @@
 package claude
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -196,11 +198,49 @@ func instructionsChanged(stateDir string, cfg provider.Config, id string) (bool,
 	return true, noteInstructions(stateDir, cfg, id)
 }
 
-// transcriptExists reports whether the CLI has a transcript of session id
-// under its HOME.
+// transcriptExists reports whether the CLI has a conversation of session
+// id under its HOME, to --resume. A transcript that holds no message is a
+// stub, which it removes: the CLI writes its queue operations first and
+// the user's message a moment later, and one killed in between (a turn
+// cancelled, a daemon killed) leaves a file that makes both --resume ("No
+// conversation found") and --session-id ("already in use") fail (checked
+// with 2.1.328).
 func transcriptExists(claudeHome, id string) bool {
 	matches, _ := filepath.Glob(filepath.Join(claudeHome, ".claude", "projects", "*", id+".jsonl"))
-	return len(matches) > 0
+	found := false
+	for _, m := range matches {
+		if holdsConversation(m) {
+			found = true
+		} else {
+			os.Remove(m) // a link is removed, not what it names
+		}
+	}
+	return found
+}
+
+// holdsConversation reports whether the transcript at path has a user or
+// assistant message among its first lines. The file is in a HOME the
+// sandboxed CLI writes: it is read only if it is a regular file (never a
+// FIFO, which would block), and only so far.
+func holdsConversation(path string) bool {
+	f, err := fsstore.OpenRegular(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	r := bufio.NewReader(io.LimitReader(f, 16<<20))
+	for {
+		line, err := r.ReadBytes('\n')
+		var l struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(line, &l) == nil && (l.Type == "user" || l.Type == "assistant") {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
 
 // command is a turn's command line, environment and prompt.

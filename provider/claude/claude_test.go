@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -587,5 +588,48 @@ func TestPermissionFlags(t *testing.T) {
 				t.Errorf("IS_SANDBOX=1 set outside a sandbox")
 			}
 		})
+	}
+}
+
+// TestStubTranscript: a transcript the CLI began but was killed before it
+// wrote the message (queue operations only) is not a conversation to
+// --resume; nor is a FIFO planted where the transcript goes (a sandboxed
+// CLI writes that HOME), which must not block the turn. Either way the
+// next turn starts the session again with --session-id, which the stub
+// would refuse ("already in use") if it stayed.
+func TestStubTranscript(t *testing.T) {
+	e := newEnv(t)
+	s, cfg, ids := e.create(t)
+	id := (*ids)[0]
+	send(t, s, "hello")
+	dir := filepath.Join(e.d.Home, "providers", "claude", "home", ".claude", "projects", strings.ReplaceAll(cfg.WorkDir, "/", "-"))
+	path := filepath.Join(dir, id+".jsonl")
+	for _, plant := range []func() error{
+		func() error {
+			return os.WriteFile(path, []byte(`{"type":"queue-operation","operation":"enqueue"}`+"\n"), 0o600)
+		},
+		func() error { os.Remove(path); return syscall.Mkfifo(path, 0o600) },
+	} {
+		if err := plant(); err != nil {
+			t.Fatal(err)
+		}
+		res := send(t, s, "ENV")
+		var got struct {
+			Args []string `json:"args"`
+		}
+		if err := json.Unmarshal([]byte(res.Text), &got); err != nil {
+			t.Fatalf("%v: %s", err, res.Text)
+		}
+		if !slices.Contains(got.Args, "--session-id") || slices.Contains(got.Args, "--resume") {
+			t.Errorf("after a stub transcript: args %q, want --session-id", got.Args)
+		}
+		// The turn wrote a real transcript: the next one resumes it.
+		res = send(t, s, "ENV")
+		if err := json.Unmarshal([]byte(res.Text), &got); err != nil {
+			t.Fatalf("%v: %s", err, res.Text)
+		}
+		if !slices.Contains(got.Args, "--resume") {
+			t.Errorf("after a real transcript: args %q, want --resume", got.Args)
+		}
 	}
 }

@@ -77,8 +77,10 @@ func runFakeClaude() int {
 			return fail("Session ID %s is already in use.", id)
 		}
 	case flags["--resume"] != "":
+		// As the real CLI: a transcript without a message (queue
+		// operations only) is no conversation.
 		id = flags["--resume"]
-		if _, err := os.Stat(filepath.Join(dir, id+".jsonl")); err != nil {
+		if data, err := os.ReadFile(filepath.Join(dir, id+".jsonl")); err != nil || !strings.Contains(string(data), `"type":"user"`) {
 			return fail("No conversation found with session ID: %s", id)
 		}
 	default:
@@ -89,17 +91,21 @@ func runFakeClaude() int {
 	if data, err := os.ReadFile(sessFile); err == nil {
 		sc := bufio.NewScanner(strings.NewReader(string(data)))
 		for sc.Scan() {
-			var p string
-			json.Unmarshal(sc.Bytes(), &p)
-			history = append(history, p)
+			var l struct {
+				Type, Prompt string
+			}
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Type == "user" {
+				history = append(history, l.Prompt)
+			}
 		}
 	}
 	f, err := os.OpenFile(sessFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fail("%v", err)
 	}
-	line, _ := json.Marshal(string(prompt))
-	f.Write(append(line, '\n'))
+	// As the real CLI: queue operations first, then the message.
+	line, _ := json.Marshal(map[string]string{"type": "user", "prompt": string(prompt)})
+	f.Write(append([]byte(`{"type":"queue-operation","operation":"enqueue"}`+"\n"), append(line, '\n')...))
 	f.Close()
 
 	out := json.NewEncoder(os.Stdout)
@@ -188,7 +194,7 @@ func runFakeClaude() int {
 		if err != nil {
 			return fail("%v", err)
 		}
-		f.Write([]byte("\"exited\"\n"))
+		f.Write([]byte(`{"type":"user","prompt":"exited"}` + "\n"))
 		f.Close()
 		return 0
 	default:
