@@ -1,0 +1,187 @@
+package top
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/api"
+)
+
+// TestKeyBurst: keys that arrive in one read ("jjj", as a fast typist or
+// a script sends them) are each a key; a paste outside an input line is
+// not a series of commands; a burst that opens an input line types the
+// rest into it.
+func TestKeyBurst(t *testing.T) {
+	f := newFake()
+	m := run(t, f)
+	if m.sel != "a1" {
+		t.Fatalf("selection %q at the start, want a1", m.sel)
+	}
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("jjj")})
+	if m.sel != "a3" { // lead, w1, helper, w2: three rows down
+		t.Fatalf("jjj in one message selected %q, want a3 (three rows down)", m.sel)
+	}
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("kk")})
+	if m.sel != "a2" {
+		t.Fatalf("kk selected %q, want a2", m.sel)
+	}
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("Ty"), Paste: true})
+	if m.mode != modeTree || len(f.acts) != 0 {
+		t.Fatalf("a paste in the tree acted: mode %v, actions %v", m.mode, f.acts)
+	}
+	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("shi jk")})
+	if m.mode != modeSend || m.input.Value() != "hi jk" {
+		t.Fatalf("s then text: mode %v, line %q; want the rest typed into the message", m.mode, m.input.Value())
+	}
+	_ = cmd
+	_, cmd = m.Update(tea.KeyMsg{Type: tea.KeyEnter})
+	m.Update(cmd())
+	if len(f.acts) != 1 || f.acts[0] != (Action{Kind: ActSend, ID: "a2", Text: "hi jk"}) {
+		t.Fatalf("actions %v, want the message to w1", f.acts)
+	}
+}
+
+// TestApproveInPlace: the row of an agent that waits on a request says
+// so; v opens that request whole; a and d ask first, with the input
+// still on screen, and only y answers.
+func TestApproveInPlace(t *testing.T) {
+	f := newFake()
+	input, _ := json.Marshal(map[string]string{"command": "make test && rm -rf build > /dev/null\x1b[2J"})
+	f.snap.Approvals = []api.PendingApproval{
+		{Agent: "lead", Approval: fsstore.Approval{ID: "r0", Tool: "Read", Input: json.RawMessage(`{"path":"x"}`), Approver: fsstore.User, Deadline: t0.Add(time.Hour)}},
+		{Agent: "lead/w1", Approval: fsstore.Approval{ID: "r1", Tool: "Bash", Input: input, Approver: fsstore.User, Deadline: t0.Add(time.Hour)}},
+	}
+	f.snap.Agents[1].AgentState = fsstore.AgentWaiting
+	m := run(t, f)
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 30})
+	exec := func(cmd tea.Cmd) {
+		for _, msg := range flatten(cmd) {
+			m.Update(msg)
+		}
+	}
+	press(m, "j") // w1
+	frame := m.View()
+	if !regexp.MustCompile(`w1 +WAITING .* approve\? Bash "make test && rm`).MatchString(frame) {
+		t.Errorf("w1's row does not say it waits on an approval:\n%s", frame)
+	}
+	press(m, "v")
+	frame = m.View()
+	want := `{"command":"make test && rm -rf build > /dev/null\u001b[2J"}`
+	if !strings.Contains(frame, "r1  lead/w1 wants Bash") || !strings.Contains(frame, want) {
+		t.Fatalf("v on w1 does not show its request whole and escaped (%s):\n%s", want, frame)
+	}
+	if strings.Contains(frame, "\x1b") {
+		t.Errorf("an escape reached the screen")
+	}
+	press(m, "a")
+	frame = m.View()
+	if !strings.Contains(frame, "approve lead/w1's Bash") || !strings.Contains(frame, want) {
+		t.Fatalf("a does not ask, with the input on screen:\n%s", frame)
+	}
+	exec(press(m, "n"))
+	if len(f.acts) != 0 || m.mode != modeApprovals {
+		t.Fatalf("n answered (%v) or left the requests (mode %v)", f.acts, m.mode)
+	}
+	exec(press(m, "a", "y"))
+	exec(press(m, "tab", "d", "y")) // the next request, r0: deny
+	wantActs := []Action{{Kind: ActApprove, ID: "r1"}, {Kind: ActDeny, ID: "r0"}}
+	if fmt.Sprint(f.acts) != fmt.Sprint(wantActs) {
+		t.Fatalf("actions %v, want %v", f.acts, wantActs)
+	}
+}
+
+// TestParkedShown: a parked agent shows PARKED, until when and why.
+func TestParkedShown(t *testing.T) {
+	f := newFake()
+	f.snap.Agents[2].Gated = false
+	f.snap.Agents[2].Parked = &fsstore.Park{Until: t0.Add(5 * time.Hour), Reason: "usage limit reached"}
+	m := run(t, f)
+	press(m, "j", "j", "j")
+	frame := m.View()
+	until := t0.Add(5 * time.Hour).Local().Format("15:04:05")
+	for _, want := range []string{"PARKED", "until " + until + ": usage limit", "reason: until " + until} {
+		if !strings.Contains(frame, want) {
+			t.Errorf("the frame lacks %q:\n%s", want, frame)
+		}
+	}
+}
+
+// TestSelectionAcrossReconnect: the selection is an agent, not a row: a
+// new daemon whose tree comes in another order keeps it.
+func TestSelectionAcrossReconnect(t *testing.T) {
+	f := newFake()
+	m := run(t, f)
+	press(m, "j", "j", "j") // w2
+	f.mu.Lock()
+	f.down = fmt.Errorf("the daemon is not running")
+	f.mu.Unlock()
+	m.Update(m.fetch()())
+	if m.up || m.sel != "a3" {
+		t.Fatalf("lost: up %v, selection %q", m.up, m.sel)
+	}
+	f.mu.Lock()
+	f.down = nil
+	f.snap.Status.Pid = 5151
+	extra := f.snap.Agents[0]
+	extra.ID, extra.Name, extra.Path = "a0", "first", "first"
+	f.snap.Agents = append([]api.AgentInfo{extra}, f.snap.Agents...)
+	f.mu.Unlock()
+	for _, msg := range flatten(m.fetch()) {
+		m.Update(msg)
+	}
+	if !m.up || m.sel != "a3" || !strings.Contains(m.View(), "› ") || !strings.Contains(m.View(), "── lead/w2") {
+		t.Fatalf("after the reconnect: up %v, selection %q:\n%s", m.up, m.sel, m.View())
+	}
+}
+
+// readsPerRefresh loads a model with n agents (a whole read), then
+// applies a second's worth of events, 100 changes to agents spread over
+// the tree, and the partial read that follows: it returns the agents and
+// bytes the daemon answered that read with, and the full read's bytes.
+func readsPerRefresh(t *testing.T, n int) (agents, bytes, full int) {
+	f := newFake()
+	if err := json.Unmarshal(bigTeam(n), &f.snap.Agents); err != nil {
+		t.Fatal(err)
+	}
+	m := run(t, f)
+	full = f.sentBytes
+	f.sentAgents, f.sentBytes = 0, 0
+	var evs eventsMsg
+	for i := range 100 {
+		evs = append(evs, Event{Agent: fmt.Sprintf("id-%04d", (i*97)%n), Type: fsstore.EvTurn, Time: t0})
+	}
+	m.Update(evs)
+	m.visibleAt = t0 // the rows on screen are read too
+	before := m.reads
+	for _, msg := range flatten(m.refresh()) {
+		m.Update(msg)
+	}
+	if m.reads != before+1 || m.full {
+		t.Fatalf("n=%d: %d partial reads, full %v; want one partial read", n, m.reads-before, m.full)
+	}
+	return f.sentAgents, f.sentBytes, full
+}
+
+// TestRefreshCostFlat: top's read after a burst of events asks for the
+// agents the events touched (and their ancestors, whose subtree figures
+// change) and the rows on screen, not the tree: at 10,000 agents it
+// reads about what it reads at 1,000.
+func TestRefreshCostFlat(t *testing.T) {
+	a1k, b1k, full1k := readsPerRefresh(t, 1000)
+	a10k, b10k, full10k := readsPerRefresh(t, 10000)
+	t.Logf("per refresh: %d agents, %d bytes at 1,000 (whole tree %d bytes); %d agents, %d bytes at 10,000 (whole tree %d bytes)",
+		a1k, b1k, full1k, a10k, b10k, full10k)
+	if a10k > 2*a1k || b10k > 2*b1k {
+		t.Errorf("a refresh reads %d agents (%d bytes) at 10,000 agents, %d (%d bytes) at 1,000: it grows with the tree", a10k, b10k, a1k, b1k)
+	}
+	if b10k*20 > full10k {
+		t.Errorf("a refresh reads %d bytes at 10,000 agents, more than 5%% of the whole tree (%d)", b10k, full10k)
+	}
+}
