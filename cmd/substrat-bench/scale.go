@@ -217,8 +217,15 @@ func buildTree(home string, n int) ([]string, error) {
 	g.SetLimit(8)
 	for i := range n {
 		g.Go(func() error {
+			// As agent create leaves it: a scratch directory to work in,
+			// the default permissions.
+			work := filepath.Join(home, "scratch", ids[i])
+			if err := os.MkdirAll(work, 0o700); err != nil {
+				return err
+			}
 			s := &fsstore.Session{Version: fsstore.Version, ID: ids[i], Name: fmt.Sprintf("agent-%d", i), Provider: "script",
-				AgentState: fsstore.AgentIdle, SessionState: fsstore.SessionCreated, CreatedAt: t0, UpdatedAt: t0}
+				AgentState: fsstore.AgentIdle, SessionState: fsstore.SessionCreated, CreatedAt: t0, UpdatedAt: t0,
+				WorkDir: work, Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault}}
 			if i >= 10 {
 				s.ParentID = ids[(i-10)/10]
 			}

@@ -54,3 +54,37 @@ func TestLargeResultsComeInParts(t *testing.T) {
 		t.Fatal("bad fixture")
 	}
 }
+
+// TestPartsKeepMultibyteText: a part ends on a character boundary, so
+// text in any script reaches the client as sent (a cut in the middle of
+// a character would come back as U+FFFD).
+func TestPartsKeepMultibyteText(t *testing.T) {
+	var list []string
+	for i := range 30000 {
+		list = append(list, fmt.Sprintf("エージェント-%05d-é", i))
+	}
+	s := newTestServer()
+	s.Handle("big", func(ctx context.Context, params json.RawMessage, send func(any) error) (any, error) {
+		return list, nil
+	})
+	sock := serve(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got []string
+	if err := c.Call(ctx, "big", nil, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(list) {
+		t.Fatalf("got %d names of %d", len(got), len(list))
+	}
+	for i := range list {
+		if got[i] != list[i] {
+			t.Fatalf("name %d came back as %q, sent %q", i, got[i], list[i])
+		}
+	}
+}
