@@ -199,17 +199,20 @@ func (c *Core) Query(p api.ListParams) (api.ListPage, error) {
 		if ids != nil && !ids[n.id()] || providers != nil && !providers[n.s().Provider] {
 			continue
 		}
-		info := c.infoFromLocked(n, w.paths[i], w.sums[i], w.over[i])
-		if states != nil && !states[info.State] {
-			continue
+		shown := i > after && (p.Limit == 0 || len(page.Agents) < p.Limit)
+		var info api.AgentInfo
+		if states != nil || shown { // the others are only counted
+			info = c.infoFromLocked(n, w.path(i), w.sums[i], w.over[i])
+			if states != nil && !states[info.State] {
+				continue
+			}
 		}
 		page.Total++
 		switch {
-		case i <= after:
-		case p.Limit > 0 && len(page.Agents) == p.Limit:
-			more = true
-		default:
+		case shown:
 			page.Agents = append(page.Agents, info)
+		case i > after:
+			more = true
 		}
 	}
 	if more {
@@ -241,18 +244,18 @@ func wordSet(words []string, known []string) (map[string]bool, error) {
 // needs from the others: its path, its subtree's sum and size, and the
 // budget it is over.
 type treeWalk struct {
-	order []*node
-	index map[string]int // of each id in order
-	paths []string
-	sums  []fsstore.Counters
-	size  []int // of each subtree: order[i:i+size[i]]
-	over  []*api.OverBudget
+	order  []*node
+	index  map[string]int // of each id in order
+	parent []int          // the index of each one's parent, -1 for a root
+	paths  []string       // made as asked for (path)
+	sums   []fsstore.Counters
+	size   []int // of each subtree: order[i:i+size[i]]
+	over   []*api.OverBudget
 }
 
 // walkLocked walks the tree once, depth first from the roots.
 func (c *Core) walkLocked() treeWalk {
 	w := treeWalk{index: make(map[string]int, len(c.nodes))}
-	var parent []int
 	var walk func(n *node, up int)
 	walk = func(n *node, up int) {
 		if _, seen := w.index[n.id()]; seen {
@@ -260,7 +263,7 @@ func (c *Core) walkLocked() treeWalk {
 		}
 		w.index[n.id()] = len(w.order)
 		w.order = append(w.order, n)
-		parent = append(parent, up)
+		w.parent = append(w.parent, up)
 		me := len(w.order) - 1
 		for _, id := range n.children {
 			if ch := c.nodes[id]; ch != nil {
@@ -274,24 +277,31 @@ func (c *Core) walkLocked() treeWalk {
 	k := len(w.order)
 	w.paths, w.sums, w.size, w.over = make([]string, k), make([]fsstore.Counters, k), make([]int, k), make([]*api.OverBudget, k)
 	for i, n := range w.order {
-		w.paths[i] = n.s().Name
-		if up := parent[i]; up >= 0 {
-			w.paths[i] = w.paths[up] + "/" + n.s().Name
-		}
 		w.sums[i], w.size[i] = n.s().Counters, 1
 	}
 	for i := k - 1; i > 0; i-- { // children come after their parent
-		if up := parent[i]; up >= 0 {
+		if up := w.parent[i]; up >= 0 {
 			w.sums[up] = w.sums[up].Add(w.sums[i])
 			w.size[up] += w.size[i]
 		}
 	}
 	for i, n := range w.order { // the closest budget first
 		if b := n.s().Budget; b.Exceeded(w.sums[i]) {
-			w.over[i] = &api.OverBudget{ID: n.id(), Path: w.paths[i], Budget: *b, Subtree: subtreeTotals(w.sums[i])}
-		} else if up := parent[i]; up >= 0 {
+			w.over[i] = &api.OverBudget{ID: n.id(), Path: w.path(i), Budget: *b, Subtree: subtreeTotals(w.sums[i])}
+		} else if up := w.parent[i]; up >= 0 {
 			w.over[i] = w.over[up]
 		}
 	}
 	return w
+}
+
+// path returns root/child/... of the agent at i.
+func (w *treeWalk) path(i int) string {
+	if w.paths[i] == "" {
+		w.paths[i] = w.order[i].s().Name
+		if up := w.parent[i]; up >= 0 {
+			w.paths[i] = w.path(up) + "/" + w.paths[i]
+		}
+	}
+	return w.paths[i]
 }
