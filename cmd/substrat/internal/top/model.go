@@ -323,7 +323,7 @@ func (m *Model) markLost(err error) {
 	m.up = false
 	m.lost = "connection refused"
 	if err != nil {
-		m.lost, _, _ = strings.Cut(err.Error(), " (") // the reason, without the socket's path
+		m.lost, _, _ = strings.Cut(api.Visible(err.Error()), " (") // the reason, without the socket's path
 	}
 }
 
@@ -378,7 +378,7 @@ func (m *Model) applyEvents(batch eventsMsg) {
 // done says how an action went, for the status line.
 func done(a Action, err error) string {
 	if err != nil {
-		return fmt.Sprintf("%s failed: %v", a.Kind, err)
+		return fmt.Sprintf("%s failed: %s", a.Kind, api.Visible(err.Error()))
 	}
 	if a.Kind == ActReadInbox {
 		return "inbox marked read"

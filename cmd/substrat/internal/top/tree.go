@@ -1,6 +1,7 @@
 package top
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -30,6 +31,7 @@ func newTree(agents []api.AgentInfo) tree {
 	t := tree{byID: make(map[string]*api.AgentInfo, len(agents)), order: make([]string, 0, len(agents))}
 	for i := range agents {
 		a := agents[i]
+		visible(&a)
 		if _, dup := t.byID[a.ID]; !dup {
 			t.order = append(t.order, a.ID)
 		}
@@ -62,6 +64,7 @@ func (t *tree) link() {
 // update puts a in the tree, in place if it is there, and reports
 // whether the tree's shape changed (a new agent, a new parent or name).
 func (t *tree) update(a api.AgentInfo) (shape bool) {
+	visible(&a)
 	old := t.byID[a.ID]
 	if old == nil {
 		t.byID[a.ID] = &a
@@ -71,6 +74,23 @@ func (t *tree) update(a api.AgentInfo) (shape bool) {
 	shape = old.ParentID != a.ParentID || old.Name != a.Name
 	*old = a
 	return shape
+}
+
+// visible escapes, in what top shows of an agent, whatever could drive
+// the terminal (api.Visible): names and reasons can be an agent's text.
+func visible(a *api.AgentInfo) {
+	for _, f := range []*string{&a.Name, &a.Path, &a.Provider, &a.Model, &a.StateReason, &a.DiskInvalid, &a.Workspace, &a.Pool, &a.Dir} {
+		*f = api.Visible(*f)
+	}
+	a.Children = slices.Clone(a.Children)
+	for i := range a.Children {
+		a.Children[i] = api.Visible(a.Children[i])
+	}
+	if a.Parked != nil {
+		p := *a.Parked
+		p.Reason = api.Visible(p.Reason)
+		a.Parked = &p
+	}
 }
 
 // remove takes agent id out of the tree (link it after).

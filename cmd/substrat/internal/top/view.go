@@ -233,10 +233,10 @@ func (m *Model) detailPane() []string {
 	perm := "…"
 	if s := m.detail.Inspect.Session; s != nil && m.detailOf == a.ID {
 		if s.WorkDir != "" {
-			where = s.WorkDir + ", no sandbox"
+			where = api.Visible(s.WorkDir) + ", no sandbox"
 		}
 		if s.Permissions != nil {
-			perm = s.Permissions.Mode
+			perm = api.Visible(s.Permissions.Mode)
 		}
 	}
 	if a.Workspace != "" {
@@ -262,7 +262,7 @@ func (m *Model) detailPane() []string {
 	if i := m.approvalOf(a.ID); i >= 0 {
 		ap := m.snap.Approvals[i]
 		out = append(out, m.styles.bad.Render(fmt.Sprintf("approval %s waits: %s %s (v shows it whole; a/d there answer)",
-			ap.ID, ap.Tool, api.InputSummary(ap.Input, 60))))
+			api.Visible(ap.ID), api.Visible(ap.Tool), api.InputSummary(ap.Input, 60))))
 	}
 	return append(out, tail(m.lines(a.ID), h-len(out))...)
 }
@@ -299,7 +299,7 @@ func (m *Model) inbox(h int) []string {
 		if msg.Message == nil {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), msg.FromName, oneLine(msg.Text)))
+		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), api.Visible(msg.FromName), oneLine(msg.Text)))
 	}
 	return tail(out, h)
 }
@@ -333,7 +333,7 @@ func (m *Model) approvalLines() []string {
 		approver = "its parent"
 	}
 	text := api.InputText(a.Input)
-	out := []string{m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", a.ID, a.Agent, a.Tool, len(text),
+	out := []string{m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", api.Visible(a.ID), api.Visible(a.Agent), api.Visible(a.Tool), len(text),
 		approver, a.Deadline.Local().Format("15:04:05")))}
 	return append(out, wrap(text, max(m.width, 10))...)
 }
@@ -351,7 +351,7 @@ func (m *Model) shownApproval() *api.PendingApproval {
 func (m *Model) approvalOf(id string) int {
 	a := m.tree.byID[id]
 	for i := range m.snap.Approvals {
-		if a != nil && m.snap.Approvals[i].Agent == a.Path {
+		if a != nil && api.Visible(m.snap.Approvals[i].Agent) == a.Path {
 			return i
 		}
 	}
@@ -363,7 +363,7 @@ func (m *Model) approvalOf(id string) int {
 func (m *Model) doing(a *api.AgentInfo) string {
 	if i := m.approvalOf(a.ID); i >= 0 {
 		ap := m.snap.Approvals[i]
-		return "approve? " + ap.Tool + " " + api.InputSummary(ap.Input, 200)
+		return "approve? " + api.Visible(ap.Tool) + " " + api.InputSummary(ap.Input, 200)
 	}
 	if a.Parked != nil {
 		return parkedFor(a)
@@ -408,7 +408,7 @@ func (m *Model) footer() string {
 	case modeConfirm:
 		if a := m.shownApproval(); m.back == modeApprovals && a != nil {
 			return m.styles.bad.Render(fmt.Sprintf("%s %s's %s (%d bytes, above)? y to confirm, any other key cancels",
-				m.confirm.Kind, a.Agent, a.Tool, len(api.InputText(a.Input))))
+				m.confirm.Kind, api.Visible(a.Agent), api.Visible(a.Tool), len(api.InputText(a.Input))))
 		}
 		return m.styles.bad.Render(fmt.Sprintf("%s %s? y to confirm, any other key cancels", m.confirm.Kind, m.selName()))
 	}
