@@ -137,11 +137,11 @@ func (o *listOptions) table(list []listedAgent) string {
 		if branch == "" {
 			name = a.Path
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, name, a.State, a.SessionState,
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, api.Visible(name), a.State, a.SessionState,
 			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.Counters.CostUSD)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", a.Provider, cmp.Or(a.Model, "-"), a.Pending, budgetShown(a.AgentInfo),
-				cmp.Or(a.Pool, "-"), cmp.Or(a.Workspace, "-"), a.ID, cmp.Or(oneLine(a.Why, 100), "-"))
+			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", api.Visible(a.Provider), api.Visible(cmp.Or(a.Model, "-")), a.Pending, budgetShown(a.AgentInfo),
+				api.Visible(cmp.Or(a.Pool, "-")), api.Visible(cmp.Or(a.Workspace, "-")), a.ID, api.Visible(cmp.Or(oneLine(a.Why, 100), "-")))
 		} else {
 			fmt.Fprintf(tw, "\t%s\n", a.ID)
 		}
