@@ -1,9 +1,11 @@
 package top
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +185,28 @@ func TestRefreshCostFlat(t *testing.T) {
 	}
 	if b10k*20 > full10k {
 		t.Errorf("a refresh reads %d bytes at 10,000 agents, more than 5%% of the whole tree (%d)", b10k, full10k)
+	}
+}
+
+// TestWholeReadWhileTheTreeChanges: when the agent a page was to start
+// after goes away between two pages, the whole read starts again instead
+// of failing (which would show the daemon as gone).
+func TestWholeReadWhileTheTreeChanges(t *testing.T) {
+	f := &fake{}
+	if err := json.Unmarshal(bigTeam(5000), &f.snap.Agents); err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	f.paged = func(f *fake) {
+		if pages++; pages == 1 { // the last agent of the first page goes
+			f.snap.Agents = slices.Delete(f.snap.Agents, pageSize-1, pageSize)
+		}
+	}
+	s, err := ReadSnapshot(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Agents) != 4999 || pages != 1+3 {
+		t.Errorf("read %d agents in %d pages; want 4,999 in 1 and then 3", len(s.Agents), pages)
 	}
 }

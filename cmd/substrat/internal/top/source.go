@@ -15,6 +15,7 @@ package top
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -56,8 +57,15 @@ func ReadSnapshot(ctx context.Context, src Source) (Snapshot, error) {
 		return s, err
 	}
 	p := api.ListParams{Limit: pageSize}
-	for {
+	for tries := 0; ; {
 		page, err := src.Agents(ctx, p)
+		var ae *api.Error
+		if p.After != "" && errors.As(err, &ae) && ae.Code == api.CodeNotFound && tries < 3 {
+			// The agent the page was to start after has gone: read again.
+			tries++
+			p.After, s.Agents = "", nil
+			continue
+		}
 		if err != nil {
 			return s, err
 		}

@@ -34,6 +34,8 @@ type fake struct {
 	acts   []Action
 	// sent counts the agents and JSON bytes agent.query answered with.
 	sentAgents, sentBytes int
+	// paged, if set, runs (locked) after each page agent.query answers.
+	paged func(*fake)
 }
 
 func (f *fake) Status(context.Context) (api.StatusResult, error) {
@@ -57,6 +59,12 @@ func (f *fake) Agents(_ context.Context, p api.ListParams) (api.ListPage, error)
 		return api.ListPage{}, f.down
 	}
 	page := api.ListPage{Agents: []api.AgentInfo{}}
+	if p.After != "" && !slices.ContainsFunc(f.snap.Agents, func(a api.AgentInfo) bool { return a.ID == p.After }) {
+		return page, api.Errorf(api.CodeNotFound, "no agent %s to start the page after", p.After)
+	}
+	if f.paged != nil {
+		defer f.paged(f)
+	}
 	started := p.After == ""
 	for _, a := range f.snap.Agents {
 		if len(p.IDs) > 0 && !slices.Contains(p.IDs, a.ID) {
