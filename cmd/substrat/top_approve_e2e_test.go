@@ -29,17 +29,12 @@ func (x *tmux) paste(text string) {
 // waitMatch waits until the screen matches re.
 func (x *tmux) waitMatch(why string, re *regexp.Regexp) string {
 	x.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s := x.screen()
+	return x.poll(why, func(s string) string {
 		if re.MatchString(s) {
-			return s
+			return ""
 		}
-		if time.Now().After(deadline) {
-			x.t.Fatalf("%s: the screen never matched %s:\n%s", why, re, s)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return "a match of " + re.String()
+	})
 }
 
 // TestTopApproveInATerminal runs `substrat top` in a real terminal
