@@ -210,3 +210,49 @@ func TestWholeReadWhileTheTreeChanges(t *testing.T) {
 		t.Errorf("read %d agents in %d pages; want 4,999 in 1 and then 3", len(s.Agents), pages)
 	}
 }
+
+// TestIncrementalChanges: after the whole read, the tree follows events
+// alone: a new agent appears under its parent (whose children are read
+// again), one archived goes and what was below it moves up, a state
+// change shows, and no whole read is made.
+func TestIncrementalChanges(t *testing.T) {
+	f := newFake()
+	m := run(t, f)
+	f.sentAgents = 0
+	tick := func() {
+		t.Helper()
+		for range 3 { // what one tick reads may want another read
+			for _, msg := range flatten(m.fetchPart()) {
+				m.Update(msg)
+			}
+		}
+		if m.full {
+			t.Fatal("a whole read is due")
+		}
+	}
+	f.mu.Lock()
+	kid := f.snap.Agents[2] // a child of w2 (a3)
+	kid.ID, kid.Name, kid.Path, kid.ParentID, kid.Gated = "a5", "kid", "lead/w2/kid", "a3", false
+	f.snap.Agents = append(f.snap.Agents, kid)
+	f.snap.Agents[2].Children = []string{"kid"}
+	f.snap.Agents[1].AgentState = fsstore.AgentIdle    // w1
+	f.snap.Agents = slices.Delete(f.snap.Agents, 3, 4) // helper (a4), below w1, archived
+	f.mu.Unlock()
+	m.Update(eventsMsg{{Agent: "a5", Type: fsstore.EvCreated, Time: t0}, {Agent: "a4", Type: "archived", Time: t0},
+		{Agent: "a2", Type: fsstore.EvState, Time: t0}})
+	tick()
+	var rows []string
+	for _, r := range m.rows {
+		rows = append(rows, strings.Repeat(" ", r.depth)+r.a.Name+" "+stateOf(r.a))
+	}
+	want := []string{"lead WAITING", " w1 IDLE", " w2 gated", "  kid IDLE"}
+	if !slices.Equal(rows, want) {
+		t.Errorf("rows %q, want %q", rows, want)
+	}
+	if c := m.tree.byID["a3"].Children; !slices.Equal(c, []string{"kid"}) {
+		t.Errorf("w2's children %q: its list was not read again", c)
+	}
+	if f.sentAgents > 8 {
+		t.Errorf("%d agents read for three changes", f.sentAgents)
+	}
+}

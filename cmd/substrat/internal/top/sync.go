@@ -158,6 +158,9 @@ func (m *Model) applyPart(r partMsg) {
 	got := make(map[string]bool, len(r.page.Agents))
 	for _, a := range r.page.Agents {
 		got[a.ID] = true
+		if m.tree.byID[a.ID] == nil {
+			m.want(a.ParentID) // a new child: its parent's list of children changed
+		}
 		if m.tree.update(a) {
 			shape = true
 		}
