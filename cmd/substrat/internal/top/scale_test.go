@@ -256,3 +256,21 @@ func TestIncrementalChanges(t *testing.T) {
 		t.Errorf("%d agents read for three changes", f.sentAgents)
 	}
 }
+
+// TestRefreshErrorIsNotLost: a daemon that answers a read with an error
+// is there: top says the read failed, keeps what it asked for, and does
+// not show the daemon gone.
+func TestRefreshErrorIsNotLost(t *testing.T) {
+	f := newFake()
+	m := run(t, f)
+	f.mu.Lock()
+	f.down = api.Errorf(api.CodeInternal, "internal error in agent.query")
+	f.mu.Unlock()
+	m.want("a2")
+	for _, msg := range flatten(m.fetchPart()) {
+		m.Update(msg)
+	}
+	if !m.up || !m.wanted["a2"] || !strings.Contains(m.View(), "refresh failed: internal error in agent.query") {
+		t.Fatalf("up %v, wanted %v:\n%s", m.up, m.wanted, m.View())
+	}
+}

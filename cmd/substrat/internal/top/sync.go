@@ -2,6 +2,7 @@ package top
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -150,6 +151,10 @@ func (m *Model) applyPart(r partMsg) {
 	if r.err != nil {
 		m.want(r.asked...)
 		m.needInbox, m.needAppr = m.needInbox || r.withInbox, m.needAppr || r.withAppr
+		if ae := (*api.Error)(nil); errors.As(r.err, &ae) { // the daemon answered: it is there
+			m.flash, m.flashAt = "refresh failed: "+api.Visible(ae.Error()), m.now()
+			return
+		}
 		m.markLost(r.err)
 		return
 	}
