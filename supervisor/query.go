@@ -174,15 +174,23 @@ func (c *Core) Query(p api.ListParams) (api.ListPage, error) {
 	ids, _ := wordSet(p.IDs, nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := c.walkLocked()
-	lo, hi := 0, len(w.order) // the subtree asked for: a run of the order
+	var sub *node
 	if p.Ref != "" {
-		n, err := c.resolveLocked(p.Ref)
-		if err != nil {
+		if sub, err = c.resolveLocked(p.Ref); err != nil {
 			return api.ListPage{}, err
 		}
-		lo = w.index[n.id()]
-		hi = lo + w.size[lo]
+	}
+	if ids != nil && p.After == "" && p.Limit == 0 {
+		return c.byIDsLocked(ids, sub, states, providers), nil
+	}
+	w := c.walkLocked()
+	lo, hi := 0, len(w.order) // the subtree asked for: a run of the order
+	if sub != nil {
+		i, ok := w.index[sub.id()]
+		if !ok { // not in the tree (a loop of parents)
+			return api.ListPage{Agents: []api.AgentInfo{}}, nil
+		}
+		lo, hi = i, i+w.size[i]
 	}
 	after := -1
 	if p.After != "" {
@@ -304,4 +312,73 @@ func (w *treeWalk) path(i int) string {
 		}
 	}
 	return w.paths[i]
+}
+
+// byIDsLocked answers a query of a few agents by id (top's refresh)
+// without walking the tree: each one's info alone, with the other
+// filters, in tree order. Its cost follows the agents asked for (and
+// the subtrees summed for them), not the tree.
+func (c *Core) byIDsLocked(ids map[string]bool, sub *node, states, providers map[string]bool) api.ListPage {
+	type found struct {
+		chain []*node // from its root down to it
+		info  api.AgentInfo
+	}
+	var out []found
+	for id := range ids {
+		n := c.nodes[id]
+		if n == nil || providers != nil && !providers[n.s().Provider] {
+			continue
+		}
+		chain := c.chainLocked(n)
+		if chain == nil || sub != nil && !slices.Contains(chain, sub) {
+			continue
+		}
+		info := c.infoLocked(n)
+		if states != nil && !states[info.State] {
+			continue
+		}
+		out = append(out, found{chain, info})
+	}
+	pos := map[string]int{} // of a child among its siblings
+	at := func(parent, child *node) int {
+		if _, ok := pos[child.id()]; !ok {
+			for i, id := range parent.children {
+				pos[id] = i
+			}
+		}
+		return pos[child.id()]
+	}
+	slices.SortFunc(out, func(a, b found) int {
+		for i := 0; i < len(a.chain) && i < len(b.chain); i++ {
+			x, y := a.chain[i], b.chain[i]
+			switch {
+			case x == y:
+				continue
+			case i == 0: // roots, by id as rootsLocked orders them
+				return strings.Compare(x.id(), y.id())
+			default:
+				return at(a.chain[i-1], x) - at(b.chain[i-1], y)
+			}
+		}
+		return len(a.chain) - len(b.chain) // a parent before its children
+	})
+	page := api.ListPage{Agents: make([]api.AgentInfo, 0, len(out)), Total: len(out)}
+	for _, f := range out {
+		page.Agents = append(page.Agents, f.info)
+	}
+	return page
+}
+
+// chainLocked returns n's ancestors from its root down to n, or nil if
+// its parents loop (such an agent is not in the tree's order either).
+func (c *Core) chainLocked(n *node) []*node {
+	chain := []*node{n}
+	for p := c.nodes[n.s().ParentID]; p != nil; p = c.nodes[p.s().ParentID] {
+		if slices.Contains(chain, p) {
+			return nil
+		}
+		chain = append(chain, p)
+	}
+	slices.Reverse(chain)
+	return chain
 }

@@ -113,3 +113,52 @@ func TestListStateMatchesInspect(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryByIDsAsTheWalk: a query by ids (answered without walking the
+// tree) gives what the whole listing gives for those agents, in the same
+// order, with each filter.
+func TestQueryByIDsAsTheWalk(t *testing.T) {
+	c, _ := newCore(t, t.TempDir(), false)
+	var all []api.AgentInfo
+	for i := range 30 {
+		p := api.CreateParams{Name: fmt.Sprint("a", i)}
+		if i >= 3 {
+			p.Parent = all[(i-3)/3].ID
+		}
+		all = append(all, mustCreate(t, c, p))
+	}
+	if _, err := c.Gate(api.GateParams{Ref: all[4].ID, Op: "gate"}); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := c.Query(api.ListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range 20 {
+		var ids []string
+		for i, a := range all {
+			if (i*7+seed*13)%5 < 2 {
+				ids = append(ids, a.ID)
+			}
+		}
+		for _, p := range []api.ListParams{{IDs: ids}, {IDs: ids, Ref: all[1].ID}, {IDs: ids, States: []string{"GATED"}}} {
+			got, err := c.Query(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, _ := c.Query(api.ListParams{Ref: p.Ref, States: p.States})
+			var want []api.AgentInfo
+			for _, a := range sub.Agents {
+				if slices.Contains(ids, a.ID) {
+					want = append(want, a)
+				}
+			}
+			if fmt.Sprintf("%+v", got.Agents) != fmt.Sprintf("%+v", want) || got.Total != len(want) {
+				t.Fatalf("seed %d, %+v: by ids %v, the walk %v", seed, p, names(got), names(api.ListPage{Agents: want}))
+			}
+		}
+	}
+	if len(whole.Agents) != 30 {
+		t.Fatalf("%d agents", len(whole.Agents))
+	}
+}
