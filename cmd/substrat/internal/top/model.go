@@ -70,6 +70,7 @@ type Model struct {
 	recovered  time.Time
 	fetching   bool
 	full       bool            // read the whole tree at the next tick
+	wholeAt    time.Time       // when the last whole read started
 	wanted     map[string]bool // agents to read back at the next tick (sync.go)
 	needInbox  bool
 	needAppr   bool

@@ -274,3 +274,35 @@ func TestRefreshErrorIsNotLost(t *testing.T) {
 		t.Fatalf("up %v, wanted %v:\n%s", m.up, m.wanted, m.View())
 	}
 }
+
+// TestDroppedEventsReadTheTreeNotOverAndOver: events dropped make top
+// read the whole tree, but not more often than every refreshSlow.
+func TestDroppedEventsReadTheTreeNotOverAndOver(t *testing.T) {
+	f := newFake()
+	now := t0
+	m := run(t, f)
+	m.now = func() time.Time { return now }
+	whole := func() bool {
+		t.Helper()
+		before := f.sentAgents
+		for _, msg := range flatten(m.refresh()) {
+			if _, ok := msg.(detailMsg); !ok {
+				m.Update(msg)
+			}
+		}
+		return f.sentAgents-before == len(f.snap.Agents)
+	}
+	m.Update(eventsMsg{{Type: "dropped", Count: 3}})
+	if !whole() {
+		t.Fatal("dropped events did not make top read the tree")
+	}
+	m.Update(eventsMsg{{Type: "dropped", Count: 3}})
+	now = now.Add(refreshSlow / 2)
+	if whole() {
+		t.Fatal("a second drop read the whole tree again at once")
+	}
+	now = now.Add(refreshSlow)
+	if !whole() {
+		t.Fatal("the whole read after the second drop never came")
+	}
+}

@@ -83,9 +83,12 @@ func (m *Model) refresh() tea.Cmd {
 	now := m.now()
 	switch {
 	case m.fetching:
-	case !m.up || !m.have || m.full:
-		if m.up || now.Sub(m.fetchedAt) >= refreshFast { // while the daemon is away, twice a second
-			m.fetching, m.full = true, false
+	case !m.up || !m.have || m.full && now.Sub(m.wholeAt) >= refreshSlow:
+		// While the daemon is away, twice a second; after dropped events,
+		// at most every refreshSlow (a flood must not make top read the
+		// whole tree over and over).
+		if m.up || now.Sub(m.fetchedAt) >= refreshFast {
+			m.fetching, m.full, m.wholeAt = true, false, now
 			cmds = append(cmds, m.fetch())
 		}
 	case len(m.wanted) > 0 || m.needInbox || m.needAppr || now.Sub(m.visibleAt) >= refreshSlow:
