@@ -59,13 +59,31 @@ func (o *listOptions) query(g *Globals) (api.ListPage, error) {
 	return page, err
 }
 
-// more says on stderr how to read the rest of a cut list.
+// more says on stderr how to read the rest of a cut list: the same
+// command, after the last agent shown.
 func (o *listOptions) more(page api.ListPage) {
 	if page.Next == "" {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "%d of %d agents shown; the next %d: substrat agent list --after %s --limit %d\n",
-		len(page.Agents), page.Total, min(o.Limit, page.Total), page.Next, o.Limit)
+	cmd := "substrat agent list"
+	if o.Ref != "" {
+		cmd += " " + quoteArg(o.Ref)
+	}
+	if s := splitList(o.State); len(s) > 0 {
+		cmd += " --state " + quoteArg(strings.Join(s, ","))
+	}
+	if p := splitList(o.Provider); len(p) > 0 {
+		cmd += " --provider " + quoteArg(strings.Join(p, ","))
+	}
+	fmt.Fprintf(os.Stderr, "%d of %d agents shown; more: %s --limit %d --after %s\n", len(page.Agents), page.Total, api.Visible(cmd), o.Limit, page.Next)
+}
+
+// quoteArg quotes s for a shell if it needs it.
+func quoteArg(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./,:@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // listed returns the agents with their states, as the daemon gave them.
