@@ -102,8 +102,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	case modeFilter, modeSend:
 		return m.typing(msg)
 	case modeConfirm:
+		gone := m.answering() && m.shownApproval() == nil
 		m.mode = m.back
-		if strings.EqualFold(msg.String(), "y") {
+		if strings.EqualFold(msg.String(), "y") && !gone {
 			return m.act(m.confirm)
 		}
 		m.flash, m.flashAt = m.confirm.Kind+": cancelled", m.now()

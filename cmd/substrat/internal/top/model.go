@@ -310,6 +310,7 @@ func (m *Model) applySnapshot(msg snapMsg) tea.Cmd {
 	m.snap, m.have, m.visibleAt = msg.s, true, m.now()
 	m.tree = newTree(m.snap.Agents)
 	m.snap.Agents = nil // the tree holds them
+	m.approvalsChanged()
 	m.relayout()
 	if m.sel != "" && m.detailOf != m.sel {
 		cmd = tea.Batch(cmd, m.fetchDetail(m.sel))

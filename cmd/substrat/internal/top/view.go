@@ -339,13 +339,27 @@ func (m *Model) approvalLines() []string {
 }
 
 // shownApproval is the request the approvals view shows, or nil.
+// While an answer waits for y, it is the request being answered, found
+// by its id (the list may have changed meanwhile), or nil if it is gone.
 func (m *Model) shownApproval() *api.PendingApproval {
+	if m.answering() {
+		for i := range m.snap.Approvals {
+			if m.snap.Approvals[i].ID == m.confirm.ID {
+				m.apSel = i
+				return &m.snap.Approvals[i]
+			}
+		}
+		return nil
+	}
 	if len(m.snap.Approvals) == 0 {
 		return nil
 	}
 	m.apSel = max(0, min(m.apSel, len(m.snap.Approvals)-1))
 	return &m.snap.Approvals[m.apSel]
 }
+
+// answering reports whether an answer to a request waits for y.
+func (m *Model) answering() bool { return m.mode == modeConfirm && m.back == modeApprovals }
 
 // approvalOf returns the index of the request agent id waits on, or -1.
 func (m *Model) approvalOf(id string) int {
