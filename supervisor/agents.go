@@ -146,27 +146,8 @@ func (c *Core) reserveName(p *api.CreateParams, parent **node) (holder, twin *no
 // List returns every agent, parents before children, siblings in creation
 // order.
 func (c *Core) List() []api.AgentInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []api.AgentInfo
-	seen := map[string]bool{}
-	var walk func(n *node)
-	walk = func(n *node) {
-		if seen[n.id()] {
-			return
-		}
-		seen[n.id()] = true
-		out = append(out, c.infoLocked(n))
-		for _, id := range n.children {
-			if ch := c.nodes[id]; ch != nil {
-				walk(ch)
-			}
-		}
-	}
-	for _, r := range c.rootsLocked() {
-		walk(r)
-	}
-	return out
+	p, _ := c.Query(api.ListParams{}) // query.go
+	return p.Agents
 }
 
 // Resolve returns the id of the agent ref names.

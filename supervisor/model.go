@@ -254,21 +254,8 @@ func (c *Core) subtreeLocked(n *node) []*node {
 }
 
 func (c *Core) infoLocked(n *node) api.AgentInfo {
-	info := api.AgentInfo{
-		ID: n.id(), Name: n.s().Name, Path: c.pathLocked(n), ParentID: n.s().ParentID,
-		Provider: n.s().Provider, Model: n.s().Model, AgentState: n.s().AgentState,
-		SessionState: n.s().SessionState, StateReason: n.s().StateReason,
-		Counters: n.s().Counters, Subtree: subtreeTotals(c.subtreeCountersLocked(n, map[string]bool{})),
-		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
-		Gated: n.s().Gated, Pending: n.pending, Budget: n.s().Budget, Pool: poolOf(n.s()), Workspace: n.s().Workspace,
-		Failing: len(n.failures), Parked: c.parkInfoLocked(n),
-	}
-	for _, id := range n.children {
-		if ch := c.nodes[id]; ch != nil {
-			info.Children = append(info.Children, ch.s().Name)
-		}
-	}
-	return info
+	sum := c.subtreeCountersLocked(n, map[string]bool{})
+	return c.infoFromLocked(n, c.pathLocked(n), sum, c.overBudgetLocked(n, sum)) // query.go
 }
 
 // subtreeTotals is a subtree's sum without a context use, which is each

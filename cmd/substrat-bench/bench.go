@@ -35,9 +35,16 @@ type benchConfig struct {
 	CLIDir      string        // where the CLIs are (default: the repository's .tools, else PATH)
 	Exe         string        // the substrat binary the daemon runs from
 	ProfileDir  string
+	Scale       []int // tree sizes of the scale phase (scale.go)
 }
 
 func defaultBenchConfig(quick bool) benchConfig {
+	cfg := defaultBenchSizes(quick)
+	cfg.Scale = scaleSizes(quick)
+	return cfg
+}
+
+func defaultBenchSizes(quick bool) benchConfig {
 	if quick {
 		return benchConfig{Quick: true, Duration: 300 * time.Millisecond, Workers: 64, Recovery: []int{1000}, Events: 100,
 			Rounds: 2, RPCSamples: 40, EditSamples: 20, EditProbe: 2 * time.Second, Settle: 300 * time.Millisecond, MaxPrepared: 3000, OpRounds: 1, CLITurns: 3}
@@ -199,6 +206,7 @@ type benchResult struct {
 	HandEdit   benchLatency    `json:"hand_edit"`
 	RSS        benchRSS        `json:"rss"`
 	CLIs       []benchCLI      `json:"cli_turns"`
+	Scale      []benchScale    `json:"scale"`
 	Targets    []benchTarget   `json:"targets"`
 }
 
@@ -248,6 +256,7 @@ func runBench(ctx context.Context, cfg benchConfig, dir string, log io.Writer) (
 		{"daemon", b.daemonLatency},
 		{"recovery", b.recovery},
 		{"clis", b.cliTurns},
+		{"scale", b.scale},
 	}
 	for _, p := range phases {
 		f := p.f

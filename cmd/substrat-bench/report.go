@@ -288,6 +288,8 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 		fmt.Fprintln(w, "  RSS: the sum of the peaks of the CLI's processes in one turn (through Substrat, its MCP server and containment included).")
 	}
 
+	writeScaleReport(w, r) // scale.go
+
 	counts := map[string]int{}
 	for _, t := range r.Targets {
 		counts[t.Verdict]++

@@ -317,21 +317,19 @@ func (c *AgentListCmd) Run(g *Globals) error {
 	if c.Archived {
 		return listArchived(g)
 	}
-	var all []api.AgentInfo
-	if err := g.call(api.MethodAgentList, nil, &all); err != nil {
-		return err
-	}
-	list, err := c.filter(g, all)
+	page, err := c.query(g) // list.go
 	if err != nil {
 		return err
 	}
+	list := listed(page.Agents)
+	defer c.more(page)
 	if g.JSON {
 		return printJSON(list)
 	}
 	var st api.StatusResult
 	g.call(api.MethodDaemonStatus, nil, &st)
 	if len(list) == 0 && len(st.KeptOut) == 0 {
-		fmt.Println(c.none(len(all)))
+		fmt.Println(c.none(st.Agents))
 		return nil
 	}
 	if len(list) > 0 {

@@ -3,34 +3,25 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
-// The states agent list shows, in the order of what needs a person
-// first: an agent shows the first that holds.
-const (
-	stateTerminated = "TERMINATED"  // ended; archive it to remove it
-	stateOverBudget = "OVER-BUDGET" // its subtree, or an ancestor's, spent past a budget
-	stateGated      = "GATED"       // no turn starts until permitted or ungated
-	stateParked     = "PARKED"      // waits for its provider's usage or rate limit to reset
-	stateFailed     = "FAILED"      // its last turn failed; retried with backoff
-	stateBusy       = "BUSY"        // a turn runs
-	stateWaiting    = "WAITING"     // for a reply, or for an approval
-	stateIdle       = "IDLE"
-)
+// The states agent list shows (the daemon says which holds).
+var listStates = api.States
 
-var listStates = []string{stateIdle, stateBusy, stateWaiting, stateParked, stateGated, stateOverBudget, stateFailed, stateTerminated}
-
-// listOptions are agent list's filters and output format.
+// listOptions are agent list's filters, page and output format. The
+// daemon filters and pages (agent.query).
 type listOptions struct {
 	Ref      string   `arg:"" optional:"" predictor:"agent" help:"Only this agent and its subtree (a name, a path or an id)."`
 	State    []string `help:"Only agents in these states (repeat, or comma-separated): IDLE, BUSY, WAITING, PARKED, GATED, OVER-BUDGET, FAILED, TERMINATED." placeholder:"STATE"`
 	Provider []string `help:"Only agents of these providers (repeat, or comma-separated)." predictor:"provider" placeholder:"NAME"`
+	Limit    int      `help:"Show at most N agents (0: all); the rest come with --after." placeholder:"N" default:"0"`
+	After    string   `help:"Start after this agent (the id a cut list names), in tree order." placeholder:"ID"`
 	Output   string   `short:"o" help:"Output format: tree (the default), wide (more columns: provider, model, pending, budget, pool, workspace, why) or json." enum:"tree,wide,json" default:"tree" placeholder:"FORMAT"`
 }
 
@@ -51,62 +42,58 @@ func (o *listOptions) Validate() error {
 			return fmt.Errorf("unknown state %q: a state is one of %s", s, strings.Join(listStates, ", "))
 		}
 	}
+	if o.Limit < 0 {
+		return fmt.Errorf("--limit %d: a limit is 0 (all) or more", o.Limit)
+	}
 	return nil
 }
 
-// filter returns the agents of list that the options select, with their
-// state, parents before children as the daemon sent them.
-func (o *listOptions) filter(g *Globals, list []api.AgentInfo) ([]listedAgent, error) {
+// query asks the daemon for the page of agents the options select.
+func (o *listOptions) query(g *Globals) (api.ListPage, error) {
 	if o.Output == "json" {
 		g.JSON = true
 	}
-	states := map[string]bool{}
-	for _, s := range splitList(o.State) {
-		states[strings.ToUpper(s)] = true
-	}
-	providers := map[string]bool{}
-	for _, p := range splitList(o.Provider) {
-		providers[p] = true
-	}
-	var root string
-	if o.Ref != "" {
-		var res api.InspectResult
-		if err := g.call(api.MethodAgentInspect, map[string]string{"ref": o.Ref}, &res); err != nil {
-			return nil, err
-		}
-		root = res.Agent.ID
-	}
-	ids := byID(list)
-	out := []listedAgent{}
-	for _, a := range listed(list) {
-		switch {
-		case len(states) > 0 && !states[a.State]:
-		case len(providers) > 0 && !providers[a.Provider]:
-		case root != "" && !within(&a.AgentInfo, root, ids):
-		default:
-			out = append(out, a)
-		}
-	}
-	return out, nil
+	var page api.ListPage
+	err := g.call(api.MethodAgentQuery, api.ListParams{Ref: o.Ref, States: splitList(o.State), Providers: splitList(o.Provider),
+		Limit: o.Limit, After: o.After}, &page)
+	return page, err
 }
 
-// listed returns the agents with their states.
+// more says on stderr how to read the rest of a cut list: the same
+// command, after the last agent shown.
+func (o *listOptions) more(page api.ListPage) {
+	if page.Next == "" {
+		return
+	}
+	cmd := "substrat agent list"
+	if o.Ref != "" {
+		cmd += " " + quoteArg(o.Ref)
+	}
+	if s := splitList(o.State); len(s) > 0 {
+		cmd += " --state " + quoteArg(strings.Join(s, ","))
+	}
+	if p := splitList(o.Provider); len(p) > 0 {
+		cmd += " --provider " + quoteArg(strings.Join(p, ","))
+	}
+	fmt.Fprintf(os.Stderr, "%d of %d agents shown; more: %s --limit %d --after %s\n", len(page.Agents), page.Total, api.Visible(cmd), o.Limit, page.Next)
+}
+
+// quoteArg quotes s for a shell if it needs it.
+func quoteArg(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./,:@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// listed returns the agents with their states, as the daemon gave them.
 func listed(list []api.AgentInfo) []listedAgent {
-	byID := byID(list)
 	out := make([]listedAgent, 0, len(list))
 	for _, a := range list {
-		st := agentState(&a, byID)
-		out = append(out, listedAgent{a, st, why(&a, st, byID)})
+		st := cmp.Or(a.State, api.StateOf(&a))
+		out = append(out, listedAgent{a, st, why(&a, st)})
 	}
 	return out
-}
-
-func byID(list []api.AgentInfo) map[string]*api.AgentInfo {
-	m := make(map[string]*api.AgentInfo, len(list))
-	for i := range list {
-		m[list[i].ID] = &list[i]
-	}
-	return m
 }
 
 // drawTree renders agents (parents before children) as agent list does.
@@ -126,51 +113,6 @@ func splitList(in []string) []string {
 		}
 	}
 	return out
-}
-
-// within reports whether a is root or one of its descendants.
-func within(a *api.AgentInfo, root string, byID map[string]*api.AgentInfo) bool {
-	for depth := 0; a != nil && depth < 1000; depth++ {
-		if a.ID == root {
-			return true
-		}
-		a = byID[a.ParentID]
-	}
-	return false
-}
-
-// agentState is the one word that says most about a: the first of
-// listStates' order that holds.
-func agentState(a *api.AgentInfo, byID map[string]*api.AgentInfo) string {
-	switch {
-	case a.AgentState == fsstore.AgentTerminated:
-		return stateTerminated
-	case overBudget(a, byID) != nil:
-		return stateOverBudget
-	case a.Gated:
-		return stateGated
-	case a.Parked != nil:
-		return stateParked
-	case a.Failing > 0:
-		return stateFailed
-	case a.AgentState == fsstore.AgentBusy:
-		return stateBusy
-	case a.AgentState == fsstore.AgentWaiting:
-		return stateWaiting
-	}
-	return stateIdle
-}
-
-// overBudget returns the agent, a or an ancestor, whose budget a's
-// spending is over, or nil.
-func overBudget(a *api.AgentInfo, byID map[string]*api.AgentInfo) *api.AgentInfo {
-	for depth := 0; a != nil && depth < 1000; depth++ {
-		if a.Budget.Exceeded(a.Subtree) {
-			return a
-		}
-		a = byID[a.ParentID]
-	}
-	return nil
 }
 
 // none is what agent list prints when it has no agent to show.
@@ -213,11 +155,11 @@ func (o *listOptions) table(list []listedAgent) string {
 		if branch == "" {
 			name = a.Path
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, name, a.State, a.SessionState,
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, api.Visible(name), a.State, a.SessionState,
 			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.Counters.CostUSD)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", a.Provider, cmp.Or(a.Model, "-"), a.Pending, budgetShown(a.AgentInfo),
-				cmp.Or(a.Pool, "-"), cmp.Or(a.Workspace, "-"), a.ID, cmp.Or(oneLine(a.Why, 100), "-"))
+			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", api.Visible(a.Provider), api.Visible(cmp.Or(a.Model, "-")), a.Pending, budgetShown(a.AgentInfo),
+				api.Visible(cmp.Or(a.Pool, "-")), api.Visible(cmp.Or(a.Workspace, "-")), a.ID, api.Visible(cmp.Or(oneLine(a.Why, 100), "-")))
 		} else {
 			fmt.Fprintf(tw, "\t%s\n", a.ID)
 		}
@@ -244,17 +186,18 @@ func (o *listOptions) table(list []listedAgent) string {
 }
 
 // why says what holds a in its state st.
-func why(a *api.AgentInfo, st string, byID map[string]*api.AgentInfo) string {
+func why(a *api.AgentInfo, st string) string {
 	switch st {
-	case stateOverBudget:
-		p := overBudget(a, byID)
-		return fmt.Sprintf("over the budget of %s (%s): %d tokens, $%.4f used", p.Path, p.Budget.String(),
-			p.Subtree.InputTokens+p.Subtree.OutputTokens, p.Subtree.CostUSD)
-	case stateFailed:
+	case api.StateOverBudget:
+		if p := a.OverBudget; p != nil {
+			return fmt.Sprintf("over the budget of %s (%s): %d tokens, $%.4f used", p.Path, p.Budget.String(),
+				p.Subtree.InputTokens+p.Subtree.OutputTokens, p.Subtree.CostUSD)
+		}
+	case api.StateFailed:
 		return plural(a.Failing, "failed turn") + " in a row, retried with backoff"
-	case stateGated:
+	case api.StateGated:
 		return cmp.Or(a.StateReason, "gated: turns wait for 'substrat agent permit' or 'ungate'")
-	case stateParked:
+	case api.StateParked:
 		return fmt.Sprintf("until %s: %s ('substrat agent wake %s' tries now)", a.Parked.Until.Local().Format("15:04:05"), a.Parked.Reason, a.Path)
 	}
 	return a.StateReason

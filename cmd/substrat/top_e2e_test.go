@@ -53,20 +53,29 @@ func (x *tmux) keys(keys ...string) {
 // waitFor waits until the screen shows every one of want.
 func (x *tmux) waitFor(why string, want ...string) string {
 	x.t.Helper()
+	return x.poll(why, func(s string) string {
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				return fmt.Sprintf("%q", w)
+			}
+		}
+		return ""
+	})
+}
+
+// poll waits until missing finds nothing missing on the screen (it
+// returns "" then), and returns that screen.
+func (x *tmux) poll(why string, missing func(screen string) string) string {
+	x.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s := x.screen()
-		missing := ""
-		for _, w := range want {
-			if !strings.Contains(s, w) {
-				missing = w
-			}
-		}
-		if missing == "" {
+		m := missing(s)
+		if m == "" {
 			return s
 		}
 		if time.Now().After(deadline) {
-			x.t.Fatalf("%s: the screen never showed %q:\n%s", why, missing, s)
+			x.t.Fatalf("%s: the screen never showed %s:\n%s", why, m, s)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -169,6 +169,11 @@ type AgentInfo struct {
 	// provider's usage or rate limit to reset (its own park, or its
 	// provider's while it has messages waiting).
 	Parked *fsstore.Park `json:"parked,omitempty"`
+	// State is the state in one word (StateOf), as agent list shows it.
+	State string `json:"state,omitempty"`
+	// OverBudget, when set, is the agent whose budget this one's
+	// spending is over: itself or its closest ancestor.
+	OverBudget *OverBudget `json:"over_budget,omitempty"`
 }
 
 // InstructionsParams are the inputs of agent.instructions (set): the

@@ -11,7 +11,8 @@ const (
 	MethodAgentEvents       = "agent.events"
 	MethodAgentGate         = "agent.gate"
 	MethodAgentInspect      = "agent.inspect"
-	MethodAgentList         = "agent.list"
+	MethodAgentList         = "agent.list"  // ListParams -> []AgentInfo, every match
+	MethodAgentQuery        = "agent.query" // ListParams -> ListPage, paged
 	MethodAgentPermissions  = "agent.permissions"
 	MethodAgentLimits       = "agent.limits"
 	MethodAgentRestore      = "agent.restore"
@@ -57,6 +58,7 @@ var Methods = []string{
 	MethodAgentGate,
 	MethodAgentInspect,
 	MethodAgentList,
+	MethodAgentQuery,
 	MethodAgentPermissions,
 	MethodAgentLimits,
 	MethodAgentInstructions,

@@ -13,12 +13,13 @@ func (d *Daemon) registerAgent() {
 	handle(d, api.MethodAgentCreate, func(ctx context.Context, p api.CreateParams, _ func(any) error) (any, error) {
 		return c.CreateAgent(p)
 	})
-	handle(d, api.MethodAgentList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
-		l := c.List()
-		if l == nil {
-			l = []api.AgentInfo{}
-		}
-		return l, nil
+	handle(d, api.MethodAgentList, func(ctx context.Context, p api.ListParams, _ func(any) error) (any, error) {
+		p.After, p.Limit = "", 0 // every match: agent.query pages
+		page, err := c.Query(p)
+		return page.Agents, err
+	})
+	handle(d, api.MethodAgentQuery, func(ctx context.Context, p api.ListParams, _ func(any) error) (any, error) {
+		return c.Query(p)
 	})
 	handle(d, api.MethodAgentInspect, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
 		return c.Inspect(p.Ref)

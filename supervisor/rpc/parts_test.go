@@ -23,22 +23,10 @@ func TestLargeResultsComeInParts(t *testing.T) {
 		list = append(list, agent{ID: fmt.Sprintf("01a2%028d", i), Name: name, Path: "root/" + name,
 			Counters: map[string]float64{"turns": float64(i), "cost_usd": 0.0024}})
 	}
-	s := newTestServer()
-	s.Handle("big", func(ctx context.Context, params json.RawMessage, send func(any) error) (any, error) {
-		return list, nil
-	})
-	sock := serve(t, s)
+	var got []agent
+	c := callBig(t, list, &got)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var got []agent
-	if err := c.Call(ctx, "big", nil, &got); err != nil {
-		t.Fatal(err)
-	}
 	if len(got) != len(list) || got[9999].Name != list[9999].Name || got[1].Counters["turns"] != 1 {
 		t.Fatalf("got %d agents; the last %q", len(got), got[len(got)-1].Name)
 	}
@@ -53,4 +41,46 @@ func TestLargeResultsComeInParts(t *testing.T) {
 	if !strings.Contains(string(b), "agent-09999") {
 		t.Fatal("bad fixture")
 	}
+}
+
+// TestPartsKeepMultibyteText: a part ends on a character boundary, so
+// text in any script reaches the client as sent (a cut in the middle of
+// a character would come back as U+FFFD).
+func TestPartsKeepMultibyteText(t *testing.T) {
+	var list []string
+	for i := range 30000 {
+		list = append(list, fmt.Sprintf("エージェント-%05d-é", i))
+	}
+	var got []string
+	callBig(t, list, &got)
+	if len(got) != len(list) {
+		t.Fatalf("got %d names of %d", len(got), len(list))
+	}
+	for i := range list {
+		if got[i] != list[i] {
+			t.Fatalf("name %d came back as %q, sent %q", i, got[i], list[i])
+		}
+	}
+}
+
+// callBig serves result as the answer of a method "big" and calls it,
+// decoding into got; it returns the connection for more calls.
+func callBig(t *testing.T, result, got any) *Client {
+	t.Helper()
+	s := newTestServer()
+	s.Handle("big", func(ctx context.Context, params json.RawMessage, send func(any) error) (any, error) {
+		return result, nil
+	})
+	sock := serve(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.Call(ctx, "big", nil, got); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

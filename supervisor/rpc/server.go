@@ -13,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
@@ -358,6 +359,9 @@ func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handl
 			// Too long for one line: in parts (see package doc).
 			for len(b) > 0 {
 				n := min(len(b), PartSize)
+				for n < len(b) && n > 1 && !utf8.RuneStart(b[n]) {
+					n-- // a part ends between characters, never inside one
+				}
 				if err := cw.write(&Response{ID: req.ID, Part: string(b[:n])}); err != nil {
 					return
 				}

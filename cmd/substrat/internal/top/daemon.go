@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/substrat/substrat/supervisor/api"
 
@@ -28,23 +27,32 @@ func (d Daemon) call(ctx context.Context, method string, params, result any) err
 	return c.Call(ctx, method, params, result)
 }
 
-// Snapshot implements Source.
-func (d Daemon) Snapshot(ctx context.Context) (Snapshot, error) {
-	var s Snapshot
-	if err := d.call(ctx, api.MethodDaemonStatus, nil, &s.Status); err != nil {
-		return s, err
-	}
-	if err := d.call(ctx, api.MethodAgentList, nil, &s.Agents); err != nil {
-		return s, err
-	}
-	if err := d.call(ctx, api.MethodInboxList, map[string]bool{"peek": true}, &s.Inbox); err != nil {
-		return s, err
-	}
-	if err := d.call(ctx, api.MethodApprovalList, nil, &s.Approvals); err != nil {
-		return s, err
-	}
-	s.Taken = time.Now()
-	return s, nil
+// Status implements Source.
+func (d Daemon) Status(ctx context.Context) (api.StatusResult, error) {
+	var st api.StatusResult
+	err := d.call(ctx, api.MethodDaemonStatus, nil, &st)
+	return st, err
+}
+
+// Agents implements Source.
+func (d Daemon) Agents(ctx context.Context, p api.ListParams) (api.ListPage, error) {
+	var page api.ListPage
+	err := d.call(ctx, api.MethodAgentQuery, p, &page)
+	return page, err
+}
+
+// Inbox implements Source.
+func (d Daemon) Inbox(ctx context.Context) ([]api.InboxMessage, error) {
+	var in []api.InboxMessage
+	err := d.call(ctx, api.MethodInboxList, map[string]bool{"peek": true}, &in)
+	return in, err
+}
+
+// Approvals implements Source.
+func (d Daemon) Approvals(ctx context.Context) ([]api.PendingApproval, error) {
+	var ap []api.PendingApproval
+	err := d.call(ctx, api.MethodApprovalList, nil, &ap)
+	return ap, err
 }
 
 // Recovery implements Source.
@@ -116,6 +124,8 @@ func (d Daemon) Act(ctx context.Context, a Action) error {
 		return d.call(ctx, api.MethodAgentTerminate, api.TerminateParams{Ref: a.ID}, nil)
 	case ActArchive:
 		return d.call(ctx, api.MethodAgentArchive, ref, nil)
+	case ActApprove, ActDeny:
+		return d.call(ctx, api.MethodApprovalAnswer, api.AnswerParams{ID: a.ID, Allow: a.Kind == ActApprove, By: fsstore.User}, nil)
 	case ActReadInbox:
 		return d.call(ctx, api.MethodInboxList, map[string]bool{}, nil)
 	}

@@ -16,6 +16,8 @@ type keyMap struct {
 	Gate, Permit, Suspend, Resume       key.Binding
 	Terminate, Archive                  key.Binding
 	Help, Quit                          key.Binding
+	// In the approval requests: answer the one shown, go to another.
+	Approve, Deny, NextReq, PrevReq key.Binding
 }
 
 var keys = keyMap{
@@ -32,7 +34,7 @@ var keys = keyMap{
 	Attach:    key.NewBinding(key.WithKeys("a", "enter"), key.WithHelp("a/enter", "attach: its stream, full screen")),
 	Inbox:     key.NewBinding(key.WithKeys("i"), key.WithHelp("i", "USER inbox")),
 	Filter:    key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter by name or state")),
-	Approvals: key.NewBinding(key.WithKeys("v"), key.WithHelp("v", "approval requests, whole")),
+	Approvals: key.NewBinding(key.WithKeys("v"), key.WithHelp("v", "approvals, whole; a/d answer")),
 	Gate:      key.NewBinding(key.WithKeys("g"), key.WithHelp("g", "gate / ungate")),
 	Permit:    key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "permit one turn")),
 	Suspend:   key.NewBinding(key.WithKeys("z"), key.WithHelp("z", "suspend")),
@@ -41,6 +43,10 @@ var keys = keyMap{
 	Archive:   key.NewBinding(key.WithKeys("A"), key.WithHelp("A", "archive (asks)")),
 	Help:      key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
 	Quit:      key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
+	Approve:   key.NewBinding(key.WithKeys("a"), key.WithHelp("a", "approve the request shown (asks)")),
+	Deny:      key.NewBinding(key.WithKeys("d"), key.WithHelp("d", "deny it (asks)")),
+	NextReq:   key.NewBinding(key.WithKeys("tab", "n"), key.WithHelp("tab/n", "next request")),
+	PrevReq:   key.NewBinding(key.WithKeys("shift+tab", "N"), key.WithHelp("N", "previous request")),
 }
 
 // ShortHelp is the footer: the same keys, said shortly.
@@ -61,6 +67,32 @@ func (k keyMap) FullHelp() [][]key.Binding {
 	}
 }
 
+// typing reports whether keys go into an input line.
+func (m *Model) typingMode() bool { return m.mode == modeFilter || m.mode == modeSend }
+
+// keyBurst handles a key press, or the keys of one read: Bubble Tea
+// gives runes that arrive together ("jjj" typed fast, or sent by a
+// script) as one message, and outside an input line each of them is a
+// key of its own. A paste outside an input line does nothing: text is
+// not a series of commands.
+func (m *Model) keyBurst(msg tea.KeyMsg) tea.Cmd {
+	if msg.Paste && !m.typingMode() {
+		return nil
+	}
+	if msg.Type != tea.KeyRunes || len(msg.Runes) <= 1 || m.typingMode() {
+		return m.key(msg)
+	}
+	var cmds []tea.Cmd
+	for i, r := range msg.Runes {
+		if m.typingMode() { // a key opened a line: the rest is typed into it
+			cmds = append(cmds, m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: msg.Runes[i:]}))
+			break
+		}
+		cmds = append(cmds, m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt}))
+	}
+	return tea.Batch(cmds...)
+}
+
 // key handles a key press in the current mode.
 func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	if msg.Type == tea.KeyCtrlC {
@@ -70,8 +102,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	case modeFilter, modeSend:
 		return m.typing(msg)
 	case modeConfirm:
-		m.mode = modeTree
-		if strings.EqualFold(msg.String(), "y") {
+		gone := m.answering() && m.shownApproval() == nil
+		m.mode = m.back
+		if strings.EqualFold(msg.String(), "y") && !gone {
 			return m.act(m.confirm)
 		}
 		m.flash, m.flashAt = m.confirm.Kind+": cancelled", m.now()
@@ -132,6 +165,9 @@ func (m *Model) treeKey(msg tea.KeyMsg) tea.Cmd {
 		m.mode = modeInbox
 	case key.Matches(msg, keys.Approvals):
 		m.mode, m.apTop = modeApprovals, 0
+		if i := m.approvalOf(m.sel); i >= 0 {
+			m.apSel = i
+		}
 	case key.Matches(msg, keys.Filter):
 		m.mode = modeFilter
 		m.input.Prompt, m.input.Placeholder = "/", "name, path or state"
@@ -159,19 +195,31 @@ func (m *Model) treeKey(msg tea.KeyMsg) tea.Cmd {
 	case key.Matches(msg, keys.Resume):
 		return m.act(Action{Kind: ActResume, ID: m.sel})
 	case key.Matches(msg, keys.Terminate):
-		m.confirm, m.mode = Action{Kind: ActTerminate, ID: m.sel}, modeConfirm
+		m.confirm, m.mode, m.back = Action{Kind: ActTerminate, ID: m.sel}, modeConfirm, modeTree
 	case key.Matches(msg, keys.Archive):
-		m.confirm, m.mode = Action{Kind: ActArchive, ID: m.sel}, modeConfirm
+		m.confirm, m.mode, m.back = Action{Kind: ActArchive, ID: m.sel}, modeConfirm, modeTree
 	}
 	return nil
 }
 
-// approvalsKey scrolls the approval requests.
+// approvalsKey scrolls the request shown, goes to another, or asks to
+// answer it: the confirmation keeps the whole input on screen.
 func (m *Model) approvalsKey(msg tea.KeyMsg) tea.Cmd {
 	page := max(m.height-4, 1)
+	reqs := len(m.snap.Approvals)
 	switch {
 	case msg.Type == tea.KeyEsc, key.Matches(msg, keys.Quit), key.Matches(msg, keys.Approvals):
 		m.mode = modeTree
+	case reqs > 0 && (key.Matches(msg, keys.Approve) || key.Matches(msg, keys.Deny)):
+		kind := ActApprove
+		if key.Matches(msg, keys.Deny) {
+			kind = ActDeny
+		}
+		m.confirm, m.mode, m.back = Action{Kind: kind, ID: m.shownApproval().ID}, modeConfirm, modeApprovals
+	case reqs > 0 && key.Matches(msg, keys.NextReq):
+		m.apSel, m.apTop = (m.apSel+1)%reqs, 0
+	case reqs > 0 && key.Matches(msg, keys.PrevReq):
+		m.apSel, m.apTop = (m.apSel+reqs-1)%reqs, 0
 	case key.Matches(msg, keys.Up):
 		m.apTop--
 	case key.Matches(msg, keys.Down):

@@ -12,8 +12,8 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 )
 
-// How often top asks for a whole snapshot: at most every refreshFast
-// while events say something changed, and every refreshSlow anyway.
+// How often top retries a daemon that went away (refreshFast), and reads
+// the rows on screen and the selected agent again (refreshSlow).
 const (
 	refreshFast = 500 * time.Millisecond
 	refreshSlow = 3 * time.Second
@@ -63,21 +63,30 @@ type Model struct {
 	detailOf string
 	detailAt time.Time
 
-	up        bool // the daemon answered the last snapshot
-	lost      string
-	lostAt    time.Time
-	recovery  *api.Report
-	recovered time.Time
-	dirty     bool
-	fetching  bool
-	fetchedAt time.Time
-	events    int // watch events seen
-	dropped   int // events the feed or the daemon dropped
+	up         bool // the daemon answered the last snapshot
+	lost       string
+	lostAt     time.Time
+	recovery   *api.Report
+	recovered  time.Time
+	fetching   bool
+	full       bool            // read the whole tree at the next tick
+	wholeAt    time.Time       // when the last whole read started
+	wanted     map[string]bool // agents to read back at the next tick (sync.go)
+	needInbox  bool
+	needAppr   bool
+	visibleAt  time.Time // when the rows on screen were last read
+	reads      int       // partial reads made
+	readAgents int       // agents they asked for
+	fetchedAt  time.Time
+	events     int // watch events seen
+	dropped    int // events the feed or the daemon dropped
 
 	mode    mode
 	input   textinput.Model
 	filter  string
 	confirm Action
+	apSel   int  // the approval request shown
+	back    mode // where a confirmation returns to
 	flash   string
 	flashAt time.Time
 
@@ -97,7 +106,7 @@ func New(ctx context.Context, src Source, o Options) *Model {
 	in.CharLimit = 4000
 	m := &Model{
 		src: src, ctx: ctx, feed: make(chan Event, feedSize), lostCh: make(chan error, 1), now: o.Now,
-		collapsed: map[string]bool{}, activity: map[string]string{}, stream: map[string][]string{},
+		collapsed: map[string]bool{}, activity: map[string]string{}, stream: map[string][]string{}, wanted: map[string]bool{},
 		input: in, width: 80, height: 24, styles: newStyles(o.NoColor),
 	}
 	if m.now == nil {
@@ -173,7 +182,8 @@ func (m *Model) watch() {
 }
 
 // listen waits for the feed and hands the view everything queued at once,
-// so that a burst of events costs one frame.
+// at most one batch every batchGap, so that a stream of events costs at
+// most ten frames a second.
 func (m *Model) listen() tea.Cmd {
 	return func() tea.Msg {
 		var batch eventsMsg
@@ -182,6 +192,11 @@ func (m *Model) listen() tea.Cmd {
 			batch = append(batch, e)
 		case err := <-m.lostCh:
 			return lostMsg{err}
+		case <-m.ctx.Done():
+			return nil
+		}
+		select {
+		case <-time.After(batchGap): // let the rest of a burst arrive
 		case <-m.ctx.Done():
 			return nil
 		}
@@ -198,14 +213,14 @@ func (m *Model) listen() tea.Cmd {
 }
 
 func tick() tea.Cmd {
-	return tea.Tick(refreshFast, func(t time.Time) tea.Msg { return tickMsg(t) })
+	return tea.Tick(tickEvery, func(t time.Time) tea.Msg { return tickMsg(t) })
 }
 
 func (m *Model) fetch() tea.Cmd {
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 		defer cancel()
-		s, err := m.src.Snapshot(ctx)
+		s, err := ReadSnapshot(ctx, m.src)
 		return snapMsg{s, err}
 	}
 }
@@ -245,13 +260,15 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.scroll()
 	case tea.KeyMsg:
 		sel := m.sel
-		cmd := m.key(msg)
+		cmd := m.keyBurst(msg) // keys.go
 		if m.sel != sel && m.sel != "" && m.up {
 			cmd = tea.Batch(cmd, m.fetchDetail(m.sel))
 		}
 		return m, cmd
 	case snapMsg:
 		return m, m.applySnapshot(msg)
+	case partMsg:
+		m.applyPart(msg) // sync.go
 	case recoveryMsg:
 		if msg.err == nil {
 			m.recovery, m.recovered = &msg.r, m.now()
@@ -270,23 +287,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tea.Batch(tick(), m.refresh())
 	case actedMsg:
 		m.flash, m.flashAt = done(msg.a, msg.err), m.now()
-		m.dirty = true
+		if msg.a.Kind == ActApprove || msg.a.Kind == ActDeny {
+			m.needAppr = true
+		} else {
+			m.want(msg.a.ID)
+		}
 	}
 	return m, nil
-}
-
-// refresh asks for what is due: a snapshot, the selected agent's detail.
-func (m *Model) refresh() tea.Cmd {
-	var cmds []tea.Cmd
-	since := m.now().Sub(m.fetchedAt)
-	if !m.fetching && ((m.dirty && since >= refreshFast) || since >= refreshSlow || !m.up) {
-		m.fetching, m.dirty = true, false
-		cmds = append(cmds, m.fetch())
-	}
-	if m.up && m.sel != "" && (m.detailOf != m.sel || m.now().Sub(m.detailAt) >= refreshSlow) {
-		cmds = append(cmds, m.fetchDetail(m.sel))
-	}
-	return tea.Batch(cmds...)
 }
 
 func (m *Model) applySnapshot(msg snapMsg) tea.Cmd {
@@ -300,8 +307,10 @@ func (m *Model) applySnapshot(msg snapMsg) tea.Cmd {
 		cmd = m.fetchRecovery() // a new daemon: what did its recovery do?
 	}
 	m.up, m.lost = true, ""
-	m.snap, m.have = msg.s, true
+	m.snap, m.have, m.visibleAt = msg.s, true, m.now()
 	m.tree = newTree(m.snap.Agents)
+	m.snap.Agents = nil // the tree holds them
+	m.approvalsChanged()
 	m.relayout()
 	if m.sel != "" && m.detailOf != m.sel {
 		cmd = tea.Batch(cmd, m.fetchDetail(m.sel))
@@ -316,7 +325,7 @@ func (m *Model) markLost(err error) {
 	m.up = false
 	m.lost = "connection refused"
 	if err != nil {
-		m.lost, _, _ = strings.Cut(err.Error(), " (") // the reason, without the socket's path
+		m.lost, _, _ = strings.Cut(api.Visible(err.Error()), " (") // the reason, without the socket's path
 	}
 }
 
@@ -347,7 +356,7 @@ func (m *Model) applyEvents(batch eventsMsg) {
 	for _, e := range batch {
 		if e.Type == "dropped" {
 			m.dropped += max(e.Count, 1)
-			m.dirty = true
+			m.full = true
 			continue
 		}
 		m.events++
@@ -364,14 +373,14 @@ func (m *Model) applyEvents(batch eventsMsg) {
 		if a := m.tree.byID[e.Agent]; a != nil && e.Type == "message" {
 			a.Pending++
 		}
-		m.dirty = true
+		m.noted(e) // sync.go
 	}
 }
 
 // done says how an action went, for the status line.
 func done(a Action, err error) string {
 	if err != nil {
-		return fmt.Sprintf("%s failed: %v", a.Kind, err)
+		return fmt.Sprintf("%s failed: %s", a.Kind, api.Visible(err.Error()))
 	}
 	if a.Kind == ActReadInbox {
 		return "inbox marked read"

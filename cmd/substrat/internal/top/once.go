@@ -17,7 +17,7 @@ type Once struct {
 
 // ReadOnce reads a snapshot and the last recovery's report.
 func ReadOnce(ctx context.Context, src Source) (Once, error) {
-	s, err := src.Snapshot(ctx)
+	s, err := ReadSnapshot(ctx, src)
 	if err != nil {
 		return Once{}, err
 	}

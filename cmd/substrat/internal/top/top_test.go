@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,24 +24,78 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden frames in testdata/")
 
-// fake is a Source held in memory.
+// fake is a Source held in memory. It counts the agents it answers
+// with, and the bytes of their JSON, as a daemon would send them.
 type fake struct {
 	mu     sync.Mutex
 	snap   Snapshot
 	report api.Report
 	down   error
 	acts   []Action
+	// sent counts the agents and JSON bytes agent.query answered with.
+	sentAgents, sentBytes int
+	// paged, if set, runs (locked) after each page agent.query answers.
+	paged func(*fake)
 }
 
-func (f *fake) Snapshot(context.Context) (Snapshot, error) {
+func (f *fake) Status(context.Context) (api.StatusResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.snap.Status
+	st.Agents, st.Busy = len(f.snap.Agents), 0
+	for _, a := range f.snap.Agents {
+		if a.AgentState == fsstore.AgentBusy {
+			st.Busy++
+		}
+	}
+	return st, f.down
+}
+
+// Agents pages as agent.query does (tree order is the list's order).
+func (f *fake) Agents(_ context.Context, p api.ListParams) (api.ListPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down != nil {
-		return Snapshot{}, f.down
+		return api.ListPage{}, f.down
 	}
-	s := f.snap
-	s.Agents = append([]api.AgentInfo(nil), f.snap.Agents...)
-	return s, nil
+	page := api.ListPage{Agents: []api.AgentInfo{}}
+	if p.After != "" && !slices.ContainsFunc(f.snap.Agents, func(a api.AgentInfo) bool { return a.ID == p.After }) {
+		return page, api.Errorf(api.CodeNotFound, "no agent %s to start the page after", p.After)
+	}
+	if f.paged != nil {
+		defer f.paged(f)
+	}
+	started := p.After == ""
+	for _, a := range f.snap.Agents {
+		if len(p.IDs) > 0 && !slices.Contains(p.IDs, a.ID) {
+			continue
+		}
+		page.Total++
+		switch {
+		case !started:
+			started = a.ID == p.After
+		case p.Limit > 0 && len(page.Agents) == p.Limit:
+			page.Next = page.Agents[len(page.Agents)-1].ID
+		default:
+			page.Agents = append(page.Agents, a)
+		}
+	}
+	b, _ := json.Marshal(page)
+	f.sentAgents += len(page.Agents)
+	f.sentBytes += len(b)
+	return page, nil
+}
+
+func (f *fake) Inbox(context.Context) ([]api.InboxMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap.Inbox, f.down
+}
+
+func (f *fake) Approvals(context.Context) ([]api.PendingApproval, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap.Approvals, f.down
 }
 
 func (f *fake) Recovery(context.Context) (api.Report, error) {
@@ -113,7 +168,7 @@ func run(t testing.TB, src Source) *Model {
 	m := New(ctx, src, Options{NoColor: true, Now: func() time.Time { return t0 }})
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	m.fetching = true
-	s, err := src.Snapshot(ctx)
+	s, err := ReadSnapshot(ctx, src)
 	m.Update(snapMsg{s, err})
 	r, err := src.Recovery(ctx)
 	m.Update(recoveryMsg{r, err})
@@ -134,6 +189,8 @@ func press(m *Model, keys ...string) tea.Cmd {
 			msg = tea.KeyMsg{Type: tea.KeyEsc}
 		case "down":
 			msg = tea.KeyMsg{Type: tea.KeyDown}
+		case "tab":
+			msg = tea.KeyMsg{Type: tea.KeyTab}
 		default:
 			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
 		}

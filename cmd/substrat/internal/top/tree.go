@@ -1,6 +1,7 @@
 package top
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -16,27 +17,106 @@ type row struct {
 	collapsed bool // its children are hidden: its figures are the subtree's
 }
 
-// tree is the agents of a snapshot, indexed.
+// tree is the agents top knows, indexed. Each agent has its own
+// allocation, so a row's pointer stays good while the agent is updated
+// in place.
 type tree struct {
 	byID  map[string]*api.AgentInfo
-	kids  map[string][]string // ids of each agent's children, in list order
-	roots []string            // agents whose parent is not in the tree, in list order
+	order []string            // every id, in the daemon's tree order; new ones at the end
+	kids  map[string][]string // ids of each agent's children, in order
+	roots []string            // agents whose parent is not in the tree, in order
 }
 
 func newTree(agents []api.AgentInfo) tree {
-	t := tree{byID: make(map[string]*api.AgentInfo, len(agents)), kids: map[string][]string{}}
+	t := tree{byID: make(map[string]*api.AgentInfo, len(agents)), order: make([]string, 0, len(agents))}
 	for i := range agents {
-		t.byID[agents[i].ID] = &agents[i]
+		a := agents[i]
+		visible(&a)
+		if _, dup := t.byID[a.ID]; !dup {
+			t.order = append(t.order, a.ID)
+		}
+		t.byID[a.ID] = &a
 	}
-	for i := range agents {
-		a := &agents[i]
+	t.link()
+	return t
+}
+
+// link rebuilds the children and roots from order, dropping the ids of
+// agents gone.
+func (t *tree) link() {
+	t.kids, t.roots = map[string][]string{}, nil
+	kept := t.order[:0]
+	for _, id := range t.order {
+		a := t.byID[id]
+		if a == nil {
+			continue
+		}
+		kept = append(kept, id)
 		if _, ok := t.byID[a.ParentID]; ok && a.ParentID != a.ID {
 			t.kids[a.ParentID] = append(t.kids[a.ParentID], a.ID)
 		} else {
 			t.roots = append(t.roots, a.ID)
 		}
 	}
-	return t
+	t.order = kept
+}
+
+// update puts a in the tree, in place if it is there, and reports
+// whether the tree's shape changed (a new agent, a new parent or name).
+func (t *tree) update(a api.AgentInfo) (shape bool) {
+	visible(&a)
+	old := t.byID[a.ID]
+	if old == nil {
+		t.byID[a.ID] = &a
+		t.order = append(t.order, a.ID)
+		return true
+	}
+	shape = old.ParentID != a.ParentID || old.Name != a.Name
+	*old = a
+	return shape
+}
+
+// visible escapes, in what top shows of an agent, whatever could drive
+// the terminal (api.Visible): names and reasons can be an agent's text.
+func visible(a *api.AgentInfo) {
+	for _, f := range []*string{&a.Name, &a.Path, &a.Provider, &a.Model, &a.StateReason, &a.DiskInvalid, &a.Workspace, &a.Pool, &a.Dir} {
+		*f = api.Visible(*f)
+	}
+	a.Children = slices.Clone(a.Children)
+	for i := range a.Children {
+		a.Children[i] = api.Visible(a.Children[i])
+	}
+	if a.Parked != nil {
+		p := *a.Parked
+		p.Reason = api.Visible(p.Reason)
+		a.Parked = &p
+	}
+}
+
+// remove takes agent id out of the tree (link it after).
+func (t *tree) remove(id string) { delete(t.byID, id) }
+
+// subtree returns id and the ids below it, as the tree knows them.
+func (t *tree) subtree(id string) []string {
+	out := []string{id}
+	for i := 0; i < len(out) && i < len(t.byID); i++ {
+		out = append(out, t.kids[out[i]]...)
+	}
+	return out
+}
+
+// ancestors returns the ids above id, nearest first.
+func (t *tree) ancestors(id string) []string {
+	var out []string
+	for a := t.byID[id]; a != nil && len(out) < 1000; {
+		p := t.byID[a.ParentID]
+		if p == nil || p.ID == id {
+			break
+		}
+		out = append(out, p.ID)
+		a = p
+	}
+	return out
 }
 
 // rows flattens the tree depth first. Collapsed nodes hide their
@@ -107,6 +187,8 @@ func stateOf(a *api.AgentInfo) string {
 		return "ended"
 	case a.Gated:
 		return "gated"
+	case a.Parked != nil:
+		return "PARKED"
 	case a.Failing > 0:
 		return "failed"
 	case a.AgentState == fsstore.AgentBusy:

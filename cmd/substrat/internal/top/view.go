@@ -70,6 +70,12 @@ func (m *Model) View() string {
 		lines = append(lines, m.inbox(m.height-3)...)
 	case modeApprovals:
 		lines = append(lines, m.approvals(m.height-3)...)
+	case modeConfirm:
+		if m.back == modeApprovals {
+			lines = append(lines, m.approvals(m.height-3)...)
+			break
+		}
+		fallthrough
 	default:
 		lines = append(lines, m.columns(), "")
 		lines = lines[:len(lines)-1]
@@ -90,13 +96,7 @@ func (m *Model) header() []string {
 	st := m.snap.Status
 	first := m.styles.title.Render("substrat top")
 	if m.have {
-		busy := 0
-		for _, a := range m.snap.Agents {
-			if a.AgentState == fsstore.AgentBusy {
-				busy++
-			}
-		}
-		first += fmt.Sprintf("  pid %d  up %s  %d agents (%d busy)", st.Pid, since(m.now(), st.StartedAt), len(m.snap.Agents), busy)
+		first += fmt.Sprintf("  pid %d  up %s  %d agents (%d busy)", st.Pid, since(m.now(), st.StartedAt), st.Agents, st.Busy)
 		if n := unread(m.snap.Inbox); n > 0 {
 			first += "  " + m.styles.warn.Render(fmt.Sprintf("inbox %d", n))
 		}
@@ -204,11 +204,7 @@ func (m *Model) rowLine(r row, c cols) string {
 		line += fmt.Sprintf(" %*s", c.budget, budgetUse(a))
 	}
 	if c.now > 0 {
-		now := m.activity[a.ID]
-		if now == "" && a.AgentState == fsstore.AgentBusy {
-			now = "thinking…"
-		}
-		line += " " + clip(now, c.now)
+		line += " " + clip(m.doing(a), c.now)
 	}
 	if a.ID == m.sel {
 		return m.styles.sel.Render("›" + " " + line)
@@ -237,10 +233,10 @@ func (m *Model) detailPane() []string {
 	perm := "…"
 	if s := m.detail.Inspect.Session; s != nil && m.detailOf == a.ID {
 		if s.WorkDir != "" {
-			where = s.WorkDir + ", no sandbox"
+			where = api.Visible(s.WorkDir) + ", no sandbox"
 		}
 		if s.Permissions != nil {
-			perm = s.Permissions.Mode
+			perm = api.Visible(s.Permissions.Mode)
 		}
 	}
 	if a.Workspace != "" {
@@ -260,8 +256,13 @@ func (m *Model) detailPane() []string {
 		figures += " · children " + strings.Join(kids, " ")
 	}
 	out = append(out, figures)
-	if why := firstNonEmpty(a.DiskInvalid, a.StateReason); why != "" {
+	if why := firstNonEmpty(a.DiskInvalid, parkedFor(a), a.StateReason); why != "" {
 		out = append(out, m.styles.warn.Render("reason: "+oneLine(why)))
+	}
+	if i := m.approvalOf(a.ID); i >= 0 {
+		ap := m.snap.Approvals[i]
+		out = append(out, m.styles.bad.Render(fmt.Sprintf("approval %s waits: %s %s (v shows it whole; a/d there answer)",
+			api.Visible(ap.ID), api.Visible(ap.Tool), api.InputSummary(ap.Input, 60))))
 	}
 	return append(out, tail(m.lines(a.ID), h-len(out))...)
 }
@@ -298,13 +299,13 @@ func (m *Model) inbox(h int) []string {
 		if msg.Message == nil {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), msg.FromName, oneLine(msg.Text)))
+		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), api.Visible(msg.FromName), oneLine(msg.Text)))
 	}
 	return tail(out, h)
 }
 
-// approvals shows the requests that wait, each input whole (wrapped, not
-// cut): scroll with the arrows and pages.
+// approvals shows one waiting request, its input whole (wrapped, not
+// cut): scroll with the arrows and pages, answer with a or d.
 func (m *Model) approvals(h int) []string {
 	lines := m.approvalLines()
 	all := len(lines)
@@ -313,31 +314,87 @@ func (m *Model) approvals(h int) []string {
 	if len(lines) > h-1 {
 		lines = lines[:h-1]
 	}
-	out := []string{m.styles.heading.Render(fmt.Sprintf("%d approval requests waiting, inputs whole: lines %d-%d of %d (↑/↓ pgup/pgdn; esc)",
-		len(m.snap.Approvals), top+1, top+len(lines), all))}
+	n := len(m.snap.Approvals)
+	out := []string{m.styles.heading.Render(fmt.Sprintf("request %d of %d, input whole: lines %d-%d of %d (a approve, d deny, tab next; esc)",
+		min(m.apSel+1, n), n, top+1, top+len(lines), all))}
 	return append(out, lines...)
 }
 
-// approvalLines are the lines of every waiting request: who asks, and
-// the input as one line of JSON wrapped to the width (api.InputText: what
+// approvalLines are the lines of the request shown: who asks, and the
+// input as one line of JSON wrapped to the width (api.InputText: what
 // would hide text is escaped, nothing is cut).
 func (m *Model) approvalLines() []string {
-	var out []string
-	if len(m.snap.Approvals) == 0 {
+	a := m.shownApproval()
+	if a == nil {
 		return []string{"no approval request waits"}
 	}
-	for _, a := range m.snap.Approvals {
-		approver := "USER"
-		if a.Approver != fsstore.User {
-			approver = "its parent"
-		}
-		text := api.InputText(a.Input)
-		out = append(out, m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", a.ID, a.Agent, a.Tool, len(text),
-			approver, a.Deadline.Local().Format("15:04:05"))))
-		out = append(out, wrap(text, max(m.width, 10))...)
-		out = append(out, "")
+	approver := "USER"
+	if a.Approver != fsstore.User {
+		approver = "its parent"
 	}
-	return out
+	text := api.InputText(a.Input)
+	out := []string{m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", api.Visible(a.ID), api.Visible(a.Agent), api.Visible(a.Tool), len(text),
+		approver, a.Deadline.Local().Format("15:04:05")))}
+	return append(out, wrap(text, max(m.width, 10))...)
+}
+
+// shownApproval is the request the approvals view shows, or nil.
+// While an answer waits for y, it is the request being answered, found
+// by its id (the list may have changed meanwhile), or nil if it is gone.
+func (m *Model) shownApproval() *api.PendingApproval {
+	if m.answering() {
+		for i := range m.snap.Approvals {
+			if m.snap.Approvals[i].ID == m.confirm.ID {
+				m.apSel = i
+				return &m.snap.Approvals[i]
+			}
+		}
+		return nil
+	}
+	if len(m.snap.Approvals) == 0 {
+		return nil
+	}
+	m.apSel = max(0, min(m.apSel, len(m.snap.Approvals)-1))
+	return &m.snap.Approvals[m.apSel]
+}
+
+// answering reports whether an answer to a request waits for y.
+func (m *Model) answering() bool { return m.mode == modeConfirm && m.back == modeApprovals }
+
+// approvalOf returns the index of the request agent id waits on, or -1.
+func (m *Model) approvalOf(id string) int {
+	a := m.tree.byID[id]
+	for i := range m.snap.Approvals {
+		if a != nil && api.Visible(m.snap.Approvals[i].Agent) == a.Path {
+			return i
+		}
+	}
+	return -1
+}
+
+// doing is what an agent does now, for its row: the approval it waits
+// on, its park, or what its stream last said.
+func (m *Model) doing(a *api.AgentInfo) string {
+	if i := m.approvalOf(a.ID); i >= 0 {
+		ap := m.snap.Approvals[i]
+		return "approve? " + api.Visible(ap.Tool) + " " + api.InputSummary(ap.Input, 200)
+	}
+	if a.Parked != nil {
+		return parkedFor(a)
+	}
+	now := m.activity[a.ID]
+	if now == "" && a.AgentState == fsstore.AgentBusy {
+		now = "thinking…"
+	}
+	return now
+}
+
+// parkedFor says until when a is parked, and why ("" if it is not).
+func parkedFor(a *api.AgentInfo) string {
+	if a.Parked == nil {
+		return ""
+	}
+	return fmt.Sprintf("until %s: %s", a.Parked.Until.Local().Format("15:04:05"), oneLine(a.Parked.Reason))
 }
 
 // wrap cuts s into lines of at most w cells, keeping every character.
@@ -363,10 +420,17 @@ func (m *Model) footer() string {
 	case modeFilter, modeSend:
 		return m.input.View()
 	case modeConfirm:
+		if a := m.shownApproval(); m.back == modeApprovals && a != nil {
+			return m.styles.bad.Render(fmt.Sprintf("%s %s's %s (%d bytes, above)? y to confirm, any other key cancels",
+				m.confirm.Kind, api.Visible(a.Agent), api.Visible(a.Tool), len(api.InputText(a.Input))))
+		}
 		return m.styles.bad.Render(fmt.Sprintf("%s %s? y to confirm, any other key cancels", m.confirm.Kind, m.selName()))
 	}
 	if m.flash != "" && m.now().Sub(m.flashAt) < 5*time.Second {
 		return m.flash
+	}
+	if m.mode == modeApprovals {
+		return "a approve · d deny (each asks) · tab next · ↑/↓ pgup/pgdn scroll · esc back"
 	}
 	if m.filter != "" {
 		return fmt.Sprintf("filter /%s (%d shown; esc clears) · ? help · q quit", m.filter, len(m.rows))
@@ -402,10 +466,10 @@ func (m *Model) help() []string {
 	}
 	return append(out, "",
 		"States: BUSY, WAITING (for a reply or an approval), IDLE, suspended (no",
-		"live session), gated (turns wait for a permit), failed (the last turn",
-		"failed; it is retried with backoff), ended. A folded agent (▸) shows its",
-		"subtree's totals.",
-		"The tree refreshes at most twice a second; the stream is live.")
+		"live session), gated (turns wait for a permit), PARKED (until its",
+		"provider's limit resets), failed (the last turn failed; it is retried",
+		"with backoff), ended. A folded agent (▸) shows its subtree's totals.",
+		"Rows refresh at most ten times a second; the stream is live.")
 }
 
 func unread(in []api.InboxMessage) int {
