@@ -14,7 +14,7 @@ const (
 	EvCreated   = "created"           // data: the Session as created
 	EvState     = "state"             // data: StateChange
 	EvProvider  = "provider"          // data: ProviderChange
-	EvTurn      = "turn"              // data: Counters, added to the totals
+	EvTurn      = "turn"              // data: TurnRecord, its Counters added to the totals
 	EvMetadata  = "metadata"          // data: MetadataChange
 	EvEdited    = "edited"            // data: Edit, a hand edit adopted
 	EvSent      = "message_sent"      // data: MessageRef (history only)
@@ -238,6 +238,9 @@ func apply(s *Session, e Event, v any) (*Session, error) {
 		}
 	case EvTurn:
 		d, ok := v.(Counters) // numbers round-trip exactly
+		if r, isRecord := v.(TurnRecord); isRecord {
+			d, ok = r.Counters, true
+		}
 		if !ok {
 			d, err = decodeData[Counters](e)
 		}

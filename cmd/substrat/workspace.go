@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/substrat/substrat/supervisor/api"
 
@@ -122,7 +123,9 @@ func (c *WorkspacePublishCmd) Run(g *Globals) error {
 
 // terminalSafe shows the control characters of s (other than newline and
 // tab) as escapes, so that text an agent wrote (a diff of its files)
-// cannot drive the user's terminal.
+// cannot drive the user's terminal; and the characters that hide or
+// reorder text (bidirectional and zero-width format characters, line
+// separators) as \u escapes, so that what is read is what was written.
 func terminalSafe(s string) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -131,6 +134,8 @@ func terminalSafe(s string) string {
 			b.WriteRune(r)
 		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
 			fmt.Fprintf(&b, "\\x%02x", r)
+		case unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp):
+			fmt.Fprintf(&b, "\\u%04x", r)
 		default:
 			b.WriteRune(r)
 		}
