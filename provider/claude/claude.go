@@ -160,14 +160,16 @@ func New(opts Options) provider.Provider {
 	}
 	a := &adapter{opts: opts}
 	return cli.New(cli.Spec{
-		Name:      opts.Name,
-		StateDir:  a.stateDir,
-		NewID:     uuid.NewString,
-		Prepare:   a.writeMCPConfig,
-		Command:   a.command,
-		Parse:     parse,
-		Retry:     opts.Retry,
-		ExitGrace: opts.ExitGrace,
+		Name:     opts.Name,
+		StateDir: a.stateDir,
+		NewID:    uuid.NewString,
+		Prepare:  a.writeMCPConfig,
+		Command:  a.command,
+		// agent shell: interactive.go
+		Interactive: a.interactive,
+		Parse:       parse,
+		Retry:       opts.Retry,
+		ExitGrace:   opts.ExitGrace,
 	})
 }
 

@@ -88,4 +88,6 @@ var Methods = []string{
 	MethodWorkspaceReattach,
 	MethodToolList,
 	MethodToolCall,
+	MethodAgentShell,
+	MethodAgentShellEnd,
 }

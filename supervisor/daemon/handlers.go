@@ -43,6 +43,7 @@ func (d *Daemon) register() {
 	d.registerSession()
 	d.registerWorkspace()
 	d.registerInbox()
+	d.registerShell()
 	registerTools(d.srv, d.core, "")
 }
 

@@ -23,44 +23,54 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 		return nil
 	}
 	return func(ctx context.Context, cmd *exec.Cmd, needs provider.SandboxNeeds) (*exec.Cmd, error) {
-		spec, err := h.core.AgentSpec(sess)
+		spec, argv, err := h.sandboxSpec(sess, cmd, needs)
 		if err != nil {
 			return nil, err
 		}
-		if needs.Network && !spec.Network {
-			return nil, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
-				"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
-		}
-		spec.Env = map[string]string{}
-		for _, kv := range cmd.Env {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				spec.Env[k] = v
-			}
-		}
-		// The program at its own path; a relative one is the workspace's.
-		prog := cmd.Path
-		ro := needs.ReadOnly
-		if filepath.IsAbs(prog) {
-			ro = append([]string{prog}, ro...)
-		}
-		rw := needs.ReadWrite
-		if needs.ToolSocket {
-			sock, err := h.toolSocket(sess.ID)
-			if err != nil {
-				return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
-			}
-			rw = append(append([]string(nil), rw...), sock)
-		}
-		if spec.Mounts, err = addBinds(spec, h.store.Layout().Home, ro, rw); err != nil {
-			return nil, err
-		}
-		sb, err := bwrap.Command(ctx, spec, append([]string{prog}, cmd.Args[1:]...))
+		sb, err := bwrap.Command(ctx, spec, argv)
 		if err != nil {
 			return nil, err
 		}
 		sb.Dir = cmd.Dir
 		return sb, nil
 	}
+}
+
+// sandboxSpec returns the sandbox that agent sess's provider command cmd
+// runs in, and the command line inside it.
+func (h *host) sandboxSpec(sess *fsstore.Session, cmd *exec.Cmd, needs provider.SandboxNeeds) (bwrap.Spec, []string, error) {
+	spec, err := h.core.AgentSpec(sess)
+	if err != nil {
+		return spec, nil, err
+	}
+	if needs.Network && !spec.Network {
+		return spec, nil, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
+			"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
+	}
+	spec.Env = map[string]string{}
+	for _, kv := range cmd.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			spec.Env[k] = v
+		}
+	}
+	// The program at its own path; a relative one is the workspace's.
+	prog := cmd.Path
+	ro := needs.ReadOnly
+	if filepath.IsAbs(prog) {
+		ro = append([]string{prog}, ro...)
+	}
+	rw := needs.ReadWrite
+	if needs.ToolSocket {
+		sock, err := h.toolSocket(sess.ID)
+		if err != nil {
+			return spec, nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
+		}
+		rw = append(append([]string(nil), rw...), sock)
+	}
+	if spec.Mounts, err = addBinds(spec, h.store.Layout().Home, ro, rw); err != nil {
+		return spec, nil, err
+	}
+	return spec, append([]string{prog}, cmd.Args[1:]...), nil
 }
 
 // addBinds returns spec's mounts plus host paths bound at their own paths:
