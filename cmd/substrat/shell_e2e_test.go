@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	wire "github.com/substrat/substrat/supervisor/api"
+
+	"github.com/substrat/substrat/fsstore"
+)
+
+// TestAgentShellClaudeE2E: agent shell runs the real Claude Code CLI with
+// --resume of the agent's own session, in the agent's bwrap sandbox, with
+// the HOME its turns use: the resumed session remembers what an earlier
+// turn was told. The agent is gated while the person works (a durable
+// gate event), and runs again afterwards.
+func TestAgentShellClaudeE2E(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
+	}
+	d, _ := startE2E(t)
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	var boss wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab"}, &boss)
+	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
+		t.Fatalf("reply %q, want Noted.", res.Text)
+	}
+	session := d.sessionID(boss.ID)
+	layout := fsstore.Layout{Home: d.home}
+
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("substrat", append([]string{"--home", d.home}, args...)...)
+		cmd.Env = d.env
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("substrat %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	dry := run("agent", "shell", "boss", "--dry-run")
+	for _, want := range []string{"'--resume' '" + session + "'", "rw /workspace <- ", layout.ProviderDir("claude")} {
+		if !strings.Contains(dry, want) {
+			t.Errorf("the dry run does not show %q:\n%s", want, dry)
+		}
+	}
+	for _, not := range []string{"'-p'", "--output-format", "--mcp-config", "ANTHROPIC_API_KEY", "sk-ant-fake"} {
+		if strings.Contains(dry, not) {
+			t.Errorf("the dry run shows %q:\n%s", not, dry)
+		}
+	}
+
+	// The person's own prompt, in print mode so that a test can read it:
+	// the same conversation, in the same sandbox and HOME.
+	if out := run("agent", "shell", "boss", "--", "-p", e2eAsk); !strings.Contains(out, "The word was "+e2eSecret+".") {
+		t.Errorf("the resumed session does not remember: %q", out)
+	}
+
+	var gates []string
+	log, err := os.ReadFile(layout.Agent(boss.ID).Events())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range bytes.Lines(log) {
+		e, err := fsstore.DecodeEvent(bytes.TrimSuffix(line, []byte("\n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g fsstore.GateChange
+		if e.Type == fsstore.EvGate && e.Decode(&g) == nil {
+			gates = append(gates, g.Reason)
+		}
+	}
+	want := []string{"gated " + "while the user works in its provider session (agent shell)", "ungated after agent shell"}
+	if len(gates) < 4 || gates[0] != want[0] || gates[len(gates)-1] != want[1] {
+		t.Errorf("the gate events of two shells: %q, want each %q", gates, want)
+	}
+	var insp wire.InspectResult
+	d.mustCall("agent.inspect", map[string]string{"ref": "boss"}, &insp)
+	if insp.Session.Gated {
+		t.Errorf("boss is still gated after agent shell")
+	}
+	if res := d.send("boss", "hello again"); res.Text != "Noted." {
+		t.Errorf("a turn after agent shell: %q", res.Text)
+	}
+}
