@@ -59,7 +59,7 @@ func (c *Core) TakeOver(ref string) (*Takeover, error) {
 	ip, ok := p.(provider.Interactive)
 	if perr != nil || !ok {
 		c.mu.Unlock()
-		return nil, api.Errorf(api.CodeInvalidParams, "provider %s cannot open an agent's session for a person (claude can)", sess.Provider)
+		return nil, api.Errorf(api.CodeInvalidParams, "provider %s cannot open an agent's session for a person (claude, codex and gemini can)", sess.Provider)
 	}
 	n.heldBy = shellHold
 	c.mu.Unlock()

@@ -18,7 +18,7 @@ import (
 // AgentShellCmd opens an agent's provider session for the person at the
 // terminal.
 type AgentShellCmd struct {
-	Ref    string   `arg:"" predictor:"agent" help:"The agent (an IDLE one, of a provider that can: claude)."`
+	Ref    string   `arg:"" predictor:"agent" help:"The agent: an IDLE one of the claude, codex or gemini provider."`
 	Args   []string `arg:"" optional:"" passthrough:"" help:"Arguments added to the provider CLI's command line (after --)."`
 	DryRun bool     `name:"dry-run" help:"Print the command and the sandbox it would run in, and run nothing."`
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
+	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
 
 	wire "github.com/substrat/substrat/supervisor/api"
 
@@ -86,5 +90,56 @@ func TestAgentShellClaudeE2E(t *testing.T) {
 	}
 	if res := d.send("boss", "hello again"); res.Text != "Noted." {
 		t.Errorf("a turn after agent shell: %q", res.Text)
+	}
+}
+
+// TestAgentShellCodexGeminiE2E: agent shell resumes the real Gemini CLI's
+// session in the agent's sandbox (a prompt in headless mode reads the
+// earlier exchange), and builds `codex resume ID` without exec's flags
+// (the Codex TUI needs a terminal: its command line is checked).
+func TestAgentShellCodexGeminiE2E(t *testing.T) {
+	remembered := func(conv string) string {
+		if strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO") {
+			return "you said MANGO"
+		}
+		return "noted"
+	}
+	codex := codexapi.New(func(r codexapi.Request) codexapi.Out { return codexapi.Out{Text: remembered(r.Raw)} })
+	t.Cleanup(codex.Close)
+	gemini := geminiapi.New(func(r geminiapi.Request) geminiapi.Out { return geminiapi.Out{Text: remembered(r.Raw)} })
+	t.Cleanup(gemini.Close)
+	dir := filepath.Dir(toolsBin(t, "codex"))
+	toolsBin(t, "gemini")
+	d := runDaemon(t, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
+		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
+	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	ids := map[string]string{}
+	for _, p := range []string{"codex", "gemini"} {
+		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
+		if res := d.send(p, "remember MANGO"); res.Text != "noted" {
+			t.Fatalf("%s: first turn %q", p, res.Text)
+		}
+		ids[p] = d.sessionID(d.agents()[p].ID)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("substrat", append([]string{"--home", d.home}, args...)...)
+		cmd.Env = d.env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("substrat %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := run("agent", "shell", "gemini", "--", "-p", "what did I say?"); !strings.Contains(out, "you said MANGO") {
+		t.Errorf("the resumed Gemini session does not remember: %q", out)
+	}
+	dry := run("agent", "shell", "codex", "--dry-run")
+	if !strings.Contains(dry, "' 'resume' '"+ids["codex"]+"' ") || strings.Contains(dry, "'exec'") || strings.Contains(dry, "'--json'") {
+		t.Errorf("codex's command line:\n%s", dry)
+	}
+	if !strings.Contains(dry, "rw /workspace <- ") {
+		t.Errorf("codex's command does not run in the sandbox:\n%s", dry)
 	}
 }

@@ -29,25 +29,9 @@ func (a *adapter) interactive(cfg provider.Config, id string) (cli.Command, erro
 	return c, nil
 }
 
-// interactiveArgs drops the print-mode flags of a turn's arguments. The
-// values of the flags a turn passes are copied as they are, whatever
-// they say (instructions could read "-p").
+// interactiveArgs drops the print-mode flags of a turn's arguments.
 func interactiveArgs(args []string) []string {
-	drop := map[string]int{"-p": 0, "--verbose": 0, "--strict-mcp-config": 0, // flags
-		"--output-format": 1, "--mcp-config": 1, "--permission-prompt-tool": 1} // flags with a value
-	keep := map[string]bool{"--permission-mode": true, "--allowedTools": true, "--disallowedTools": true,
-		"--append-system-prompt": true, "--model": true, "--resume": true, "--session-id": true}
-	var out []string
-	for i := 0; i < len(args); i++ {
-		if n, ok := drop[args[i]]; ok {
-			i += n
-			continue
-		}
-		out = append(out, args[i])
-		if keep[args[i]] && i+1 < len(args) {
-			i++
-			out = append(out, args[i])
-		}
-	}
-	return out
+	return cli.DropArgs(args, map[string]int{"-p": 0, "--verbose": 0, "--strict-mcp-config": 0,
+		"--output-format": 1, "--mcp-config": 1, "--permission-prompt-tool": 1},
+		"--permission-mode", "--allowedTools", "--disallowedTools", "--append-system-prompt", "--model", "--resume", "--session-id")
 }

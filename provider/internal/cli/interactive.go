@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"slices"
 
 	"github.com/substrat/substrat/provider"
 )
@@ -26,4 +27,24 @@ func (p *Provider) Interactive(ctx context.Context, cfg provider.Config, id stri
 	}
 	cmd.Env = Minimal(c.Env, c.KeepEnv...)
 	return cfg.Sandbox(ctx, cmd, c.Needs)
+}
+
+// DropArgs returns a turn's arguments without the flags of its print
+// mode: drop names each flag to leave out and how many values follow it;
+// the values of the flags in valued are copied as they are, whatever
+// they say (instructions or a model name could read "-p").
+func DropArgs(args []string, drop map[string]int, valued ...string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if n, ok := drop[args[i]]; ok {
+			i += n
+			continue
+		}
+		out = append(out, args[i])
+		if slices.Contains(valued, args[i]) && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
 }
