@@ -6,8 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/substrat/substrat/provider/claude/fakeapi"
 	codexapi "github.com/substrat/substrat/provider/codex/fakeapi"
 	geminiapi "github.com/substrat/substrat/provider/gemini/fakeapi"
 
@@ -141,5 +145,84 @@ func TestAgentShellCodexGeminiE2E(t *testing.T) {
 	}
 	if !strings.Contains(dry, "rw /workspace <- ") {
 		t.Errorf("codex's command does not run in the sandbox:\n%s", dry)
+	}
+}
+
+// TestAgentShellAcrossKillE2E: while a person works in an agent's claude
+// session, the daemon is killed with SIGKILL and restarted. The agent
+// stays gated (the gate is an event in its log): a message sent then
+// waits. When the person leaves, the new daemon ungates it, and the
+// message gets its turn.
+func TestAgentShellAcrossKillE2E(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
+	}
+	hold := make(chan struct{})
+	var asked atomic.Bool
+	api := fakeapi.New(func(req fakeapi.Request) fakeapi.Out {
+		if strings.Contains(req.Last().Text(), "HOLD") {
+			asked.Store(true)
+			<-hold
+			return fakeapi.Out{Text: "released"}
+		}
+		return e2eReply(req)
+	})
+	t.Cleanup(api.Close)
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release) // before the server closes (cleanups run last first)
+	d := runDaemon(t, claudeEnv(claudeCLI(t), api.URL)...)
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab"}, nil)
+	d.send("boss", e2eRemember)
+
+	cmd := exec.Command("substrat", "--home", d.home, "agent", "shell", "boss", "--", "-p", "HOLD")
+	cmd.Env = d.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(2 * time.Minute); !asked.Load(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell's CLI never asked the API; stderr: %s", errb.String())
+		}
+	}
+	gated := func() bool {
+		var insp wire.InspectResult
+		d.mustCall("agent.inspect", map[string]string{"ref": "boss"}, &insp)
+		return insp.Session.Gated
+	}
+	if !gated() {
+		t.Fatal("boss is not gated while the person works in its session")
+	}
+	d.kill()
+	d.start()
+	if !gated() {
+		t.Fatal("boss is not gated after the daemon's kill -9 and restart")
+	}
+	var res wire.SendResult
+	d.mustCall("agent.send", map[string]any{"ref": "boss", "text": e2eAsk, "wait": true}, &res)
+	if res.Held == "" {
+		t.Fatalf("a message to boss during the shell started a turn: %+v", res)
+	}
+	release()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("agent shell: %v; stderr: %s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "released") {
+		t.Errorf("the shell's output: %q", out.String())
+	}
+	if gated() {
+		t.Errorf("boss is still gated after the shell ended; stderr: %s", errb.String())
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if a := d.agents()["boss"]; a.Counters.Turns >= 2 && a.AgentState == "IDLE" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the message held during the shell never got its turn: %+v", d.agents()["boss"])
+		}
 	}
 }
