@@ -58,7 +58,7 @@ func (r TurnRecord) Keep(msgs []*Message, out []OutputPart) TurnRecord {
 		}
 		text, cut := cutText(m.Text, MaxTurnMessageText)
 		r.Cut += cut
-		r.Messages = append(r.Messages, TurnMessage{ID: m.ID, From: m.From, FromName: m.FromName, Kind: m.Kind, Text: text})
+		r.Messages = append(r.Messages, TurnMessage{ID: short(m.ID), From: short(m.From), FromName: short(m.FromName), Kind: short(m.Kind), Text: text})
 	}
 	budget := MaxTurnOutput
 	for i, p := range out {
@@ -71,8 +71,7 @@ func (r TurnRecord) Keep(msgs []*Message, out []OutputPart) TurnRecord {
 		text, cut := cutText(p.Text, budget)
 		budget -= len(text)
 		r.Cut += cut
-		tool, _ := cutText(p.Tool, 128)
-		r.Output = append(r.Output, OutputPart{Kind: p.Kind, Tool: tool, Text: text})
+		r.Output = append(r.Output, OutputPart{Kind: short(p.Kind), Tool: short(p.Tool), Text: text})
 	}
 	return r
 }
@@ -83,10 +82,19 @@ func cutText(s string, max int) (string, int) {
 	if len(s) <= max {
 		return s, 0
 	}
-	head := s[:max]
-	for len(head) > 0 && !utf8.ValidString(head) {
-		head = head[:len(head)-1]
+	// Not inside a character: back off to the start of the one cut.
+	end := max
+	for i := 0; i < utf8.UTFMax-1 && end > 0 && !utf8.RuneStart(s[end]); i++ {
+		end--
 	}
+	head := s[:end]
 	cut := len(s) - len(head)
 	return head + fmt.Sprintf(" [... %d bytes cut]", cut), cut
+}
+
+// short cuts a name or an id (which the daemon checked already) to 128
+// bytes, so that no field makes the line long.
+func short(s string) string {
+	s, _ = cutText(s, 128)
+	return s
 }

@@ -41,7 +41,7 @@ func (v *convo) line(t time.Time, label, text string) {
 		fmt.Fprintf(v.w, "-- %s --\n", d)
 		v.day = d
 	}
-	label = terminalSafe(label)
+	label = strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(terminalSafe(label)) // one line, one column
 	if r := []rune(label); len(r) > labelWidth {
 		label = string(r[:labelWidth-1]) + "~"
 	}
