@@ -92,7 +92,11 @@ func (v *convo) event(e fsstore.Event) {
 	case fsstore.EvApprovalAnswered:
 		var d fsstore.ApprovalAnswer
 		e.Decode(&d)
-		v.line(e.Time, "approval", fmt.Sprintf("%s by %s%s (request %s)", d.Answer, d.By, reasonIn(d.Reason), d.ID))
+		answer := map[string]string{"allow": "allowed", "deny": "denied"}[d.Answer]
+		if answer == "" {
+			answer = d.Answer
+		}
+		v.line(e.Time, "approval", fmt.Sprintf("%s by %s%s (request %s)", answer, d.By, reasonIn(d.Reason), d.ID))
 	case fsstore.EvEdited:
 		var d fsstore.Edit
 		e.Decode(&d)
