@@ -85,9 +85,8 @@ func (c *AgentChatCmd) turn(g *Globals, v *convo, text string, sigs <-chan os.Si
 		return err
 	}
 	defer cl.Close()
-	v.line(time.Now(), "< USER", text)
 	var res api.SendResult
-	stored := ""
+	stored, streamed := "", false
 	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": text, "wait": true}, func(raw json.RawMessage) error {
 		if g.JSON {
 			return printJSONLine(raw)
@@ -102,10 +101,12 @@ func (c *AgentChatCmd) turn(g *Globals, v *convo, text string, sigs <-chan os.Si
 			return nil
 		}
 		switch e.Type {
-		case "sent":
+		case "sent": // stored: shown from here on
 			stored = e.MessageID
+			v.line(time.Now(), "< USER", text)
 		case "output":
 			v.chunk(time.Now(), e.Data, true)
+			streamed = streamed || e.Data.Kind == provider.ChunkText
 		case "dropped":
 			v.line(time.Now(), "...", fmt.Sprintf("%d events dropped: this reader fell behind the daemon", e.Count))
 		}
@@ -132,8 +133,8 @@ func (c *AgentChatCmd) turn(g *Globals, v *convo, text string, sigs <-chan os.Si
 	case res.Failed != "":
 		v.line(time.Now(), "ERROR", fmt.Sprintf("the turn failed: %s (message %s stays in the inbox)", res.Failed, res.MessageID))
 	default:
-		if res.Dropped > 0 {
-			v.line(time.Now(), "text", res.Text)
+		if (!streamed || res.Dropped > 0) && res.Text != "" {
+			v.line(time.Now(), "text", res.Text) // a provider that streams no text, or a reader that fell behind
 		}
 		v.line(time.Now(), "-- turn", "done (message "+res.MessageID+" delivered)")
 	}

@@ -31,6 +31,13 @@ func readLines(r io.Reader) *lineReader {
 	return l
 }
 
+// rest reads the lines left, until the output ends.
+func (l *lineReader) rest() {
+	for line := range l.lines {
+		l.all = append(l.all, line)
+	}
+}
+
 // waitFor reads lines until one contains want. The deadline only bounds
 // a test that has already failed; nothing waits on time to go on.
 func (l *lineReader) waitFor(t *testing.T, want string) {
@@ -92,8 +99,7 @@ func TestDaemonLogFollowE2E(t *testing.T) {
 	lines.waitFor(t, "idle")
 
 	cmd.Process.Signal(syscall.SIGINT)
-	for range lines.lines {
-	}
+	lines.rest()
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("daemon log -f ended with %v on SIGINT; stderr: %s", err, stderr.String())
 	}
