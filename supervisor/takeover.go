@@ -83,7 +83,8 @@ func (c *Core) TakeOver(ref string) (*Takeover, error) {
 // EndTakeOver lets agent id run again after a takeover: it ungates it if
 // the takeover gated it (ungate), and releases the hold. It is safe to
 // call more than once, and in a daemon that did not make the takeover (it
-// restarted meanwhile: the gate is on disk).
+// restarted meanwhile: the gate is on disk). A daemon that is stopping
+// leaves the gate.
 func (c *Core) EndTakeOver(id string, ungate bool) error {
 	c.mu.Lock()
 	n, err := c.resolveLocked(id)
@@ -94,7 +95,9 @@ func (c *Core) EndTakeOver(id string, ungate bool) error {
 	if n.heldBy == shellHold {
 		n.heldBy = ""
 	}
-	gated := n.s().Gated
+	// A daemon that stops keeps the gate: the person may still be in the
+	// session, and their agent.shell_end to the next daemon ungates it.
+	gated := n.s().Gated && !c.down
 	c.mu.Unlock()
 	if ungate && gated {
 		if err := c.gateOp(n, "ungate", "after agent shell"); err != nil {

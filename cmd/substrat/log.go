@@ -98,8 +98,8 @@ func (c *DaemonLogCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	print := c.printer(g)
-	err = followLog(ctx, g, p, print)
-	if notFound(err) || notRunning(err) {
+	shown, err := followLog(ctx, g, p, print)
+	if (notFound(err) || notRunning(err)) && !shown {
 		// Not live: an archived agent, read from archive/.
 		if found, aerr := archivedLog(g, p, print); found {
 			return aerr
@@ -128,7 +128,8 @@ func (c *DaemonLogCmd) printer(g *Globals) func(json.RawMessage, fsstore.Event) 
 
 // followLog streams agent.events; with p.Follow it reconnects when the
 // daemon goes away (a restart) and resumes after the last event printed.
-func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(json.RawMessage, fsstore.Event)) error {
+// It says whether it printed any.
+func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(json.RawMessage, fsstore.Event)) (bool, error) {
 	var last uint64
 	connected, lost := false, false
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
@@ -157,7 +158,7 @@ func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(j
 		var ae *api.Error
 		switch {
 		case err == nil || ctx.Err() != nil || !p.Follow || errors.As(err, &ae) || !connected:
-			return err
+			return last > 0, err
 		}
 		if last > 0 {
 			p.After, p.Tail = last, 0
@@ -168,7 +169,7 @@ func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(j
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return last > 0, nil
 		case <-time.After(wait):
 		}
 	}
