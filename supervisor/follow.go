@@ -35,7 +35,7 @@ func (c *Core) FollowEvents(ctx context.Context, p api.EventsParams, fn func(fss
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case w := <-sub.C:
-			if w.Type == "detached" {
+			if w.Type == "detached" || w.Type == "archived" {
 				return res, nil
 			}
 			if w.Seq == 0 || w.Seq <= p.After {

@@ -155,9 +155,12 @@ func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(j
 				fmt.Fprintf(os.Stderr, "%s left agents/ (archived or moved): nothing more to follow\n", p.Ref)
 			}
 		}
+		// A daemon that stops (or dies) ends the stream with an error of
+		// its own (internal, unavailable) or none at all: reconnect. An
+		// answer about the agent (not found...) is final.
 		var ae *api.Error
-		switch {
-		case err == nil || ctx.Err() != nil || !p.Follow || errors.As(err, &ae) || !connected:
+		final := errors.As(err, &ae) && ae.Code != api.CodeInternal && ae.Code != api.CodeUnavailable
+		if err == nil || ctx.Err() != nil || !p.Follow || final || !connected {
 			return last > 0, err
 		}
 		if last > 0 {

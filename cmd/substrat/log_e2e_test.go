@@ -6,7 +6,6 @@ import (
 	"io"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,7 +60,8 @@ func (l *lineReader) waitFor(t *testing.T, want string) {
 
 // TestDaemonLogFollowE2E: `daemon log -f` prints the history, then each
 // event as it is committed, and goes on across a kill -9 and restart of
-// the daemon, after the last event it printed: none twice, none lost.
+// the daemon, and a clean stop and start, after the last event it
+// printed: none twice, none lost. It ends when the agent is archived.
 func TestDaemonLogFollowE2E(t *testing.T) {
 	d := runDaemon(t)
 	d.mustCall("agent.create", wire.CreateParams{Name: "pal", WorkDir: t.TempDir()}, nil)
@@ -98,13 +98,27 @@ func TestDaemonLogFollowE2E(t *testing.T) {
 	lines.waitFor(t, "< USER       third")
 	lines.waitFor(t, "idle")
 
-	cmd.Process.Signal(syscall.SIGINT)
+	// A clean stop and start: the stream ends with the daemon's error,
+	// and the follower goes on too.
+	d.mustCall("daemon.stop", nil, nil)
+	<-d.done
+	d.cmd = nil
+	d.start()
+	d.send("pal", "fourth")
+	lines.waitFor(t, "< USER       fourth")
+	lines.waitFor(t, "idle")
+
+	// Archived: the follower has nothing more to follow, and ends.
+	d.mustCall("agent.archive", map[string]string{"ref": "pal"}, nil)
 	lines.rest()
 	if err := cmd.Wait(); err != nil {
-		t.Errorf("daemon log -f ended with %v on SIGINT; stderr: %s", err, stderr.String())
+		t.Errorf("daemon log -f ended with %v when the agent was archived; stderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "pal left agents/ (archived or moved)") {
+		t.Errorf("stderr: %q", stderr.String())
 	}
 	all := strings.Join(lines.all, "\n")
-	for _, text := range []string{"< USER       first", "< USER       second", "< USER       third", "created      pal"} {
+	for _, text := range []string{"< USER       first", "< USER       second", "< USER       third", "< USER       fourth", "created      pal", "TERMINATED"} {
 		if n := strings.Count(all, text); n != 1 {
 			t.Errorf("%q printed %d times, want once; the output:\n%s", text, n, all)
 		}
@@ -117,7 +131,7 @@ func TestDaemonLogFollowE2E(t *testing.T) {
 	if strings.ContainsAny(all, "\x1b\r") {
 		t.Errorf("raw control characters reached the terminal:\n%q", all)
 	}
-	if !strings.Contains(stderr.String(), "lost the daemon") || strings.Count(stderr.String(), "lost the daemon") != 1 {
-		t.Errorf("stderr does not say once that the daemon was lost: %q", stderr.String())
+	if n := strings.Count(stderr.String(), "lost the daemon"); n != 2 {
+		t.Errorf("stderr does not say once per restart that the daemon was lost: %q", stderr.String())
 	}
 }
