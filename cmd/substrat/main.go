@@ -168,9 +168,11 @@ func report(err error, asJSON bool) int {
 		printErrorJSON(name, code, msg, hint)
 		return code
 	}
-	fmt.Fprintln(os.Stderr, "error: "+msg)
+	// An error may quote what an agent or its provider wrote: its control
+	// characters are shown, not obeyed.
+	fmt.Fprintln(os.Stderr, "error: "+terminalSafe(msg))
 	if hint != "" {
-		fmt.Fprintln(os.Stderr, "hint: "+hint)
+		fmt.Fprintln(os.Stderr, "hint: "+terminalSafe(hint))
 	}
 	return code
 }
