@@ -160,16 +160,17 @@ func New(opts Options) provider.Provider {
 	}
 	a := &adapter{opts: opts}
 	return cli.New(cli.Spec{
-		Name:     opts.Name,
-		StateDir: a.stateDir,
-		NewID:    uuid.NewString,
-		Prepare:  a.writeMCPConfig,
-		Command:  a.command,
+		Name:      opts.Name,
+		StateDir:  a.stateDir,
+		NewID:     uuid.NewString,
+		Prepare:   a.writeMCPConfig,
+		Command:   a.command,
+		Parse:     parse,
+		Retry:     opts.Retry,
+		ExitGrace: opts.ExitGrace,
+
 		// agent shell: interactive.go
 		Interactive: a.interactive,
-		Parse:       parse,
-		Retry:       opts.Retry,
-		ExitGrace:   opts.ExitGrace,
 	})
 }
 

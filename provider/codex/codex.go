@@ -116,17 +116,19 @@ func New(opts Options) provider.Provider {
 	}
 	a := &adapter{opts: opts}
 	return cli.New(cli.Spec{
-		Name:        opts.Name,
-		StateDir:    a.stateDir,
-		NewID:       func() string { return "" },
-		Prepare:     a.prepare,
-		Command:     a.command,
-		Interactive: a.interactive, // agent shell: interactive.go
-		Parse:       parse,
+		Name:     opts.Name,
+		StateDir: a.stateDir,
+		NewID:    func() string { return "" },
+		Prepare:  a.prepare,
+		Command:  a.command,
+		Parse:    parse,
 		// Each agent_message is a whole message.
 		TextSeparator: "\n\n",
 		Retry:         opts.Retry,
 		ExitGrace:     opts.ExitGrace,
+
+		// agent shell: interactive.go
+		Interactive: a.interactive,
 	})
 }
 

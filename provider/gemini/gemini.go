@@ -112,15 +112,17 @@ func New(opts Options) provider.Provider {
 	}
 	a := &adapter{opts: opts}
 	return cli.New(cli.Spec{
-		Name:        opts.Name,
-		StateDir:    a.stateDir,
-		NewID:       func() string { return "" },
-		Prepare:     a.prepare,
-		Command:     a.command,
-		Interactive: a.interactive, // agent shell: interactive.go
-		Parse:       parse,
-		Retry:       opts.Retry,
-		ExitGrace:   opts.ExitGrace,
+		Name:      opts.Name,
+		StateDir:  a.stateDir,
+		NewID:     func() string { return "" },
+		Prepare:   a.prepare,
+		Command:   a.command,
+		Parse:     parse,
+		Retry:     opts.Retry,
+		ExitGrace: opts.ExitGrace,
+
+		// agent shell: interactive.go
+		Interactive: a.interactive,
 	})
 }
 
