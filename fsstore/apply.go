@@ -14,7 +14,7 @@ const (
 	EvCreated   = "created"           // data: the Session as created
 	EvState     = "state"             // data: StateChange
 	EvProvider  = "provider"          // data: ProviderChange
-	EvTurn      = "turn"              // data: Counters, added to the totals
+	EvTurn      = "turn"              // data: TurnRecord, its Counters added to the totals
 	EvMetadata  = "metadata"          // data: MetadataChange
 	EvEdited    = "edited"            // data: Edit, a hand edit adopted
 	EvSent      = "message_sent"      // data: MessageRef (history only)

@@ -120,7 +120,9 @@
 //
 // The first event is "created", whose data is the whole session as created.
 // The other types that change the snapshot are "state", "provider", "turn"
-// (counters, added; the context use replaced), "metadata", "edited" (a hand edit that was adopted),
+// (counters, added; the context use replaced; and, for people reading the
+// log, the messages the turn took and the output it streamed, text, tool
+// calls and results, cut to a few KiB: see turnlog.go), "metadata", "edited" (a hand edit that was adopted),
 // "permissions", "limits", "work_dir", "approval_requested", "approval_answered",
 // "parked" (a provider's usage or rate limit: until when, why, and the
 // provider and credentials it applies to; a zero until unparks; the

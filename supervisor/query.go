@@ -83,36 +83,40 @@ func (c *Core) Sessions() []api.SessionInfo {
 	return out
 }
 
-// Events calls fn with every event of an agent's log, or with tail > 0
-// the last tail of them, and returns how many the log holds.
-func (c *Core) Events(ref string, tail int, fn func(fsstore.Event) error) (int, error) {
+// Events calls fn with the agent's events that p asks for (all, or
+// those after a seq, since a time, of some types; with p.Tail > 0 the
+// last p.Tail of those), and returns how many the log holds and its last
+// seq.
+func (c *Core) Events(p api.EventsParams, fn func(fsstore.Event) error) (api.EventsResult, error) {
 	c.mu.Lock()
-	n, err := c.resolveLocked(ref)
+	n, err := c.resolveLocked(p.Ref)
 	c.mu.Unlock()
 	if err != nil {
-		return 0, err
+		return api.EventsResult{}, err
 	}
-	count, last := 0, make([]fsstore.Event, 0, max(tail, 0))
+	var res api.EventsResult
+	tail := api.NewTail(p.Tail)
 	err = fsstore.ReadEvents(c.store.FS(), n.agent.Files().Events(), func(e fsstore.Event) error {
-		count++
-		if tail <= 0 {
-			return fn(e)
+		res.Events++
+		res.LastSeq = e.Seq
+		switch {
+		case !p.Match(e):
+			return nil
+		case p.Tail > 0:
+			tail.Add(e)
+			return nil
 		}
-		if len(last) == tail {
-			last = append(last[:0], last[1:]...)
-		}
-		last = append(last, e)
-		return nil
+		return fn(e)
 	})
 	if err != nil {
-		return count, storeErr(err)
+		return res, storeErr(err)
 	}
-	for _, e := range last {
+	for _, e := range tail.Events() {
 		if err := fn(e); err != nil {
-			return count, err
+			return res, err
 		}
 	}
-	return count, nil
+	return res, nil
 }
 
 // infoFromLocked is n as the CLI shows it, given its path, its subtree's

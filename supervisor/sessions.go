@@ -130,6 +130,20 @@ func (c *Core) suspendHeld(ctx context.Context, n *node, reason string) error {
 	return nil
 }
 
+// providerConfig is what a provider is told of agent sess, which works
+// in workDir: who it is, its model, instructions and permissions, its
+// sandbox and limits.
+func (c *Core) providerConfig(sess *fsstore.Session, workDir string) provider.Config {
+	return provider.Config{
+		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
+		WorkDir:     workDir,
+		Permissions: providerPermissions(sess),
+		Home:        c.store.Layout().Home,
+		Sandbox:     c.host.Sandbox(sess),
+		Limit:       c.host.Limit(sess.ID, c.limitsOf(sess)),
+	}
+}
+
 // ensureSession makes n's provider session live: created for a new
 // session, restored from its blob otherwise. The caller holds n.
 func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, error) {
@@ -150,23 +164,16 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	if err != nil {
 		return nil, err
 	}
-	cfg := provider.Config{
-		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
-		WorkDir:     workDir,
-		Permissions: providerPermissions(sess),
-		Home:        c.store.Layout().Home,
-		Sandbox:     c.host.Sandbox(sess),
-		Track:       c.host.Track(sess.ID),
-		Limit:       c.host.Limit(sess.ID, c.limitsOf(sess)),
-		SessionID: func(id string) error {
-			c.mu.Lock()
-			known := n.s().ProviderSessionID
-			c.mu.Unlock()
-			if id == "" || id == known {
-				return nil
-			}
-			return c.commit(n, fsstore.ProviderChange{ProviderSessionID: id})
-		},
+	cfg := c.providerConfig(sess, workDir)
+	cfg.Track = c.host.Track(sess.ID)
+	cfg.SessionID = func(id string) error {
+		c.mu.Lock()
+		known := n.s().ProviderSessionID
+		c.mu.Unlock()
+		if id == "" || id == known {
+			return nil
+		}
+		return c.commit(n, fsstore.ProviderChange{ProviderSessionID: id})
 	}
 	// The agent's own tool socket, for a provider whose model reaches the
 	// tools over MCP (a CLI) or one in a sandbox, sandboxed or not: its

@@ -222,12 +222,14 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 // turnFailed's error.
 func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
+	var kept outputLog              // what the turn event keeps of the output
 	instructions := n.s().Instructions
 	output := func(ch provider.Chunk) {
 		c.mu.Lock()
 		if ch.Kind == provider.ChunkDenied {
 			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
 		}
+		kept.add(ch)
 		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
 	}
@@ -261,9 +263,13 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 			return nil, err
 		}
 	}
-	if err := c.commit(n, fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
+	c.mu.Lock()
+	rec := fsstore.TurnRecord{Counters: fsstore.Counters{Turns: 1, InputTokens: res.Usage.InputTokens,
 		OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD,
-		ContextTokens: int64(res.ContextTokens), ContextWindow: int64(res.ContextWindow)}); err != nil {
+		ContextTokens: int64(res.ContextTokens), ContextWindow: int64(res.ContextWindow)}}.Keep(tools.prompt(), kept.parts)
+	rec.Cut += kept.cut
+	c.mu.Unlock()
+	if err := c.commit(n, rec); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -448,4 +454,27 @@ func (c *Core) storeFailed(ctx context.Context, n *node, msgs []*fsstore.Message
 		c.log.Error("the failed turn could not be recorded; it is retried", "agent", n.id(), "err", err)
 	}
 	return cause
+}
+
+// outputLog gathers a turn's output for its turn event, in bounded
+// memory: consecutive text chunks are joined, and once the bound of
+// fsstore.TurnRecord is reached what follows is only counted
+// (TurnRecord.Keep cuts the last part kept).
+type outputLog struct {
+	parts []fsstore.OutputPart
+	size  int // bytes of text kept
+	cut   int // bytes left out
+}
+
+func (l *outputLog) add(ch provider.Chunk) {
+	if l.size >= fsstore.MaxTurnOutput || len(l.parts) >= 256 {
+		l.cut += len(ch.Text)
+		return
+	}
+	l.size += len(ch.Text)
+	if last := len(l.parts) - 1; last >= 0 && ch.Kind == provider.ChunkText && l.parts[last].Kind == provider.ChunkText {
+		l.parts[last].Text += ch.Text
+		return
+	}
+	l.parts = append(l.parts, fsstore.OutputPart{Kind: ch.Kind, Tool: ch.Tool, Text: ch.Text})
 }

@@ -27,7 +27,9 @@ type AgentCmd struct {
 	List         AgentListCmd         `cmd:"" help:"Show the agent tree."`
 	Inspect      AgentInspectCmd      `cmd:"" help:"Show one agent in detail."`
 	Send         AgentSendCmd         `cmd:"" help:"Send a message from USER and show the turn it starts."`
-	Attach       AgentAttachCmd       `cmd:"" help:"Follow an agent's activity live."`
+	Attach       AgentAttachCmd       `cmd:"" help:"Follow an agent's activity live (to talk to it, agent chat)."`
+	Chat         AgentChatCmd         `cmd:"" help:"Talk with an agent: each line typed (or piped) is a message from USER, and its turn streams back; Ctrl-D ends."`
+	Shell        AgentShellCmd        `cmd:"" help:"Open an IDLE agent's own CLI session (claude --resume, codex resume, gemini --resume) in its sandbox, at this terminal; no turn starts meanwhile."`
 	Terminate    AgentTerminateCmd    `cmd:"" help:"End an agent (and with --recursive its subtree)."`
 	Archive      AgentArchiveCmd      `cmd:"" help:"End an agent's subtree and move its directories to archive/."`
 	Restore      AgentRestoreCmd      `cmd:"" help:"Bring an archived agent and its archived subtree back into the live tree (undoes archive)."`
@@ -531,6 +533,7 @@ type AgentAttachCmd struct {
 
 // Run streams the agent's events until interrupted.
 func (c *AgentAttachCmd) Run(g *Globals) error {
+	chatHint(c.Ref)
 	return follow(g, api.MethodAgentAttach, map[string]string{"ref": c.Ref}, c.Until)
 }
 

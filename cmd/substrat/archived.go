@@ -94,34 +94,14 @@ func archivedPath(s *fsstore.Session, byID map[string]*fsstore.Session) string {
 // inspectArchived prints the archived agent ref (an id, or a name one
 // archived agent has); found false if there is none.
 func inspectArchived(g *Globals, ref string) (found bool, err error) {
-	store, err := archivedStore(g)
-	if err != nil {
-		return false, err
+	a, all, err := findArchived(g, ref)
+	if a == nil {
+		return err != nil, err
 	}
-	list, _, err := store.ListArchived()
-	if err != nil {
-		return false, err
-	}
-	var match []*fsstore.ArchivedAgent
 	byID := map[string]*fsstore.Session{}
-	for _, a := range list {
+	for _, a := range all {
 		byID[a.Session.ID] = a.Session
-		if a.Session.ID == ref || a.Session.Name == ref {
-			match = append(match, a)
-		}
 	}
-	switch len(match) {
-	case 0:
-		return false, nil
-	case 1:
-	default:
-		ids := make([]string, len(match))
-		for i, a := range match {
-			ids[i] = a.Session.ID
-		}
-		return true, fail(fmt.Sprintf("%d archived agents are named %q: %s", len(match), ref, strings.Join(ids, ", ")), "use the id")
-	}
-	a := match[0]
 	if g.JSON {
 		return true, printJSON(struct {
 			Archived bool `json:"archived"`
@@ -153,6 +133,37 @@ func inspectArchived(g *Globals, ref string) (found bool, err error) {
 	row("instructions", oneLine(s.Instructions, 100))
 	row("dir", a.Dir)
 	return true, tw.Flush()
+}
+
+// findArchived returns the archived agent ref (an id, or a name one
+// archived agent has): nil and no error if there is none, an error if
+// several have the name; and all the archived agents.
+func findArchived(g *Globals, ref string) (a *fsstore.ArchivedAgent, all []*fsstore.ArchivedAgent, err error) {
+	store, err := archivedStore(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, _, err := store.ListArchived()
+	if err != nil {
+		return nil, nil, err
+	}
+	var match []*fsstore.ArchivedAgent
+	for _, a := range list {
+		if a.Session.ID == ref || a.Session.Name == ref {
+			match = append(match, a)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return nil, list, nil
+	case 1:
+		return match[0], list, nil
+	}
+	ids := make([]string, len(match))
+	for i, a := range match {
+		ids[i] = a.Session.ID
+	}
+	return nil, list, fail(fmt.Sprintf("%d archived agents are named %q: %s", len(match), ref, strings.Join(ids, ", ")), "use the id")
 }
 
 // notRunning reports whether err says that no daemon runs.

@@ -31,7 +31,7 @@ type DaemonCmd struct {
 	Status DaemonStatusCmd `cmd:"" help:"Show whether the daemon runs, and what it does."`
 	Run    DaemonRunCmd    `cmd:"" help:"Run the daemon in the foreground (for systemd); stops on SIGTERM or SIGINT."`
 	Watch  DaemonWatchCmd  `cmd:"" help:"Follow live events of every agent, or of one."`
-	Log    DaemonLogCmd    `cmd:"" help:"Print an agent's whole event history, readably."`
+	Log    DaemonLogCmd    `cmd:"" help:"Print an agent's history as a conversation (or its events, or JSON); -f follows it live."`
 }
 
 // DaemonRunCmd runs the daemon in the foreground.
@@ -349,37 +349,6 @@ func (w watchLine) String() string {
 		data = data[:200] + "..."
 	}
 	return fmt.Sprintf("%s %-12s %-18s %s", w.Time.Local().Format("15:04:05.000"), w.Name, w.Type, data)
-}
-
-// DaemonLogCmd prints an agent's events.
-type DaemonLogCmd struct {
-	Agent string `arg:"" predictor:"agent" help:"The agent (a name, path or id)."`
-}
-
-// Run prints every event of the agent.
-func (c *DaemonLogCmd) Run(g *Globals) error {
-	ctx := context.Background()
-	cl, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return cl.Stream(ctx, api.MethodAgentEvents, map[string]string{"ref": c.Agent}, func(raw json.RawMessage) error {
-		if g.JSON {
-			printJSONLine(raw)
-			return nil
-		}
-		var e fsstore.Event
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return err
-		}
-		data := string(jsontext.Readable(e.Data))
-		if len(data) > 300 {
-			data = data[:300] + "..."
-		}
-		fmt.Printf("%5d %s %-18s %s\n", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Type, data)
-		return nil
-	}, nil)
 }
 
 // defaultsText is config.json's default limits as status shows them.

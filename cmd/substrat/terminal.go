@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // terminalSafe shows the control characters of s (other than newline and
@@ -10,7 +11,7 @@ import (
 // files, a tool's name) cannot drive the user's terminal: no escape
 // sequence reaches it (titles, clipboard writes, cleared screens), no
 // carriage return overwrites what came before, and no bidirectional
-// override reorders what the user reads.
+// override or zero-width character hides or reorders what the user reads.
 func terminalSafe(s string) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -19,18 +20,13 @@ func terminalSafe(s string) string {
 			b.WriteRune(r)
 		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
 			fmt.Fprintf(&b, "\\x%02x", r)
-		case isBidiControl(r):
+		case unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zl, unicode.Zp):
+			// Format characters (bidirectional overrides, zero-width
+			// ones) and line separators hide or reorder text.
 			fmt.Fprintf(&b, "\\u%04x", r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
-}
-
-// isBidiControl reports the Unicode characters that change the order in
-// which text is shown (the "Trojan Source" characters).
-func isBidiControl(r rune) bool {
-	return r == 0x061c || r == 0x200e || r == 0x200f ||
-		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }

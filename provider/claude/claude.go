@@ -135,6 +135,8 @@ func New(opts Options) provider.Provider {
 		Command: command,
 		KeepEnv: sandboxEnv,
 		Parse:   parse,
+		// agent shell: interactive.go
+		Interactive: interactive,
 	}.New(opts)
 }
 

@@ -98,6 +98,7 @@ func New(opts Options) provider.Provider {
 		Parse:       parse,
 		// Each agent_message is a whole message.
 		TextSeparator: "\n\n",
+		Interactive:   interactive, // agent shell: interactive.go
 	}.New(opts.Options)
 }
 

@@ -86,6 +86,8 @@ func New(opts Options) provider.Provider {
 		Command: command,
 		KeepEnv: []string{"GEMINI_", "GOOGLE_"},
 		Parse:   parse,
+		// agent shell: interactive.go
+		Interactive: interactive,
 	}.New(opts)
 }
 

@@ -91,4 +91,6 @@ var Methods = []string{
 	MethodWorkspaceReattach,
 	MethodToolList,
 	MethodToolCall,
+	MethodAgentShell,
+	MethodAgentShellEnd,
 }

@@ -37,19 +37,13 @@ type refParams struct {
 	Ref string `json:"ref"`
 }
 
-// eventsParams is agent.events: every event, or with Tail > 0 the last
-// Tail of them.
-type eventsParams struct {
-	Ref  string `json:"ref"`
-	Tail int    `json:"tail,omitempty"`
-}
-
 func (d *Daemon) register() {
 	d.registerDaemon()
 	d.registerAgent()
 	d.registerSession()
 	d.registerWorkspace()
 	d.registerInbox()
+	d.registerShell()
 	registerTools(d.srv, d.core, "")
 }
 

@@ -60,12 +60,12 @@ func (d *Daemon) registerAgent() {
 		}
 		return stream(ctx, c.Subscribe(id), send)
 	})
-	handle(d, api.MethodAgentEvents, func(ctx context.Context, p eventsParams, send func(any) error) (any, error) {
-		count, err := c.Events(p.Ref, p.Tail, func(e fsstore.Event) error { return send(e) })
-		if err != nil {
-			return nil, err
+	handle(d, api.MethodAgentEvents, func(ctx context.Context, p api.EventsParams, send func(any) error) (any, error) {
+		fn := func(e fsstore.Event) error { return send(e) }
+		if p.Follow {
+			return c.FollowEvents(ctx, p, fn)
 		}
-		return map[string]int{"events": count}, nil
+		return c.Events(p, fn)
 	})
 	handle(d, api.MethodAgentTerminate, func(ctx context.Context, p api.TerminateParams, _ func(any) error) (any, error) {
 		return c.Terminate(ctx, p)

@@ -23,39 +23,49 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 		return nil
 	}
 	return func(ctx context.Context, p provider.Process, needs provider.SandboxNeeds) (provider.Process, error) {
-		spec, err := h.core.AgentSpec(sess)
+		spec, argv, err := h.sandboxSpec(sess, p, needs)
 		if err != nil {
 			return provider.Process{}, err
 		}
-		if needs.Network && !spec.Network {
-			return provider.Process{}, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
-				"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
-		}
-		spec.Env = map[string]string{}
-		for _, kv := range p.Env {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				spec.Env[k] = v
-			}
-		}
-		// The program at its own path; a relative one is the workspace's.
-		prog := p.Path
-		ro := needs.ReadOnly
-		if filepath.IsAbs(prog) {
-			ro = append([]string{prog}, ro...)
-		}
-		rw := needs.ReadWrite
-		if needs.ToolSocket {
-			sock, err := h.toolSocket(sess.ID)
-			if err != nil {
-				return provider.Process{}, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
-			}
-			rw = append(append([]string(nil), rw...), sock)
-		}
-		if spec.Mounts, err = addBinds(spec, h.store.Layout().Home, ro, rw); err != nil {
-			return provider.Process{}, err
-		}
-		return sandboxed(spec, append([]string{prog}, p.Args[1:]...), p.Dir)
+		return sandboxed(spec, argv, p.Dir)
 	}
+}
+
+// sandboxSpec returns the sandbox that agent sess's provider process p
+// runs in, and the command line inside it.
+func (h *host) sandboxSpec(sess *fsstore.Session, p provider.Process, needs provider.SandboxNeeds) (bwrap.Spec, []string, error) {
+	spec, err := h.core.AgentSpec(sess)
+	if err != nil {
+		return spec, nil, err
+	}
+	if needs.Network && !spec.Network {
+		return spec, nil, fmt.Errorf("provider %s must reach its API over the network, and workspace %s has no network access; "+
+			"use a workspace created with --network, or the script provider", sess.Provider, sess.Workspace)
+	}
+	spec.Env = map[string]string{}
+	for _, kv := range p.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			spec.Env[k] = v
+		}
+	}
+	// The program at its own path; a relative one is the workspace's.
+	prog := p.Path
+	ro := needs.ReadOnly
+	if filepath.IsAbs(prog) {
+		ro = append([]string{prog}, ro...)
+	}
+	rw := needs.ReadWrite
+	if needs.ToolSocket {
+		sock, err := h.toolSocket(sess.ID)
+		if err != nil {
+			return spec, nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
+		}
+		rw = append(append([]string(nil), rw...), sock)
+	}
+	if spec.Mounts, err = addBinds(spec, h.store.Layout().Home, ro, rw); err != nil {
+		return spec, nil, err
+	}
+	return spec, append([]string{prog}, p.Args[1:]...), nil
 }
 
 // sandboxed is the process that runs argv inside the sandbox spec, bwrap

@@ -86,7 +86,7 @@ func edited(t *testing.T, c *supervisor.Core, home, ref string, f func(m map[str
 
 func hasEvent(t *testing.T, c *supervisor.Core, ref, typ string) bool {
 	found := false
-	c.Events(ref, 0, func(e fsstore.Event) error {
+	c.Events(api.EventsParams{Ref: ref}, func(e fsstore.Event) error {
 		found = found || e.Type == typ
 		return nil
 	})

@@ -78,6 +78,10 @@ type Adapter struct {
 	Parse func(line []byte) (Line, error)
 	// TextSeparator: see Spec.TextSeparator.
 	TextSeparator string
+	// Interactive, if set, turns a turn's arguments into those that open
+	// session t.ID for a person at a terminal (agent shell), or says why
+	// it cannot be opened.
+	Interactive func(t Turn, args []string) ([]string, error)
 }
 
 // Paths are the directories of an agent's session, as the engine
@@ -158,6 +162,10 @@ func (m MCPServer) JSON(typ string) []byte {
 // New returns the provider of the CLI of a, with opts.
 func (a Adapter) New(opts Options) *Provider {
 	s := newSkeleton(a, opts)
+	var interactive func(provider.Config, string) (Command, error)
+	if a.Interactive != nil {
+		interactive = s.interactive
+	}
 	return New(Spec{
 		Name:          s.opts.Name,
 		StateDir:      s.stateDir,
@@ -168,6 +176,7 @@ func (a Adapter) New(opts Options) *Provider {
 		Retry:         opts.Retry,
 		ExitGrace:     opts.ExitGrace,
 		TextSeparator: a.TextSeparator,
+		Interactive:   interactive,
 	})
 }
 

@@ -153,6 +153,9 @@ type Spec struct {
 	// Command returns the command of one turn of session id ("" if none
 	// yet).
 	Command func(cfg provider.Config, id, prompt string) (Command, error)
+	// Interactive, if set, returns the command that opens session id for
+	// a person at a terminal (provider.Interactive).
+	Interactive func(cfg provider.Config, id string) (Command, error)
 	// Parse reads one non-blank output line. An error means the line is
 	// unreadable; the engine wraps it with provider.ErrProtocol.
 	Parse func(line []byte) (Line, error)
