@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -50,5 +51,47 @@ func TestAgentOps(t *testing.T) {
 	keys, err := a.SpawnKeys()
 	if err != nil || len(keys) != 1 || keys["toolu_1"] != idB {
 		t.Fatalf("SpawnKeys = %v, %v", keys, err)
+	}
+}
+
+// TestDiskSessionRacesSnapshot: the daemon's own snapshots are never read
+// back as a hand edit, however a watcher's read of session.json falls
+// among them. (A read of the file before a snapshot, compared after it,
+// once saw the old file as an edit, and adopting it undid the change
+// the snapshot wrote.)
+func TestDiskSessionRacesSnapshot(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	a, err := s.CreateAgent(&Session{Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	done := make(chan error, 1)
+	go func() {
+		for i := range 300 {
+			v := fmt.Sprint(i)
+			if _, err := a.Commit(MetadataChange{Key: "k", Value: &v}); err != nil {
+				done <- err
+				return
+			}
+			if err := a.Snapshot(); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		default:
+		}
+		if disk, changed, _, err := a.DiskSession(); changed {
+			t.Fatalf("the agent's own snapshot read as a hand edit: %v, %v", disk != nil, err)
+		}
 	}
 }

@@ -366,14 +366,21 @@ func (a *Agent) Snapshot() error {
 // says why it cannot be used (missing, invalid JSON, failed validation).
 // sum identifies the bytes read, for AcceptDisk.
 func (a *Agent) DiskSession() (sess *Session, changed bool, sum [sha256.Size]byte, err error) {
+	// The read and the comparison are one step with respect to Snapshot
+	// (which holds a.mu while it replaces the file): bytes read before a
+	// snapshot and compared after it would be the old file, taken for a
+	// hand edit, and adopting it would undo what the snapshot wrote. The
+	// read never blocks (ReadFile refuses a FIFO).
+	a.mu.Lock()
 	data, rerr := a.store.fs.ReadFile(a.files.Session())
+	if rerr == nil {
+		sum = sha256.Sum256(data)
+	}
+	same := rerr == nil && sum == a.snapSum
+	a.mu.Unlock()
 	if rerr != nil {
 		return nil, true, sum, rerr
 	}
-	sum = sha256.Sum256(data)
-	a.mu.Lock()
-	same := sum == a.snapSum
-	a.mu.Unlock()
 	if same {
 		return nil, false, sum, nil
 	}
