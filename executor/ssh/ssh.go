@@ -229,3 +229,16 @@ func (e *Executor) Place(ctx context.Context, agent string) (string, error) {
 	}
 	return filepath.Join(root, agent, "place"), nil
 }
+
+// master returns the pid of the master connection, if it runs.
+func (e *Executor) master(ctx context.Context) (int, error) {
+	out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("ssh %s: no master: %v: %s", e.host, err, bytes.TrimSpace(out))
+	}
+	var pid int
+	if _, err := fmt.Sscanf(string(out), "Master running (pid=%d)", &pid); err != nil {
+		return 0, fmt.Errorf("ssh -O check said %q", out)
+	}
+	return pid, nil
+}
