@@ -46,7 +46,7 @@ func (e *Executor) Fence(ctx context.Context, agent, incarnation string) ([]int,
 }
 
 // checkScript prints one line per thing the host lacks.
-const checkScript = `for c in bwrap rsync head mkfifo mktemp tr grep; do` +
+const checkScript = `for c in bwrap rsync head mkfifo mktemp tr grep find du cut wc; do` +
 	` command -v "$c" >/dev/null 2>&1 || echo "$c is not installed"; done;` +
 	` if command -v bwrap >/dev/null 2>&1 && ! bwrap --die-with-parent --unshare-all --ro-bind / / true >/dev/null 2>&1; then` +
 	` echo "bwrap cannot make a sandbox (unprivileged user namespaces may be off)"; fi;` +

@@ -40,14 +40,16 @@ type Options struct {
 	Root string
 	// MaxFileSize and MaxTotalSize bound what Pull brings back: no file
 	// larger than MaxFileSize, and no more than MaxTotalSize in all.
-	// Zero means DefaultMaxFileSize and DefaultMaxTotalSize.
-	MaxFileSize, MaxTotalSize int64
+	// MaxFiles bounds the number of its entries. Zero means the
+	// defaults.
+	MaxFileSize, MaxTotalSize, MaxFiles int64
 }
 
 // Default bounds of Pull.
 const (
 	DefaultMaxFileSize  = 256 << 20
 	DefaultMaxTotalSize = 2 << 30
+	DefaultMaxFiles     = 200_000
 )
 
 // Executor runs agents' processes on one host over ssh.
@@ -84,6 +86,9 @@ func New(host string, opts Options) (*Executor, error) {
 	}
 	if opts.MaxTotalSize <= 0 {
 		opts.MaxTotalSize = DefaultMaxTotalSize
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = DefaultMaxFiles
 	}
 	// A unix socket path is short (108 bytes): a short private dir, and
 	// %C (a hash of the connection) as the socket's name.
