@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +132,87 @@ func TestStartStreams(t *testing.T) {
 // within bounds a test that would otherwise hang.
 const within = 2 * time.Minute
 
-var _ = filepath.Join
+
+// TestRefused: a host that could pass for an option, ids that are not
+// plain tokens, descriptors, are refused before anything runs.
+func TestRefused(t *testing.T) {
+	for _, h := range []string{"-oProxyCommand=touch /tmp/x", "a b", "", "host;id", "h\n"} {
+		if _, err := New(h, Options{}); !errors.Is(err, ErrHost) {
+			t.Errorf("New(%q): %v, want ErrHost", h, err)
+		}
+	}
+	e, err := New("nowhere.invalid", Options{Root: "/r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	for _, c := range []executor.Cmd{
+		{Agent: "../x", Incarnation: "1", Argv: []string{"true"}},
+		{Agent: "a", Incarnation: "-x", Argv: []string{"true"}},
+		{Agent: "a", Incarnation: "1", Argv: []string{"true"}, ExtraFiles: []*os.File{os.Stdin}},
+	} {
+		if _, err := e.Start(ctx, &c); err == nil {
+			t.Errorf("Start %+v was not refused", c)
+		}
+	}
+	if _, err := e.Place(ctx, "a/../../b"); !errors.Is(err, ErrID) {
+		t.Errorf("Place: %v", err)
+	}
+	if _, err := e.Fence(ctx, "a", "x y"); !errors.Is(err, ErrID) {
+		t.Errorf("Fence: %v", err)
+	}
+}
+
+// TestParallel: processes run side by side through the one master
+// connection, each with its own streams and status.
+func TestParallel(t *testing.T) {
+	_, e := start(t)
+	place := t.TempDir()
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			var out bytes.Buffer
+			p, err := e.Start(context.Background(), &executor.Cmd{Agent: "a", Incarnation: "1",
+				Argv:  sandboxed(place, "/bin/sh", "-c", `read x; echo "$x$x"; exit "$x"`),
+				Stdin: strings.NewReader(fmt.Sprintf("%d\n", i)), Stdout: &out})
+			if err != nil {
+				errs <- err
+				return
+			}
+			err = p.Wait()
+			var ee *executor.ExitError
+			switch {
+			case i == 0 && err != nil, i > 0 && (!errors.As(err, &ee) || ee.Code != i):
+				errs <- fmt.Errorf("process %d: %v", i, err)
+			case out.String() != fmt.Sprintf("%d%d\n", i, i):
+				errs <- fmt.Errorf("process %d said %q", i, out.String())
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestCheck: the test host has all an agent needs; a host that cannot
+// be reached is reported as such.
+func TestCheck(t *testing.T) {
+	s, e := start(t)
+	if err := e.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := New("unknown-host", Options{Config: s.Config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := bad.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "not reachable") {
+		t.Fatalf("Check of an unknown host: %v", err)
+	}
+}
