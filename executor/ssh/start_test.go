@@ -132,7 +132,6 @@ func TestStartStreams(t *testing.T) {
 // within bounds a test that would otherwise hang.
 const within = 2 * time.Minute
 
-
 // TestRefused: a host that could pass for an option, ids that are not
 // plain tokens, descriptors, are refused before anything runs.
 func TestRefused(t *testing.T) {
