@@ -57,7 +57,16 @@ func TestDaemonKilled(t *testing.T) {
 		return '5'
 	}, token(""))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), daemonEnv+"="+strings.Join([]string{s.Config, t.TempDir(), agent, secs}, " "))
+	// The daemon's master and its private dir outlive it: a temporary
+	// dir of the test's own, short enough for the master's socket.
+	tmp, err := os.MkdirTemp("", "sx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, daemonEnv+"="+strings.Join([]string{s.Config, t.TempDir(), agent, secs}, " "))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +77,8 @@ func TestDaemonKilled(t *testing.T) {
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if line != "started\n" {
 		cmd.Process.Kill()
-		t.Fatalf("the daemon said %q, %v", line, err)
+		cmd.Wait()
+		t.Fatalf("the daemon said %q, %v; stderr: %s", line, err, stderr.String())
 	}
 	if len(remote(t, s, secs)) == 0 {
 		t.Fatal("the sleeper is not seen on the host")

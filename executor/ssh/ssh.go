@@ -91,8 +91,13 @@ func New(host string, opts Options) (*Executor, error) {
 		opts.MaxFiles = DefaultMaxFiles
 	}
 	// A unix socket path is short (108 bytes): a short private dir, and
-	// %C (a hash of the connection) as the socket's name.
-	dir, err := os.MkdirTemp("", "substrat-ssh")
+	// %C (a hash of the connection, 40 bytes) as the socket's name, to
+	// which ssh adds 17 bytes while it binds it.
+	base := os.TempDir()
+	if len(base) > 40 {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "substrat-ssh")
 	if err != nil {
 		return nil, err
 	}

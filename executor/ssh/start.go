@@ -26,6 +26,7 @@ const Marker = "substrat-exec"
 // then the command's standard input come on its standard input, framed:
 //
 //	a<n>\n<n bytes>  an argument     e<n>\n<n bytes>  NAME=value
+//	A<arg>\n  E<NAME=value>\n  C<dir>\n    the same, without a newline
 //	c<n>\n<n bytes>  the directory   s\n              start
 //	d<n>\n<n bytes>  input           x\n              end of input
 //
@@ -36,6 +37,9 @@ var wrapper = strings.Join([]string{
 	`exec 3<&0 </dev/null;`,
 	`ne=0; h=; set --;`,
 	`while IFS= read -r h <&3; do case $h in`,
+	` A*) set -- "$@" "${h#A}";;`,
+	` C*) cd "${h#C}" || exit 125;;`,
+	` E*) ne=$((ne+1)); v=${h#E}; eval "e$ne=\${v}";;`,
 	` a[0-9]*) v=$(head -c "${h#a}" <&3; echo .); set -- "$@" "${v%.}";;`,
 	` e[0-9]*) ne=$((ne+1)); v=$(head -c "${h#e}" <&3; echo .); eval "e$ne=\${v%.}";;`,
 	` c[0-9]*) v=$(head -c "${h#c}" <&3; echo .); cd "${v%.}" || exit 125;;`,
@@ -110,6 +114,14 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 func request(c *executor.Cmd) []byte {
 	var b []byte
 	frame := func(kind byte, s string) {
+		// A line when it can be one: the shell reads it with no
+		// process of its own (head -c is one per frame).
+		if !strings.ContainsRune(s, '\n') {
+			b = append(b, kind-'a'+'A')
+			b = append(b, s...)
+			b = append(b, '\n')
+			return
+		}
 		b = append(b, kind)
 		b = strconv.AppendInt(b, int64(len(s)), 10)
 		b = append(b, '\n')

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,27 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := os.Stat("/tmp/pwned"); err == nil {
 		t.Error("an argument was run by a shell")
+	}
+}
+
+// TestStartDir: the command starts in the request's directory (outside
+// bwrap, which has its own), one with a newline in its name too.
+func TestStartDir(t *testing.T) {
+	_, e := start(t)
+	for _, name := range []string{"a dir", "two\nlines"} {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		p, err := e.Start(context.Background(), &executor.Cmd{Agent: "a", Incarnation: "1",
+			Argv: []string{"/bin/pwd"}, Dir: dir, Stdout: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil || out.String() != dir+"\n" {
+			t.Fatalf("pwd: %q, %v; want %q", out.String(), err, dir)
+		}
 	}
 }
 
@@ -214,4 +236,42 @@ func TestCheck(t *testing.T) {
 	if err := bad.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "not reachable") {
 		t.Fatalf("Check of an unknown host: %v", err)
 	}
+}
+
+// BenchmarkStart: the cost of one sandboxed process on the host through
+// the master connection (start, run bwrap true, exit status back), and
+// of a Push and Pull of a small place.
+func BenchmarkStart(b *testing.B) {
+	s := sshtest.Start(b)
+	e, err := New(s.Host, Options{Config: s.Config, Root: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	place := b.TempDir()
+	argv := sandboxed(place, "/bin/true")
+	b.Run("process", func(b *testing.B) {
+		for b.Loop() {
+			p, err := e.Start(context.Background(), &executor.Cmd{Agent: "a", Incarnation: "1", Argv: argv})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("push+pull", func(b *testing.B) {
+		for i := range 20 {
+			os.WriteFile(fmt.Sprintf("%s/f%d", place, i), []byte("some content\n"), 0o644)
+		}
+		for b.Loop() {
+			if err := e.Push(context.Background(), "a", place); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Pull(context.Background(), "a", place); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
