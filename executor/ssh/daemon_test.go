@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,7 +64,14 @@ func TestDaemonKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
+	t.Cleanup(func() {
+		// The dead daemon's master lingers (ControlPersist): stop it.
+		socks, _ := filepath.Glob(filepath.Join(tmp, "*", "master"))
+		for _, sock := range socks {
+			exec.Command("ssh", "-F", s.Config, "-o", "ControlPath="+sock, "-O", "exit", s.Host).Run()
+		}
+		os.RemoveAll(tmp)
+	})
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, daemonEnv+"="+strings.Join([]string{s.Config, t.TempDir(), agent, secs}, " "))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

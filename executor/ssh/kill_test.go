@@ -169,6 +169,9 @@ func TestKillMaster(t *testing.T) {
 	}
 	gone(t, s, r.sleep, agent)
 	r2 := sleeper(t, e, agent, "i1")
+	if pid, err := e.master(context.Background()); err != nil || pid == out {
+		t.Fatalf("after the master's death: master %d, %v; want a new one", pid, err)
+	}
 	r2.p.Kill()
 	<-r2.done
 }

@@ -90,11 +90,10 @@ func New(host string, opts Options) (*Executor, error) {
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = DefaultMaxFiles
 	}
-	// A unix socket path is short (108 bytes): a short private dir, and
-	// %C (a hash of the connection, 40 bytes) as the socket's name, to
-	// which ssh adds 17 bytes while it binds it.
+	// A unix socket path is short (108 bytes): a short private dir (ssh
+	// adds 17 bytes to the socket's name while it binds it).
 	base := os.TempDir()
-	if len(base) > 40 {
+	if len(base) > 60 {
 		base = "/tmp"
 	}
 	dir, err := os.MkdirTemp(base, "substrat-ssh")
@@ -122,7 +121,7 @@ func (e *Executor) args(more ...string) []string {
 		a = append(a, "-F", e.opts.Config)
 	}
 	a = append(a,
-		"-o", "ControlPath="+filepath.Join(e.ctlDir, "%C"),
+		"-o", "ControlPath="+e.socket(),
 		"-o", "BatchMode=yes",
 	)
 	return append(a, more...)
@@ -137,6 +136,11 @@ func (e *Executor) connect(ctx context.Context) error {
 	defer e.mu.Unlock()
 	if exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run() == nil {
 		return nil
+	}
+	// A master that died (kill -9, a lost connection) leaves its
+	// socket, which a new one would not replace.
+	if err := os.Remove(e.socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	logf, err := os.OpenFile(filepath.Join(e.ctlDir, "master.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -156,6 +160,10 @@ func (e *Executor) connect(ctx context.Context) error {
 	}
 	return nil
 }
+
+// socket is the master's control socket: one executor, one host, one
+// master.
+func (e *Executor) socket() string { return filepath.Join(e.ctlDir, "master") }
 
 // client returns an ssh client command through the master that runs the
 // POSIX shell command line script on the host.
