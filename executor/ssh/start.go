@@ -30,8 +30,9 @@ const Marker = "substrat-exec"
 //	c<n>\n<n bytes>  the directory   s\n              start
 //	d<n>\n<n bytes>  input           x\n              end of input
 //
-// Its standard output and error are the command's. It is one line:
-// POSIX single quotes cannot hold a newline in every login shell.
+// Its standard output and error are the command's. It is one line, as
+// syntax.Quote quotes only a newline-free word for a POSIX shell (csh,
+// for one, takes no newline in quotes).
 var wrapper = strings.Join([]string{
 	`umask 077;`,
 	`exec 3<&0 </dev/null;`,

@@ -50,13 +50,13 @@ func TestStart(t *testing.T) {
 	_, e := start(t)
 	ctx := context.Background()
 	place := t.TempDir()
-	script := `printf '%s|' "$@"; echo; echo "env=$SECRET ${HOME-unset}"; pwd; cat; echo err >&2; ls /home 2>&1 | head -1; exit 3`
+	script := `printf '%s|' "$@"; echo; echo "env=$SECRET ${HOME-unset} $ML"; env | sort | tr "\n" " " >&2; pwd; cat; echo err >&2; ls /home 2>&1 | head -1; exit 3`
 	hostile := "a b'c\"$(touch /tmp/pwned)\n`x`;|&*"
 	var out, errb bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{
 		Agent: "a1", Incarnation: "i1",
 		Argv:   sandboxed(place, "/bin/sh", "-c", script, "sh", hostile, ""),
-		Env:    []string{"SECRET=s3 cr=t", "PATH=/usr/bin:/bin"},
+		Env:    []string{"SECRET=s3 cr=t", "PATH=/usr/bin:/bin", "ML=two\nlines\n"},
 		Stdin:  strings.NewReader("line one\nline two without newline"),
 		Stdout: &out, Stderr: &errb,
 	})
@@ -68,12 +68,14 @@ func TestStart(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Code != 3 {
 		t.Fatalf("Wait: %v, want exit status 3; stderr: %s", err, errb.String())
 	}
-	want := hostile + "||\nenv=s3 cr=t unset\n/workspace\nline one\nline two without newline" +
+	want := hostile + "||\nenv=s3 cr=t unset two\nlines\n\n/workspace\nline one\nline two without newline" +
 		"ls: cannot access '/home': No such file or directory\n"
 	if out.String() != want {
 		t.Errorf("output:\n%q\nwant\n%q", out.String(), want)
 	}
-	if errb.String() != "err\n" {
+	// The environment is the request's (PWD is bwrap's), nothing of the
+	// ssh login's; sort runs in the C locale (no LANG).
+	if errb.String() != " ML=two PATH=/usr/bin:/bin PWD=/workspace SECRET=s3 cr=t lines err\n" {
 		t.Errorf("stderr %q", errb.String())
 	}
 	if _, err := os.Stat("/tmp/pwned"); err == nil {
