@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/executor/executortest"
 	"github.com/substrat/substrat/internal/sshtest"
 )
 
@@ -275,5 +276,13 @@ func BenchmarkStart(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// TestConformance: the executor passes the suite every executor passes.
+func TestConformance(t *testing.T) {
+	_, e := start(t)
+	executortest.Run(t, e, func(t *testing.T, cmd ...string) *executor.Cmd {
+		return &executor.Cmd{Argv: sandboxed(t.TempDir(), cmd...)}
 	})
 }
