@@ -33,6 +33,13 @@
 // or socket, no set-id or ownership bits, and refuses a place with a
 // file or a total larger than the executor's bounds.
 //
+// Limits, known. A remote exit status of 255 reads as ssh's own
+// failure. sshd's MaxSessions (10 by default) bounds the processes that
+// run at once through one master; more are refused (a pool of masters
+// per host is to come). Resource limits are not applied on the host
+// yet. The host's login shell must take POSIX quoting and exec, and
+// Fence reads the host's /proc (bwrap makes it Linux anyway).
+//
 // Check tells what a host lacks: ssh reachable, a working bwrap, rsync,
 // and the POSIX tools the wrapper uses.
 package ssh

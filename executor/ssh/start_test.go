@@ -231,6 +231,16 @@ func TestCheck(t *testing.T) {
 	if err := e.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// $SUBSTRAT_SSH_CONFIG is the config when Options name none.
+	t.Setenv(ConfigEnv, s.Config)
+	viaEnv, err := New(s.Host, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaEnv.Close()
+	if err := viaEnv.Check(context.Background()); err != nil {
+		t.Fatalf("through $%s: %v", ConfigEnv, err)
+	}
 	bad, err := New("unknown-host", Options{Config: s.Config})
 	if err != nil {
 		t.Fatal(err)
