@@ -1,0 +1,45 @@
+// Package ssh is the executor that runs agents' processes on another
+// host through the system OpenSSH client, so that ~/.ssh/config, agents,
+// ProxyJump and the user's keys work as they do for ssh itself
+// ($SUBSTRAT_SSH_CONFIG names an ssh_config of Substrat's own).
+//
+// Connection. One master connection per host (ControlMaster, its socket
+// in a private directory of the executor); every process and every
+// rsync goes through it, so a turn does not pay a handshake.
+//
+// Processes. The host runs each command in a small /bin/sh wrapper
+// (see wrapper in start.go) whose command line carries only fixed words
+// and validated ids: $0 is Marker, then the agent, the incarnation and
+// a random process id. The request itself (argv, environment, working
+// directory) and then the command's standard input travel framed on the
+// channel's standard input, so nothing of it is parsed by a shell or
+// shown in the host's process list. The command is the daemon's bwrap
+// command line, with paths of the host (Place). The wrapper relays the
+// input to the command through a FIFO, and the relay doubles as a
+// watchdog: the end of the channel (Kill, the daemon's death, a lost
+// connection, a kill -9 of the ssh client) ends its input without the
+// end-of-input frame having closed the command's, or after, and then
+// it kills the wrapper's process group, bwrap included; bwrap's
+// --die-with-parent and PID namespace take the sandbox with it.
+//
+// Fencing. Fence kills, on the host, every wrapper of an agent whose
+// incarnation is not the current one (a process left by a daemon that
+// died), found by the marker in its command line.
+//
+// Places. The agent's place (its workspace root) is copied to the host
+// before a turn (Push) and back after (Pull) with rsync over the same
+// connection. What comes back was written by the agent and is hostile:
+// Pull takes no symlink that points out of the place, no device, FIFO
+// or socket, no set-id or ownership bits, and refuses a place with a
+// file or a total larger than the executor's bounds.
+//
+// Limits, known. A remote exit status of 255 reads as ssh's own
+// failure. sshd's MaxSessions (10 by default) bounds the processes that
+// run at once through one master; more are refused (a pool of masters
+// per host is to come). Resource limits are not applied on the host
+// yet. The host's login shell must take POSIX quoting and exec, and
+// Fence reads the host's /proc (bwrap makes it Linux anyway).
+//
+// Check tells what a host lacks: ssh reachable, a working bwrap, rsync,
+// and the POSIX tools the wrapper uses.
+package ssh

@@ -1,0 +1,69 @@
+package ssh
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// fenceScript prints the pid of each wrapper of agent $1 whose
+// incarnation is not $2 ($0 Marker, $1 agent, $2 incarnation in its
+// command line, which /proc shows NUL-separated), and kills its process
+// group. A wrapper leads its group (sshd made it a session leader), so a
+// process that only looks like one, and does not lead its group, is
+// left alone.
+const fenceScript = `a=$1; i=$2;` +
+	` for f in $(grep -l -a -s -F ` + Marker + ` /proc/[0-9]*/cmdline); do` +
+	` p=${f#/proc/}; p=${p%/cmdline};` +
+	` stale=$(tr '\0' '\n' <"$f" 2>/dev/null | { read -r _; read -r _; read -r _; read -r m; read -r ag; read -r in;` +
+	` [ "$m" = ` + Marker + ` ] && [ "$ag" = "$a" ] && [ "$in" != "$i" ] && echo y; });` +
+	` [ "$stale" = y ] || continue;` +
+	` s=$(cat "/proc/$p/stat" 2>/dev/null) || continue; s=${s##*) }; set -- $s;` +
+	` [ "$3" = "$p" ] || continue;` +
+	` kill -9 "-$p" 2>/dev/null && echo "$p";` +
+	` done; exit 0`
+
+// Fence kills, on the host, every process of agent whose incarnation is
+// not incarnation: what a daemon that died left running there. It
+// returns the host's pids of the killed wrappers (each with its process
+// group; their sandboxes die with them).
+func (e *Executor) Fence(ctx context.Context, agent, incarnation string) ([]int, error) {
+	if !idRE.MatchString(agent) || !idRE.MatchString(incarnation) {
+		return nil, fmt.Errorf("%w: agent %q, incarnation %q", ErrID, agent, incarnation)
+	}
+	out, err := e.run(ctx, fenceScript, agent, incarnation)
+	if err != nil {
+		return nil, fmt.Errorf("fence %s on %s: %w", agent, e.host, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}
+
+// checkScript prints one line per thing the host lacks.
+const checkScript = `for c in bwrap rsync head mkfifo mktemp tr grep find du cut wc; do` +
+	` command -v "$c" >/dev/null 2>&1 || echo "$c is not installed"; done;` +
+	` if command -v bwrap >/dev/null 2>&1 && ! bwrap --die-with-parent --unshare-all --ro-bind / / true >/dev/null 2>&1; then` +
+	` echo "bwrap cannot make a sandbox (unprivileged user namespaces may be off)"; fi;` +
+	` [ "$(printf abc | { head -c 1 >/dev/null; cat; })" = bc ] || echo "head -c reads more than it is asked to (GNU coreutils is needed)";` +
+	` exit 0`
+
+// Check tells what the host lacks to run agents: it is reachable over
+// ssh, bwrap makes a sandbox there, rsync is there, and the tools the
+// wrapper uses behave. It returns nil when the host is fit, or an error
+// that lists each problem.
+func (e *Executor) Check(ctx context.Context) error {
+	out, err := e.run(ctx, checkScript)
+	if err != nil {
+		return fmt.Errorf("%s is not reachable: %w", e.host, err)
+	}
+	if msg := strings.TrimSpace(string(out)); msg != "" {
+		return fmt.Errorf("%s cannot run agents: %s", e.host, strings.ReplaceAll(msg, "\n", "; "))
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package ssh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// Errors. Test for them with errors.Is.
+var (
+	// ErrHost: a host name that could pass for an ssh option or is not
+	// one word.
+	ErrHost = errors.New("ssh executor: invalid host")
+	// ErrID: an agent id or incarnation that is not a plain token.
+	ErrID = errors.New("ssh executor: invalid id")
+	// ErrRefused: a workspace that Pull refuses to bring back.
+	ErrRefused = errors.New("ssh executor: workspace refused")
+)
+
+// ConfigEnv names an ssh_config file that replaces ~/.ssh/config for
+// every ssh the executor runs (ssh -F).
+const ConfigEnv = "SUBSTRAT_SSH_CONFIG"
+
+// Options configure an Executor.
+type Options struct {
+	// Config is the ssh_config file (ssh -F); "" is the user's own.
+	// New takes it from $SUBSTRAT_SSH_CONFIG when it is empty.
+	Config string
+	// Root is the absolute directory on the host under which the
+	// agents' places are kept; "" is ~/.substrat-exec there.
+	Root string
+	// MaxFileSize and MaxTotalSize bound what Pull brings back: no file
+	// larger than MaxFileSize, and no more than MaxTotalSize in all.
+	// MaxFiles bounds the number of its entries. Zero means the
+	// defaults.
+	MaxFileSize, MaxTotalSize, MaxFiles int64
+}
+
+// Default bounds of Pull.
+const (
+	DefaultMaxFileSize  = 256 << 20
+	DefaultMaxTotalSize = 2 << 30
+	DefaultMaxFiles     = 200_000
+)
+
+// Executor runs agents' processes on one host over ssh.
+type Executor struct {
+	host   string
+	opts   Options
+	ctlDir string // private: the master's socket and log
+
+	mu   sync.Mutex // guards root and master start-up
+	root string
+}
+
+// hostRE: what a host may look like: a name, an alias, user@host, an
+// IPv6 address in brackets. Never an option, never a shell word.
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9_.@:\[\]%-]+$`)
+
+// idRE: agent ids and incarnations (UUIDs, counters, tokens).
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// New returns an executor for host (an ssh destination: a name from the
+// ssh_config, user@host...). It connects to nothing yet. Close it.
+func New(host string, opts Options) (*Executor, error) {
+	if !hostRE.MatchString(host) || strings.HasPrefix(host, "-") {
+		return nil, fmt.Errorf("%w: %q", ErrHost, host)
+	}
+	if opts.Config == "" {
+		opts.Config = os.Getenv(ConfigEnv)
+	}
+	if opts.Root != "" && (!filepath.IsAbs(opts.Root) || filepath.Clean(opts.Root) != opts.Root) {
+		return nil, fmt.Errorf("ssh executor: root %q is not a clean absolute path", opts.Root)
+	}
+	if opts.MaxFileSize <= 0 {
+		opts.MaxFileSize = DefaultMaxFileSize
+	}
+	if opts.MaxTotalSize <= 0 {
+		opts.MaxTotalSize = DefaultMaxTotalSize
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = DefaultMaxFiles
+	}
+	// A unix socket path is short (108 bytes): a short private dir (ssh
+	// adds 17 bytes to the socket's name while it binds it).
+	base := os.TempDir()
+	if len(base) > 60 {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "substrat-ssh")
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{host: host, opts: opts, ctlDir: dir, root: opts.Root}, nil
+}
+
+// Host is the destination the executor runs on.
+func (e *Executor) Host() string { return e.host }
+
+// Close stops the connection's master and removes its private dir.
+// Processes still running through it die with it.
+func (e *Executor) Close() error {
+	cmd := exec.Command("ssh", e.args("-O", "exit", "--", e.host)...)
+	cmd.Run() // no master is fine
+	return os.RemoveAll(e.ctlDir)
+}
+
+// args returns the options every ssh of the executor takes, then more.
+func (e *Executor) args(more ...string) []string {
+	var a []string
+	if e.opts.Config != "" {
+		a = append(a, "-F", e.opts.Config)
+	}
+	a = append(a,
+		"-o", "ControlPath="+e.socket(),
+		"-o", "BatchMode=yes",
+	)
+	return append(a, more...)
+}
+
+// connect makes sure the master connection runs. The master is started
+// on its own, detached (-f), with its output in a file: a master forked
+// by a client (ControlMaster=auto) would keep that client's output pipes
+// open, and whoever reads them would wait for the master's end.
+func (e *Executor) connect(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run() == nil {
+		return nil
+	}
+	// A master that died (kill -9, a lost connection) leaves its
+	// socket, which a new one would not replace.
+	if err := os.Remove(e.socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(e.ctlDir, "master.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.CommandContext(ctx, "ssh", e.args(
+		"-o", "ControlMaster=yes",
+		"-o", "ControlPersist=10m",
+		"-o", "ServerAliveInterval=15",
+		"-o", "ServerAliveCountMax=4",
+		"-f", "-N", "--", e.host)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		msg, _ := os.ReadFile(logf.Name())
+		return fmt.Errorf("ssh %s: %v: %s", e.host, err, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// socket is the master's control socket: one executor, one host, one
+// master.
+func (e *Executor) socket() string { return filepath.Join(e.ctlDir, "master") }
+
+// client returns an ssh client command through the master that runs the
+// POSIX shell command line script on the host.
+func (e *Executor) client(ctx context.Context, script string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ssh", e.args("-o", "ControlMaster=no", "-T", "--", e.host, script)...)
+}
+
+// run runs script on the host with args ($1, $2...) and returns its
+// standard output.
+func (e *Executor) run(ctx context.Context, script string, args ...string) ([]byte, error) {
+	if err := e.connect(ctx); err != nil {
+		return nil, err
+	}
+	line, err := shellLine(script, "substrat-ssh", args...)
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd := e.client(ctx, line)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("ssh %s: %v: %s", e.host, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return out, nil
+}
+
+// shellLine returns the command line that makes the host's login shell,
+// whatever it is, run script in /bin/sh with a clean environment and
+// the arguments given ($0 is name): every word quoted for a POSIX
+// shell. Nothing of the user's shell start-up matters after the exec.
+func shellLine(script, name string, args ...string) (string, error) {
+	words := []string{"exec", "/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+		"/bin/sh", "-c", script, name}
+	words = append(words, args...)
+	for i, w := range words {
+		q, err := syntax.Quote(w, syntax.LangPOSIX)
+		if err != nil {
+			return "", fmt.Errorf("ssh executor: cannot quote %q: %v", w, err)
+		}
+		words[i] = q
+	}
+	return strings.Join(words, " "), nil
+}
+
+// Root returns the directory on the host under which places are kept,
+// asking the host for its home the first time when Options.Root was "".
+func (e *Executor) Root(ctx context.Context) (string, error) {
+	e.mu.Lock()
+	root := e.root
+	e.mu.Unlock()
+	if root != "" {
+		return root, nil
+	}
+	// sshd starts every command in the user's home.
+	out, err := e.run(ctx, `pwd`)
+	if err != nil {
+		return "", err
+	}
+	home := strings.TrimSuffix(string(out), "\n")
+	if !filepath.IsAbs(home) || filepath.Clean(home) != home {
+		return "", fmt.Errorf("ssh %s: home %q is not a clean absolute path; set the executor's root", e.host, home)
+	}
+	e.mu.Lock()
+	e.root = filepath.Join(home, ".substrat-exec")
+	root = e.root
+	e.mu.Unlock()
+	return root, nil
+}
+
+// Place returns the directory on the host that holds agent's place, the
+// one Push fills: the daemon builds the sandbox's command line with it
+// as the sandbox's root.
+func (e *Executor) Place(ctx context.Context, agent string) (string, error) {
+	if !idRE.MatchString(agent) {
+		return "", fmt.Errorf("%w: agent %q", ErrID, agent)
+	}
+	root, err := e.Root(ctx)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, agent, "place"), nil
+}
+
+// master returns the pid of the master connection, if it runs.
+func (e *Executor) master(ctx context.Context) (int, error) {
+	out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("ssh %s: no master: %v: %s", e.host, err, bytes.TrimSpace(out))
+	}
+	var pid int
+	if _, err := fmt.Sscanf(string(out), "Master running (pid=%d)", &pid); err != nil {
+		return 0, fmt.Errorf("ssh -O check said %q", out)
+	}
+	return pid, nil
+}

@@ -1,0 +1,117 @@
+package ssh
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// rsyncFlags are what a place's copy takes, both ways: files,
+// directories, symlinks that stay inside the place, modification times
+// and the executable bit; no symlink that points out of the place
+// (--safe-links, decided by the receiving side), no device, FIFO or
+// socket, no owner, group, set-id bits or hard links. --delete makes
+// the copy an exact one (deletions travel too), and --protect-args keeps
+// the remote shell away from the paths.
+var rsyncFlags = []string{
+	"--recursive", "--links", "--times", "--executability",
+	"--safe-links", "--no-devices", "--no-specials",
+	"--delete", "--protect-args",
+}
+
+// rsh returns rsync's --rsh: the executor's ssh through its master,
+// in rsync's own quoting (words split on spaces, single quotes keep
+// them together).
+func (e *Executor) rsh() (string, error) {
+	words := append([]string{"ssh"}, e.args("-o", "ControlMaster=no")...)
+	for i, w := range words {
+		if strings.ContainsAny(w, "'\"\\\n") {
+			return "", fmt.Errorf("ssh executor: %q cannot be passed to rsync", w)
+		}
+		if strings.Contains(w, " ") {
+			words[i] = "'" + w + "'"
+		}
+	}
+	return strings.Join(words, " "), nil
+}
+
+// rsync runs rsync with the place's flags, then more.
+func (e *Executor) rsync(ctx context.Context, more ...string) error {
+	if err := e.connect(ctx); err != nil {
+		return err
+	}
+	rsh, err := e.rsh()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"--rsh=" + rsh}, rsyncFlags...)
+	out, err := exec.CommandContext(ctx, "rsync", append(args, more...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("rsync with %s: %v: %s", e.host, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Push copies the local directory local (an agent's place) to the
+// agent's place on the host (Place), which it then mirrors exactly.
+func (e *Executor) Push(ctx context.Context, agent, local string) error {
+	dir, err := e.Place(ctx, agent)
+	if err != nil {
+		return err
+	}
+	if _, err := e.run(ctx, `mkdir -p -- "$1"`, dir); err != nil {
+		return err
+	}
+	return e.rsync(ctx, strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
+}
+
+// placeScript prints, for the place $1, the first file larger than $2
+// bytes if there is one ("big NAME"), then the total size of the place
+// in bytes and its number of entries ("total N M"). It runs outside the
+// sandbox on what the agent wrote: find and du follow no symlink.
+const placeScript = `cd -- "$1" || exit 1;` +
+	` b=$(find . -type f -size +"$2"c -print | head -n 1); [ -z "$b" ] || printf 'big %s\n' "$b";` +
+	` printf 'total %s %s\n' "$(du -s -b . | cut -f1)" "$(find . | wc -l)"`
+
+// Pull copies the agent's place on the host back into local, which it
+// then mirrors, with what the agent wrote there treated as hostile: see
+// rsyncFlags. A place holding a file larger than MaxFileSize, more than
+// MaxTotalSize in all, or more than MaxFiles entries is refused
+// (ErrRefused) and local is left as it was. Call it when no process of
+// the agent runs on the host (after the turn, or Fence).
+func (e *Executor) Pull(ctx context.Context, agent, local string) error {
+	dir, err := e.Place(ctx, agent)
+	if err != nil {
+		return err
+	}
+	out, err := e.run(ctx, placeScript, dir, strconv.FormatInt(e.opts.MaxFileSize, 10))
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(l, "big "); ok {
+			if len(name) > 200 {
+				name = name[:200] + "..."
+			}
+			return fmt.Errorf("%w: %s holds a file larger than %d bytes: %q", ErrRefused, agent, e.opts.MaxFileSize, name)
+		}
+		if rest, ok := strings.CutPrefix(l, "total "); ok {
+			var size, n int64
+			if _, err := fmt.Sscan(rest, &size, &n); err != nil {
+				return fmt.Errorf("ssh %s: unreadable size of the place: %q", e.host, l)
+			}
+			if size > e.opts.MaxTotalSize {
+				return fmt.Errorf("%w: %s's place holds %d bytes, more than %d", ErrRefused, agent, size, e.opts.MaxTotalSize)
+			}
+			if n > e.opts.MaxFiles {
+				return fmt.Errorf("%w: %s's place holds %d entries, more than %d", ErrRefused, agent, n, e.opts.MaxFiles)
+			}
+			// --max-size as well, for a file that grew since.
+			return e.rsync(ctx, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
+				e.host+":"+dir+"/", strings.TrimSuffix(local, "/")+"/")
+		}
+	}
+	return fmt.Errorf("ssh %s: no size of the place: %q", e.host, out)
+}
