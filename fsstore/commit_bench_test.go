@@ -77,6 +77,7 @@ func (n noFsyncFS) OpenAppend(name string) (File, error) {
 }
 
 func (noFsyncFS) SyncDir(string) error { return nil }
+func (noFsyncFS) SyncFS(string) error  { return nil }
 
 type noFsyncFile struct{ File }
 

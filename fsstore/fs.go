@@ -23,6 +23,10 @@ import (
 //     Rename, RenameNoReplace, Exchange, Link, Remove, RemoveAll or
 //     WriteFileAtomic is durable only after SyncDir of the directory that
 //     holds it returns.
+//   - SyncFS makes durable, at once, every file's data and every
+//     directory entry of the whole file system that holds its path: what
+//     a File.Sync of each file and a SyncDir of each directory would.
+//     It is the barrier of group commit (group.go).
 //   - WriteFileAtomic writes a temporary file in the target's directory,
 //     fsyncs it and renames it over the target. It does not fsync the
 //     directory; callers do (see writeFileDurable).
@@ -57,6 +61,9 @@ type FS interface {
 	Remove(name string) error
 	RemoveAll(name string) error
 	SyncDir(name string) error
+	// SyncFS makes the whole file system that holds name durable
+	// (syncfs(2)); name is any file or directory on it.
+	SyncFS(name string) error
 }
 
 // File is a file open for writing through the FS seam.
@@ -239,6 +246,22 @@ func (OS) SyncDir(name string) error {
 		return err
 	}
 	return d.Close()
+}
+
+// SyncFS calls syncfs(2) on a descriptor of name: every dirty page and
+// inode of that file system is written and its journal committed. Since
+// Linux 5.8 it reports write-back errors of any file of the file system
+// since the descriptor was opened.
+func (OS) SyncFS(name string) error {
+	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return &fs.PathError{Op: "syncfs", Path: name, Err: err}
+	}
+	return nil
 }
 
 var errNotExist = fs.ErrNotExist

@@ -85,7 +85,12 @@ func mkdirIfMissing(fsys FS, dir string) error {
 // Publish makes m durable in the inbox: it is written to tmp/ and fsynced,
 // moved to new/ without overwriting anything, and new/ is fsynced. When
 // Publish returns nil the message may be acknowledged to its sender.
-func Publish(fsys FS, b Inbox, m *Message) error {
+func Publish(fsys FS, b Inbox, m *Message) error { return publish(fsys, b, m, nil) }
+
+// publish is Publish; with a committer, the message is written to tmp/
+// without an fsync and joins a batch (group.go), whose barrier makes it
+// durable before the rename.
+func publish(fsys FS, b Inbox, m *Message, group *committer) error {
 	if m.Version == 0 {
 		m.Version = Version
 	}
@@ -101,26 +106,41 @@ func Publish(fsys FS, b Inbox, m *Message) error {
 		return wrap("publish", b.Dir, fmt.Errorf("%w: message is %d bytes, limit %d", ErrTooLarge, len(data), MaxMessageSize), "")
 	}
 	tmp, dst := b.Path(InboxTmp, m.ID), b.Path(InboxNew, m.ID)
-	if err := createDurable(fsys, tmp, data); err != nil {
+	err = createFile(fsys, tmp, data, group == nil)
+	if errors.Is(err, errExist) {
+		// A leftover of this same message, from a send cut short by a
+		// crash and made again with the same id (a turn run again): it
+		// was never acknowledged. (Found by sim, effects_test.go: the
+		// barrier makes tmp/'s entries durable too.)
+		fsys.Remove(tmp)
+		err = createFile(fsys, tmp, data, group == nil)
+	}
+	if err != nil {
 		fsys.Remove(tmp)
 		return wrap("publish", tmp, err, "")
 	}
-	if err := publishRename(fsys)(tmp, dst); err != nil { // RenameNoReplace, unless a planted bug (faults.go)
-		fsys.Remove(tmp)
+	rename := func() error {
+		err := publishRename(fsys)(tmp, dst) // RenameNoReplace, unless a planted bug (faults.go)
 		if errors.Is(err, errExist) {
 			err = fmt.Errorf("%w: message %s", ErrExists, m.ID)
 		}
-		return wrap("publish", dst, err, "")
+		return err
 	}
-	if err := fsys.SyncDir(b.Sub(InboxNew)); err != nil {
+	if group != nil {
+		err = group.commit(rename, b.Sub(InboxNew))
+	} else if err = rename(); err == nil {
+		err = fsys.SyncDir(b.Sub(InboxNew))
+	}
+	if err != nil {
+		fsys.Remove(tmp) // nothing, if the rename was made
 		return wrap("publish", dst, err, "")
 	}
 	return nil
 }
 
-// createDurable creates name exclusively, writes data and fsyncs it. The
-// directory entry is not yet durable.
-func createDurable(fsys FS, name string, data []byte) error {
+// createFile creates name exclusively and writes data, and fsyncs it if
+// sync is set. The directory entry is not yet durable.
+func createFile(fsys FS, name string, data []byte, sync bool) error {
 	f, err := fsys.Create(name, filePerm)
 	if err != nil {
 		return err
@@ -129,9 +149,11 @@ func createDurable(fsys FS, name string, data []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }

@@ -40,6 +40,7 @@ type Store struct {
 	newID  func() string
 	logs   *openLogs
 	noCopy func() (release func(), ok bool)
+	group  *committer // group commit of creates and sends (group.go)
 }
 
 // Open prepares the home directory (creating it 0700 and its agents/,
@@ -59,7 +60,8 @@ func Open(home string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, wrap("open", home, err, "")
 	}
-	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs), noCopy: opts.NoCopy}
+	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs), noCopy: opts.NoCopy,
+		group: newCommitter(opts.FS, home)}
 	if err := s.mkdirAll(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}
@@ -136,9 +138,10 @@ func (s *Store) Layout() Layout { return s.layout }
 func (s *Store) FS() FS { return s.fs }
 
 // CreateAgent makes a new agent directory atomically: it is built under a
-// temporary name with its session.json, its first event and its inbox, all
-// fsynced, then renamed to its id, and agents/ is fsynced. A crash leaves
-// either no agent or a whole one.
+// temporary name with its session.json, its first event and its inbox,
+// made durable, renamed to its id, and agents/ is fsynced. A crash leaves
+// either no agent or a whole one. Concurrent creates and sends share the
+// fsyncs (group commit, group.go).
 //
 // Empty fields of sess get defaults: a new ID, Version, CREATED and IDLE.
 func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
@@ -176,25 +179,25 @@ func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
 	final := s.layout.Agent(sess.ID)
 	err = s.buildAgentDir(tmp, line, snap)
 	if err == nil {
-		err = s.fs.RenameNoReplace(tmp.Dir, final.Dir)
-		if errors.Is(err, errExist) {
-			err = fmt.Errorf("%w: agent %s", ErrExists, sess.ID)
-		}
+		err = s.group.commit(func() error {
+			err := s.fs.RenameNoReplace(tmp.Dir, final.Dir)
+			if errors.Is(err, errExist) {
+				err = fmt.Errorf("%w: agent %s", ErrExists, sess.ID)
+			}
+			return err
+		}, s.agentsDirSync())
 	}
 	if err != nil {
-		s.fs.RemoveAll(tmp.Dir)
+		s.fs.RemoveAll(tmp.Dir) // nothing, if the rename was made
 		return nil, wrap("create agent", final.Dir, err, "")
-	}
-	if !planted(BugNoDirSyncAfterRename) { // planted bug (faults.go); never set outside the sim's tests
-		if err := s.fs.SyncDir(s.layout.AgentsDir()); err != nil {
-			return nil, wrap("create agent", final.Dir, err, "")
-		}
 	}
 	a := newAgent(s, final, final.Events(), sess, logInfo{LastSeq: 1, Size: int64(len(line)), Lines: 1})
 	a.snapSeq, a.snapSum = 1, sha256.Sum256(snap)
 	return a, nil
 }
 
+// buildAgentDir writes a new agent's directory, not yet durable: the
+// barrier of its batch makes it so.
 func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) error {
 	if err := s.fs.Mkdir(a.Dir, dirPerm); err != nil {
 		return err
@@ -202,16 +205,19 @@ func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) error {
 	if err := mkInbox(s.fs, a.Inbox()); err != nil {
 		return err
 	}
-	if err := createDurable(s.fs, a.Events(), eventLine); err != nil {
+	if err := createFile(s.fs, a.Events(), eventLine, false); err != nil {
 		return err
 	}
-	if err := createDurable(s.fs, a.Session(), snapshot); err != nil {
-		return err
+	return createFile(s.fs, a.Session(), snapshot, false)
+}
+
+// agentsDirSync is the directory a create's batch fsyncs after the
+// rename: agents/, or none with BugNoDirSyncAfterRename planted.
+func (s *Store) agentsDirSync() string {
+	if planted(BugNoDirSyncAfterRename) { // planted bug (faults.go); never set outside the sim's tests
+		return ""
 	}
-	if err := s.fs.SyncDir(a.Inbox().Dir); err != nil {
-		return err
-	}
-	return s.fs.SyncDir(a.Dir)
+	return s.layout.AgentsDir()
 }
 
 // Send publishes m in its recipient's inbox (m.To is an agent id or User)
@@ -230,7 +236,7 @@ func (s *Store) Send(m *Message) error {
 		}
 		inbox = s.layout.Agent(m.To).Inbox()
 	}
-	err := Publish(s.fs, inbox, m)
+	err := publish(s.fs, inbox, m, s.group)
 	if errors.Is(err, errNotExist) {
 		return wrap("send", inbox.Dir, fmt.Errorf("%w: recipient %s has no inbox", ErrNotFound, m.To), "")
 	}

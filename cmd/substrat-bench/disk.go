@@ -151,6 +151,7 @@ func (c countFS) OpenAppend(name string) (fsstore.File, error) {
 }
 
 func (c countFS) SyncDir(name string) error { c.n.Add(1); return c.FS.SyncDir(name) }
+func (c countFS) SyncFS(name string) error  { c.n.Add(1); return c.FS.SyncFS(name) }
 
 func (c countFS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
 	c.n.Add(1)
@@ -181,3 +182,4 @@ func (n noSyncFS) OpenAppend(name string) (fsstore.File, error) {
 }
 
 func (noSyncFS) SyncDir(string) error { return nil }
+func (noSyncFS) SyncFS(string) error  { return nil }
