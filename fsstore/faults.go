@@ -83,12 +83,3 @@ func syncLog(f File) error {
 	}
 	return f.Sync()
 }
-
-// barrier is group commit's barrier, fsys.SyncFS(root), unless
-// BugNoBarrier is planted.
-func barrier(fsys FS, root string) error {
-	if planted(BugNoBarrier) {
-		return nil
-	}
-	return fsys.SyncFS(root)
-}

@@ -66,6 +66,12 @@ type FS interface {
 	SyncFS(name string) error
 }
 
+// Ordered is implemented by an FS whose mutating calls must come in the
+// same order run after run: the simulation replays a seed and crashes it
+// at each call in turn. On it, the store makes one after another the
+// fsyncs it makes at once on others (group.go).
+type Ordered interface{ Ordered() }
+
 // File is a file open for writing through the FS seam.
 type File interface {
 	Write(p []byte) (int, error)

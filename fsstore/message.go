@@ -85,77 +85,88 @@ func mkdirIfMissing(fsys FS, dir string) error {
 // Publish makes m durable in the inbox: it is written to tmp/ and fsynced,
 // moved to new/ without overwriting anything, and new/ is fsynced. When
 // Publish returns nil the message may be acknowledged to its sender.
-func Publish(fsys FS, b Inbox, m *Message) error { return publish(fsys, b, m, nil) }
+// (Store.Send does the same in a batch of group commit.)
+func Publish(fsys FS, b Inbox, m *Message) error {
+	p, err := preparePublish(fsys, b, m)
+	if err != nil {
+		return err
+	}
+	newCommitter(fsys, b.Dir).commit(p.op) // a batch of one
+	return p.finish(fsys)
+}
 
-// publish is Publish; with a committer, the message is written to tmp/
-// without an fsync and joins a batch (group.go), whose barrier makes it
-// durable before the rename.
-func publish(fsys FS, b Inbox, m *Message, group *committer) error {
+// publishOp is a message written to tmp/, waiting for its batch, which
+// renames it into new/.
+type publishOp struct {
+	i     int
+	op    *pendingOp
+	inbox Inbox
+	tmp   string
+	dst   string
+}
+
+// preparePublish writes m to the inbox's tmp/, not yet durable.
+func preparePublish(fsys FS, b Inbox, m *Message) (*publishOp, error) {
 	if m.Version == 0 {
 		m.Version = Version
 	}
 	if !IsID(m.ID) {
-		return wrap("publish", b.Dir, fmt.Errorf("%w: message id %q", ErrInvalid, m.ID), "")
+		return nil, wrap("publish", b.Dir, fmt.Errorf("%w: message id %q", ErrInvalid, m.ID), "")
 	}
 	data, err := marshal(m, true)
 	if err != nil {
-		return wrap("publish", b.Dir, err, "")
+		return nil, wrap("publish", b.Dir, err, "")
 	}
 	data = append(data, '\n')
 	if len(data) > MaxMessageSize {
-		return wrap("publish", b.Dir, fmt.Errorf("%w: message is %d bytes, limit %d", ErrTooLarge, len(data), MaxMessageSize), "")
+		return nil, wrap("publish", b.Dir, fmt.Errorf("%w: message is %d bytes, limit %d", ErrTooLarge, len(data), MaxMessageSize), "")
 	}
-	tmp, dst := b.Path(InboxTmp, m.ID), b.Path(InboxNew, m.ID)
-	err = createFile(fsys, tmp, data, group == nil)
+	p := &publishOp{inbox: b, tmp: b.Path(InboxTmp, m.ID), dst: b.Path(InboxNew, m.ID)}
+	f, err := writeNew(fsys, p.tmp, data)
 	if errors.Is(err, errExist) {
 		// A leftover of this same message, from a send cut short by a
 		// crash and made again with the same id (a turn run again): it
-		// was never acknowledged. (Found by sim, effects_test.go: the
-		// barrier makes tmp/'s entries durable too.)
-		fsys.Remove(tmp)
-		err = createFile(fsys, tmp, data, group == nil)
+		// was never acknowledged. (Found by sim, effects_test.go: a
+		// batch's syncfs makes tmp/'s entries durable too.)
+		fsys.Remove(p.tmp)
+		f, err = writeNew(fsys, p.tmp, data)
 	}
 	if err != nil {
-		fsys.Remove(tmp)
-		return wrap("publish", tmp, err, "")
+		fsys.Remove(p.tmp)
+		return nil, wrap("publish", p.tmp, err, "")
 	}
-	rename := func() error {
-		err := publishRename(fsys)(tmp, dst) // RenameNoReplace, unless a planted bug (faults.go)
+	p.op = &pendingOp{files: []File{f}, dir: b.Sub(InboxNew), publish: func() error {
+		err := publishRename(fsys)(p.tmp, p.dst) // RenameNoReplace, unless a planted bug (faults.go)
 		if errors.Is(err, errExist) {
 			err = fmt.Errorf("%w: message %s", ErrExists, m.ID)
 		}
 		return err
-	}
-	if group != nil {
-		err = group.commit(rename, b.Sub(InboxNew))
-	} else if err = rename(); err == nil {
-		err = fsys.SyncDir(b.Sub(InboxNew))
-	}
-	if err != nil {
-		fsys.Remove(tmp) // nothing, if the rename was made
-		return wrap("publish", dst, err, "")
+	}}
+	return p, nil
+}
+
+// finish returns the outcome of p's batch, removing what is left in tmp/
+// if it failed.
+func (p *publishOp) finish(fsys FS) error {
+	if p.op.err != nil {
+		fsys.Remove(p.tmp) // nothing, if the rename was made
+		return wrap("publish", p.dst, p.op.err, "")
 	}
 	return nil
 }
 
-// createFile creates name exclusively and writes data, and fsyncs it if
-// sync is set. The directory entry is not yet durable.
-func createFile(fsys FS, name string, data []byte, sync bool) error {
+// writeNew creates name exclusively and writes data, and returns the
+// file, open. Neither the data nor the directory entry is durable yet.
+func writeNew(fsys FS, name string, data []byte) (File, error) {
 	f, err := fsys.Create(name, filePerm)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
+	return f, nil
 }
 
 // BadMessage is a file in an inbox that could not be read as a message.

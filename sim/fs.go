@@ -68,6 +68,12 @@ type FS struct {
 
 var _ fsstore.FS = (*FS)(nil)
 
+// Ordered tells fsstore that a seed must replay the same calls in the
+// same order: it makes its fsyncs one after another.
+func (f *FS) Ordered() {}
+
+var _ fsstore.Ordered = (*FS)(nil)
+
 type inode struct {
 	dir   bool
 	mode  fs.FileMode
