@@ -1,0 +1,150 @@
+package fsstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// syncCountFS counts SyncFS calls on the real file system, and fails
+// them while fail is set.
+type syncCountFS struct {
+	OS
+	syncfs atomic.Int64
+	fail   atomic.Bool
+}
+
+var errBarrier = errors.New("injected syncfs failure")
+
+func (c *syncCountFS) SyncFS(name string) error {
+	c.syncfs.Add(1)
+	if c.fail.Load() {
+		return errBarrier
+	}
+	return c.OS.SyncFS(name)
+}
+
+// TestGroupCommitLoneOpFsyncsItsOwn: a create or a send with no company
+// makes no syncfs (it fsyncs its own files), and a batch makes exactly
+// one.
+func TestGroupCommitLoneOpFsyncsItsOwn(t *testing.T) {
+	fsys := &syncCountFS{}
+	s := mustOpen(t, t.TempDir(), Options{FS: fsys})
+	a, err := s.CreateAgent(&Session{Name: "a", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&Message{From: User, To: a.ID(), Kind: KindMessage, Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := fsys.syncfs.Load(); n != 0 {
+		t.Fatalf("lone operations made %d syncfs", n)
+	}
+	_, errs := s.CreateAgents([]*Session{{Name: "b", Provider: "script"}, {Name: "c", Provider: "script"}})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := fsys.syncfs.Load(); n != 1 {
+		t.Fatalf("a batch of two creates made %d syncfs, want 1", n)
+	}
+	res := mustScan(t, mustOpen(t, s.layout.Home, Options{}), ScanOptions{})
+	defer closeAgents(res)
+	if got := len(res.Agents); got != 3 || len(res.Findings) != 0 {
+		t.Fatalf("%d agents, findings %v; want 3 and none", got, res.Findings)
+	}
+}
+
+// TestGroupCommitFailedBarrierFailsTheBatch: when the barrier fails, no
+// operation of the batch is acknowledged or published, nothing of them
+// is left behind, and the store goes on working.
+func TestGroupCommitFailedBarrierFailsTheBatch(t *testing.T) {
+	fsys := &syncCountFS{}
+	s := mustOpen(t, t.TempDir(), Options{FS: fsys})
+	r, err := s.CreateAgent(&Session{Name: "r", Provider: "script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.fail.Store(true)
+	as, errs := s.CreateAgents([]*Session{{Name: "b", Provider: "script"}, {Name: "c", Provider: "script"}})
+	for i, err := range errs {
+		if !errors.Is(err, errBarrier) || as[i] != nil {
+			t.Fatalf("create %d: %v, %v; want the barrier's error", i, as[i], err)
+		}
+	}
+	msgs := []*Message{{From: User, To: r.ID(), Text: "1"}, {From: User, To: User, Text: "2"}}
+	for i, err := range s.SendAll(msgs) {
+		if !errors.Is(err, errBarrier) {
+			t.Fatalf("send %d: %v; want the barrier's error", i, err)
+		}
+	}
+	for _, dir := range []string{s.layout.AgentsDir(), r.Files().Inbox().Sub(InboxTmp), r.Files().Inbox().Sub(InboxNew),
+		s.layout.UserInbox().Sub(InboxTmp), s.layout.UserInbox().Sub(InboxNew)} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if dir == s.layout.AgentsDir() {
+			want = 1 // r
+		}
+		if len(entries) != want {
+			t.Errorf("%s holds %d entries after the failed batch, want %d", dir, len(entries), want)
+		}
+	}
+	fsys.fail.Store(false)
+	if _, errs := s.CreateAgents([]*Session{{Name: "b", Provider: "script"}, {Name: "c", Provider: "script"}}); errors.Join(errs...) != nil {
+		t.Fatalf("after the failure: %v", errors.Join(errs...))
+	}
+	res := mustScan(t, mustOpen(t, s.layout.Home, Options{}), ScanOptions{})
+	defer closeAgents(res)
+	if got := len(res.Agents); got != 3 || len(res.Findings) != 0 {
+		t.Fatalf("%d agents, findings %v; want 3 and none", got, res.Findings)
+	}
+}
+
+// TestGroupCommitConcurrent: many goroutines create agents and send to
+// them at once (run with -race); every acknowledged operation is on disk
+// for a fresh store, and no rename of one batch is lost to another.
+func TestGroupCommitConcurrent(t *testing.T) {
+	const workers, each = 16, 4
+	s := mustOpen(t, t.TempDir(), Options{})
+	var wg sync.WaitGroup
+	ids := make([][]string, workers)
+	errs := make(chan error, workers*each*2)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				a, err := s.CreateAgent(&Session{Name: fmt.Sprintf("w%d-%d", w, i), Provider: "script"})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[w] = append(ids[w], a.ID())
+				a.Close()
+				if err := s.Send(&Message{From: User, To: a.ID(), Kind: KindMessage, Text: "hi"}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	res := mustScan(t, mustOpen(t, s.layout.Home, Options{}), ScanOptions{})
+	defer closeAgents(res)
+	if len(res.Agents) != workers*each || len(res.Findings) != 0 {
+		t.Fatalf("%d agents (want %d), findings %v", len(res.Agents), workers*each, res.Findings)
+	}
+	for _, a := range res.Agents {
+		if a.PendingAtLoad() != 1 {
+			t.Errorf("agent %s has %d pending messages, want 1", a.ID(), a.PendingAtLoad())
+		}
+	}
+}
