@@ -148,3 +148,19 @@ func TestGroupCommitConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestScanRemovesUserTmpLeftover: a message to USER that a crash left in
+// inbox/tmp (a batch's syncfs made its name durable, the rename never
+// came) is a leftover, removed by a repairing scan.
+func TestScanRemovesUserTmpLeftover(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	path := s.layout.UserInbox().Path(InboxTmp, idMsg1)
+	writeFile(t, path, []byte("{}\n"))
+	res := mustScan(t, s, ScanOptions{Repair: true})
+	if len(res.Findings) != 1 || res.Findings[0].Kind != FindLeftover || res.Findings[0].Path != path || !res.Findings[0].Repaired {
+		t.Fatalf("findings %+v; want one repaired leftover at %s", res.Findings, path)
+	}
+	if exists(path) {
+		t.Fatalf("%s is still there", path)
+	}
+}
