@@ -77,7 +77,13 @@ func (n noFsyncFS) OpenAppend(name string) (File, error) {
 }
 
 func (noFsyncFS) SyncDir(string) error { return nil }
-func (noFsyncFS) SyncFS(string) error  { return nil }
+
+func (noFsyncFS) OpenFSSync(string) (FSSync, error) { return noFSSync{}, nil }
+
+type noFSSync struct{}
+
+func (noFSSync) Sync() error  { return nil }
+func (noFSSync) Close() error { return nil }
 
 type noFsyncFile struct{ File }
 

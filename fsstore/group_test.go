@@ -6,10 +6,11 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
-// syncCountFS counts SyncFS calls on the real file system, and fails
+// syncCountFS counts the syncfs calls on the real file system, and fails
 // them while fail is set.
 type syncCountFS struct {
 	OS
@@ -19,12 +20,25 @@ type syncCountFS struct {
 
 var errBarrier = errors.New("injected syncfs failure")
 
-func (c *syncCountFS) SyncFS(name string) error {
-	c.syncfs.Add(1)
-	if c.fail.Load() {
+func (c *syncCountFS) OpenFSSync(name string) (FSSync, error) {
+	h, err := c.OS.OpenFSSync(name)
+	if err != nil {
+		return nil, err
+	}
+	return countingFSSync{h, c}, nil
+}
+
+type countingFSSync struct {
+	FSSync
+	c *syncCountFS
+}
+
+func (s countingFSSync) Sync() error {
+	s.c.syncfs.Add(1)
+	if s.c.fail.Load() {
 		return errBarrier
 	}
-	return c.OS.SyncFS(name)
+	return s.FSSync.Sync()
 }
 
 // TestGroupCommitLoneOpFsyncsItsOwn: a create or a send with no company
@@ -49,6 +63,18 @@ func TestGroupCommitLoneOpFsyncsItsOwn(t *testing.T) {
 	}
 	if n := fsys.syncfs.Load(); n != 1 {
 		t.Fatalf("a batch of two creates made %d syncfs, want 1", n)
+	}
+	// A create that fails before its commit (its temporary directory is
+	// there) ends too: with nothing in flight, the handle on the file
+	// system is closed (it would keep it busy, and unmountable).
+	if err := os.Mkdir(s.layout.TempAgentDir(idA), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateAgent(&Session{ID: idA, Name: "d", Provider: "script"}); err == nil {
+		t.Fatal("create over a leftover temporary directory succeeded")
+	}
+	if s.group.inflight != 0 || s.group.fsys != nil {
+		t.Fatalf("%d operations in flight, handle %v; want none", s.group.inflight, s.group.fsys)
 	}
 	res := mustScan(t, mustOpen(t, s.layout.Home, Options{}), ScanOptions{})
 	defer closeAgents(res)
@@ -162,5 +188,34 @@ func TestScanRemovesUserTmpLeftover(t *testing.T) {
 	}
 	if exists(path) {
 		t.Fatalf("%s is still there", path)
+	}
+}
+
+// TestGroupCommitErrorBeforeBarrierFailsEarlierOps: syncfs cannot say in
+// which file a write-back error was, so an operation that began before
+// a batch's syncfs reported one fails at its own barrier, even if that
+// barrier succeeds; one that began after it does not.
+func TestGroupCommitErrorBeforeBarrierFailsEarlierOps(t *testing.T) {
+	fsys := &syncCountFS{}
+	s := mustOpen(t, t.TempDir(), Options{FS: fsys})
+	early, err := s.group.begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.fail.Store(true)
+	if _, errs := s.CreateAgents([]*Session{{Name: "b", Provider: "script"}, {Name: "c", Provider: "script"}}); !errors.Is(errs[0], errBarrier) {
+		t.Fatalf("create with a failing syncfs: %v", errs[0])
+	}
+	fsys.fail.Store(false)
+	late, err := s.group.begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.group.commit(early, late)
+	if !errors.Is(early.err, syscall.EIO) {
+		t.Errorf("the op begun before the reported error: %v, want EIO", early.err)
+	}
+	if late.err != nil {
+		t.Errorf("the op begun after it: %v", late.err)
 	}
 }

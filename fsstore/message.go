@@ -87,11 +87,12 @@ func mkdirIfMissing(fsys FS, dir string) error {
 // Publish returns nil the message may be acknowledged to its sender.
 // (Store.Send does the same in a batch of group commit.)
 func Publish(fsys FS, b Inbox, m *Message) error {
-	p, err := preparePublish(fsys, b, m)
+	c := newCommitter(fsys, "") // batches of one
+	p, err := preparePublish(fsys, c, b, m)
 	if err != nil {
 		return err
 	}
-	newCommitter(fsys, b.Dir).commit(p.op) // a batch of one
+	c.commit(p.op)
 	return p.finish(fsys)
 }
 
@@ -105,8 +106,9 @@ type publishOp struct {
 	dst   string
 }
 
-// preparePublish writes m to the inbox's tmp/, not yet durable.
-func preparePublish(fsys FS, b Inbox, m *Message) (*publishOp, error) {
+// preparePublish writes m to the inbox's tmp/, not yet durable, for a
+// batch of c.
+func preparePublish(fsys FS, c *committer, b Inbox, m *Message) (*publishOp, error) {
 	if m.Version == 0 {
 		m.Version = Version
 	}
@@ -121,7 +123,11 @@ func preparePublish(fsys FS, b Inbox, m *Message) (*publishOp, error) {
 	if len(data) > MaxMessageSize {
 		return nil, wrap("publish", b.Dir, fmt.Errorf("%w: message is %d bytes, limit %d", ErrTooLarge, len(data), MaxMessageSize), "")
 	}
-	p := &publishOp{inbox: b, tmp: b.Path(InboxTmp, m.ID), dst: b.Path(InboxNew, m.ID)}
+	op, err := c.begin()
+	if err != nil {
+		return nil, wrap("publish", b.Dir, err, "")
+	}
+	p := &publishOp{op: op, inbox: b, tmp: b.Path(InboxTmp, m.ID), dst: b.Path(InboxNew, m.ID)}
 	f, err := writeNew(fsys, p.tmp, data)
 	if errors.Is(err, errExist) {
 		// A leftover of this same message, from a send cut short by a
@@ -133,15 +139,17 @@ func preparePublish(fsys FS, b Inbox, m *Message) (*publishOp, error) {
 	}
 	if err != nil {
 		fsys.Remove(p.tmp)
+		c.cancel(op)
 		return nil, wrap("publish", p.tmp, err, "")
 	}
-	p.op = &pendingOp{files: []File{f}, dir: b.Sub(InboxNew), publish: func() error {
+	op.files, op.dir = []File{f}, b.Sub(InboxNew)
+	op.publish = func() error {
 		err := publishRename(fsys)(p.tmp, p.dst) // RenameNoReplace, unless a planted bug (faults.go)
 		if errors.Is(err, errExist) {
 			err = fmt.Errorf("%w: message %s", ErrExists, m.ID)
 		}
 		return err
-	}}
+	}
 	return p, nil
 }
 

@@ -244,23 +244,34 @@ func (s *Store) prepareAgent(sess *Session) (*newAgentOp, error) {
 
 // buildAgentDir writes a new agent's directory, not yet durable: the
 // barrier of its batch makes it so. The returned op holds the files, open.
-func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) (*pendingOp, error) {
+func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) (_ *pendingOp, err error) {
+	op, err := s.group.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.group.cancel(op)
+		}
+	}()
 	if err := s.fs.Mkdir(a.Dir, dirPerm); err != nil {
 		return nil, err
 	}
 	if err := mkInbox(s.fs, a.Inbox()); err != nil {
 		return nil, err
 	}
-	events, err := writeNew(s.fs, a.Events(), eventLine)
-	if err != nil {
-		return nil, err
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{a.Events(), eventLine}, {a.Session(), snapshot}} {
+		file, err := writeNew(s.fs, f.path, f.data)
+		if err != nil {
+			return nil, err
+		}
+		op.files = append(op.files, file)
 	}
-	snap, err := writeNew(s.fs, a.Session(), snapshot)
-	if err != nil {
-		events.Close()
-		return nil, err
-	}
-	return &pendingOp{files: []File{events, snap}, dirs: []string{a.Inbox().Dir, a.Dir}}, nil
+	op.dirs = []string{a.Inbox().Dir, a.Dir}
+	return op, nil
 }
 
 // agentsDirSync is the directory a create's batch fsyncs after the
@@ -287,7 +298,7 @@ func (s *Store) SendAll(msgs []*Message) []error {
 		inbox, err := s.inboxOf(m)
 		var p *publishOp
 		if err == nil {
-			p, err = preparePublish(s.fs, inbox, m)
+			p, err = preparePublish(s.fs, s.group, inbox, m)
 		}
 		if err != nil {
 			errs[i] = noInbox(err, inbox, m)

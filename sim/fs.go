@@ -39,8 +39,8 @@ const SectorSize = 512
 //     rename across directories is durable only once both directories are
 //     fsynced (with only the destination synced, the file has both names
 //     after a crash; with only the source, it has neither).
-//   - SyncFS makes every file and directory durable as it is, as
-//     syncfs(2) does for a whole file system.
+//   - The Sync of OpenFSSync's handle makes every file and directory
+//     durable as it is, as syncfs(2) does for a whole file system.
 //   - WriteFileAtomic creates a temporary file ".<base><digits>" beside
 //     the target, writes and fsyncs it, and renames it over the target; it
 //     does not fsync the directory.
@@ -568,19 +568,37 @@ func (f *FS) SyncDir(name string) error {
 	return nil
 }
 
-// SyncFS models syncfs(2): every file and directory reachable from the
+// OpenFSSync returns a handle whose Sync models syncfs(2) (see
+// syncFS). name must exist: it names the file system.
+func (f *FS) OpenFSSync(name string) (fsstore.FSSync, error) {
+	if err := f.read("open", name); err != nil {
+		return nil, err
+	}
+	defer f.mu.Unlock()
+	if _, err := f.lookupLocked(name); err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	return fsSync{f, name}, nil
+}
+
+type fsSync struct {
+	f    *FS
+	name string
+}
+
+func (s fsSync) Sync() error  { return s.f.syncFS(s.name) }
+func (s fsSync) Close() error { return nil }
+
+// syncFS models syncfs(2): every file and directory reachable from the
 // root is made durable as it is now, as if each file were fsynced and
 // then each directory. Entries that are gone from the volatile tree (an
 // old name of a renamed file, a removed file) stop being durable with
-// them. name must exist: it names the file system.
-func (f *FS) SyncFS(name string) error {
+// them.
+func (f *FS) syncFS(name string) error {
 	if err := f.enter("syncfs", name); err != nil {
 		return err
 	}
 	defer f.mu.Unlock()
-	if _, err := f.lookupLocked(name); err != nil {
-		return pathErr("open", name, err)
-	}
 	seen := map[*inode]bool{}
 	var walk func(n *inode)
 	walk = func(n *inode) {
