@@ -246,7 +246,7 @@
 // scan), or absent. A failed barrier fails the whole batch and renames
 // nothing; a failed directory fsync fails the operations renamed into
 // that directory, as a single operation's would.
-
+//
 // # Messages
 //
 // A message is a JSON file named <message-id>.json with version, id, from
