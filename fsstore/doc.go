@@ -245,7 +245,9 @@
 // under its temporary name (never acknowledged, removed by the next
 // scan), or absent. A failed barrier fails the whole batch and renames
 // nothing; a failed directory fsync fails the operations renamed into
-// that directory, as a single operation's would.
+// that directory, as a single operation's would. syncfs cannot say which
+// file a write-back error was in, so one it reports also fails every
+// operation begun before it (group.go).
 //
 // # Messages
 //
