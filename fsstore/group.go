@@ -66,6 +66,7 @@ type committer struct {
 	fs      FS
 	root    string // a directory of the file system to syncfs (the home); "": batches of one only
 	ordered bool   // fs is Ordered: fsyncs one after another
+	alone   bool   // every operation is a batch of its own (BenchmarkGroupCommit's baseline)
 
 	mu    sync.Mutex // guards the fields below
 	queue []*pendingOp
@@ -157,6 +158,15 @@ func (c *committer) endLocked(n int) {
 func (c *committer) commit(ops ...*pendingOp) {
 	for _, p := range ops {
 		p.wake = make(chan bool, 1)
+	}
+	if c.alone {
+		for _, p := range ops {
+			c.flush([]*pendingOp{p})
+		}
+		c.mu.Lock()
+		c.endLocked(len(ops))
+		c.mu.Unlock()
+		return
 	}
 	c.mu.Lock()
 	c.queue = append(c.queue, ops...) // together: they go in one batch
