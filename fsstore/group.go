@@ -269,7 +269,10 @@ func (c *committer) barrier(batch []*pendingOp) error {
 // operations that began before a write-back error was reported (see
 // begin), and the whole batch if this syncfs reports one.
 func (c *committer) syncFS(batch []*pendingOp) error {
-	err := c.fsys.Sync()
+	c.mu.Lock()
+	h := c.fsys // open: the batch is in flight
+	c.mu.Unlock()
+	err := h.Sync()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
