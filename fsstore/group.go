@@ -64,7 +64,7 @@ import (
 // committer flushes batches of pending operations: one per Store.
 type committer struct {
 	fs      FS
-	root    string // a directory of the file system to syncfs (the home); "": batches of one only
+	root    string // a directory of the file system to syncfs (the home); "": no syncfs, every batch fsyncs its files
 	ordered bool   // fs is Ordered: fsyncs one after another
 	alone   bool   // every operation is a batch of its own (BenchmarkGroupCommit's baseline)
 
@@ -101,8 +101,9 @@ type pendingOp struct {
 	wake  chan bool // true: lead the next batch; false: done, err is set
 }
 
-// newCommitter returns the committer of the home root; with root "", one
-// that commits batches of one (Publish).
+// newCommitter returns the committer of the home root. With root "" (the
+// store's directories are not on one file system, or Publish) a batch
+// fsyncs each of its files and directories instead of calling syncfs.
 func newCommitter(fsys FS, root string) *committer {
 	_, ordered := fsys.(Ordered)
 	return &committer{fs: fsys, root: root, ordered: ordered}
@@ -250,7 +251,7 @@ func (c *committer) barrier(batch []*pendingOp) error {
 	var err error
 	switch {
 	case planted(BugNoBarrier): // planted bug (faults.go); never set outside the sim's tests
-	case len(batch) > 1:
+	case len(batch) > 1 && c.root != "":
 		err = c.syncFS(batch)
 	default:
 		err = errors.Join(c.parallel(syncs)...)

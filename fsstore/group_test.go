@@ -219,3 +219,38 @@ func TestGroupCommitErrorBeforeBarrierFailsEarlierOps(t *testing.T) {
 		t.Errorf("the op begun after it: %v", late.err)
 	}
 }
+
+// TestGroupCommitWithoutOneFileSystem: with agents/ on another file
+// system than the home (a symlink), one syncfs would not cover a batch:
+// a batch then fsyncs its files and directories, and calls no syncfs.
+func TestGroupCommitWithoutOneFileSystem(t *testing.T) {
+	other, err := os.MkdirTemp("/dev/shm", "substrat-agents-")
+	if err != nil {
+		t.Skipf("no /dev/shm to put agents/ on: %v", err)
+	}
+	defer os.RemoveAll(other)
+	home := t.TempDir()
+	var a, b syscall.Stat_t
+	if syscall.Stat(home, &a) != nil || syscall.Stat(other, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the same file system as the temporary directory")
+	}
+	if err := os.Symlink(other, home+"/agents"); err != nil {
+		t.Fatal(err)
+	}
+	fsys := &syncCountFS{}
+	s := mustOpen(t, home, Options{FS: fsys})
+	if s.group.root != "" {
+		t.Fatalf("the committer syncfs's %s though agents/ is on another file system", s.group.root)
+	}
+	if _, errs := s.CreateAgents([]*Session{{Name: "b", Provider: "script"}, {Name: "c", Provider: "script"}}); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	if n := fsys.syncfs.Load(); n != 0 {
+		t.Fatalf("%d syncfs calls", n)
+	}
+	res := mustScan(t, mustOpen(t, home, Options{}), ScanOptions{})
+	defer closeAgents(res)
+	if len(res.Agents) != 2 {
+		t.Fatalf("%d agents, want 2", len(res.Agents))
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -81,7 +82,33 @@ func Open(home string, opts Options) (*Store, error) {
 	if err := s.fs.SyncDir(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}
+	if !s.oneFileSystem() {
+		s.group = newCommitter(s.fs, "") // syncfs of the home would not cover them all
+	}
 	return s, nil
+}
+
+// oneFileSystem reports whether the home, agents/ and USER's inbox are on
+// one file system (agents/ could be a symlink or a mount point), so that
+// one syncfs makes all of them durable. Where the FS does not say, it
+// assumes so.
+func (s *Store) oneFileSystem() bool {
+	var dev uint64
+	for i, dir := range []string{s.layout.Home, s.layout.AgentsDir(), s.layout.UserInbox().Dir} {
+		fi, err := s.fs.Stat(dir)
+		if err != nil {
+			return false
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return true
+		}
+		if i > 0 && uint64(st.Dev) != dev {
+			return false
+		}
+		dev = uint64(st.Dev)
+	}
+	return true
 }
 
 func (s *Store) mkdirAll(dir string) error {
