@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,6 +79,13 @@ type committer struct {
 	// say in which file: an operation that began before one was reported
 	// may have lost its data, and fails (see begin).
 	errs uint64
+
+	// Guarded by being flushed by one leader at a time: the cost of a
+	// batch's barrier per operation, with syncfs and with an fsync of
+	// each file and directory, averaged over the last batches (see
+	// useSyncFS), and the batches flushed.
+	cost    [2]time.Duration
+	batches int
 }
 
 // pendingOp is an operation whose files are written and wait for the
@@ -251,10 +259,19 @@ func (c *committer) barrier(batch []*pendingOp) error {
 	var err error
 	switch {
 	case planted(BugNoBarrier): // planted bug (faults.go); never set outside the sim's tests
-	case len(batch) > 1 && c.root != "":
-		err = c.syncFS(batch)
-	default:
+	case len(batch) == 1:
 		err = errors.Join(c.parallel(syncs)...)
+	default:
+		way := c.barrierWay()
+		start := time.Now()
+		if way == bySyncFS {
+			err = c.syncFS(batch)
+		} else {
+			err = errors.Join(c.parallel(syncs)...)
+		}
+		if err == nil {
+			c.costs(way, time.Since(start)/time.Duration(len(batch)))
+		}
 	}
 	for _, p := range batch {
 		for _, f := range p.files {
@@ -264,6 +281,48 @@ func (c *committer) barrier(batch []*pendingOp) error {
 		}
 	}
 	return err
+}
+
+// The two barriers of a batch of several.
+const (
+	bySyncFS = iota // one syncfs
+	byFsyncs        // an fsync of each file and directory, in parallel
+)
+
+// barrierWay picks the barrier of the next batch of several: the one
+// whose recent batches cost less per operation. syncfs is usually the
+// cheaper by far, but it also writes back whatever else is dirty on the
+// file system (other programs' writes): while that makes it dearer, the
+// batches fsync their own files. Every 16th batch tries the other way,
+// so that the costs follow the disk. Without a single file system, or
+// on an Ordered FS (the simulation replays calls in a fixed order), the
+// choice is fixed.
+func (c *committer) barrierWay() int {
+	switch {
+	case c.root == "":
+		return byFsyncs
+	case c.ordered:
+		return bySyncFS
+	}
+	c.batches++
+	way := bySyncFS
+	if c.cost[byFsyncs] < c.cost[bySyncFS] {
+		way = byFsyncs
+	}
+	if c.batches%16 == 0 {
+		way = 1 - way
+	}
+	return way
+}
+
+// costs folds the cost per operation of a batch's barrier into the
+// average of its way (a weight of 1/4 for the newest).
+func (c *committer) costs(way int, d time.Duration) {
+	if c.cost[way] == 0 {
+		c.cost[way] = d
+		return
+	}
+	c.cost[way] += (d - c.cost[way]) / 4
 }
 
 // syncFS is the barrier of a batch of several: one syncfs. It fails the

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // syncCountFS counts the syncfs calls on the real file system, and fails
@@ -40,6 +41,10 @@ func (s countingFSSync) Sync() error {
 	}
 	return s.FSSync.Sync()
 }
+
+// forceSyncFS makes syncfs look far cheaper to s's committer than
+// fsyncs, so that its batches (fewer than 16) all use it.
+func forceSyncFS(s *Store) { s.group.cost[byFsyncs] = time.Hour }
 
 // TestGroupCommitLoneOpFsyncsItsOwn: a create or a send with no company
 // makes no syncfs (it fsyncs its own files), and a batch makes exactly
@@ -89,6 +94,7 @@ func TestGroupCommitLoneOpFsyncsItsOwn(t *testing.T) {
 func TestGroupCommitFailedBarrierFailsTheBatch(t *testing.T) {
 	fsys := &syncCountFS{}
 	s := mustOpen(t, t.TempDir(), Options{FS: fsys})
+	forceSyncFS(s)
 	r, err := s.CreateAgent(&Session{Name: "r", Provider: "script"})
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +204,7 @@ func TestScanRemovesUserTmpLeftover(t *testing.T) {
 func TestGroupCommitErrorBeforeBarrierFailsEarlierOps(t *testing.T) {
 	fsys := &syncCountFS{}
 	s := mustOpen(t, t.TempDir(), Options{FS: fsys})
+	forceSyncFS(s)
 	early, err := s.group.begin()
 	if err != nil {
 		t.Fatal(err)
@@ -252,5 +259,36 @@ func TestGroupCommitWithoutOneFileSystem(t *testing.T) {
 	defer closeAgents(res)
 	if len(res.Agents) != 2 {
 		t.Fatalf("%d agents, want 2", len(res.Agents))
+	}
+}
+
+// TestGroupCommitBarrierFollowsItsCost: a batch of several takes the
+// barrier whose recent batches cost less per operation, syncfs first,
+// and tries the other one every 16th batch.
+func TestGroupCommitBarrierFollowsItsCost(t *testing.T) {
+	c := newCommitter(OS{}, "/")
+	var ways []int
+	for range 3 {
+		w := c.barrierWay()
+		ways = append(ways, w)
+		c.costs(w, map[int]time.Duration{bySyncFS: time.Millisecond, byFsyncs: 3 * time.Millisecond}[w])
+	}
+	if want := []int{bySyncFS, byFsyncs, bySyncFS}; fmt.Sprint(ways) != fmt.Sprint(want) {
+		t.Fatalf("ways %v, want %v (syncfs, then fsyncs once to measure them, then the cheaper)", ways, want)
+	}
+	for c.batches < 15 {
+		if w := c.barrierWay(); w != bySyncFS {
+			t.Fatalf("batch %d took the dearer barrier", c.batches)
+		}
+	}
+	if w := c.barrierWay(); w != byFsyncs {
+		t.Fatalf("the 16th batch did not try the other barrier")
+	}
+	// syncfs grows dear (another program's writes): the fsyncs take over.
+	for range 8 {
+		c.costs(bySyncFS, 10*time.Millisecond)
+	}
+	if w := c.barrierWay(); w != byFsyncs {
+		t.Fatalf("took syncfs at %v per operation over fsyncs at %v", c.cost[bySyncFS], c.cost[byFsyncs])
 	}
 }
