@@ -236,9 +236,11 @@
 // each directory renamed into is fsynced once, and only then is any
 // operation of it acknowledged. The barrier is syncfs(2) of the home's
 // file system when the batch holds several operations (and the home,
-// agents/ and inbox/ are on that one file system), and otherwise an
-// fsync of each of its files and new directories: a lone operation so
-// never waits for another program's writes. The durability argument is
+// agents/ and inbox/ are on that one file system, and syncfs has not
+// lately cost more than fsyncs, as it does while other programs have
+// much unwritten data), and otherwise an fsync of each of its files and
+// new directories: a lone operation so never waits for another
+// program's writes. The durability argument is
 // the one of a single operation, with the barrier in place of its
 // fsyncs: nothing is renamed to its final name before its content is
 // durable, and nothing is acknowledged before the rename is. A crash in a

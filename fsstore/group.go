@@ -23,9 +23,10 @@ import (
 // A batch is flushed in three steps:
 //
 //  1. The barrier makes every temporary file and directory of the batch
-//     durable: one syncfs(2) of the home's file system for a batch of
-//     several; for a lone operation, an fsync of each of its own files
-//     and directories, in parallel.
+//     durable: for a lone operation, an fsync of each of its own files
+//     and directories, in parallel; for a batch of several, one
+//     syncfs(2) of the home's file system, or the fsyncs of all its
+//     files and directories while they cost less (barrierWay).
 //  2. Each operation's publish: the rename of its temporary name to its
 //     final one, which never overwrites (RenameNoReplace). One may fail
 //     alone (the name exists); the others go on.
@@ -57,10 +58,11 @@ import (
 // commit, which parallel fsyncs share only in part, while syncfs writes
 // every dirty inode in one pass and commits once. The price of syncfs is
 // that it also writes back whatever else is dirty on the file system,
-// other programs' writes included, and the batch waits for them. A lone
-// operation has no company to share the barrier with, so it fsyncs its
-// own files (as fast as syncfs on a quiet disk, and it waits for no one
-// else's writes on a busy one).
+// other programs' writes included, and the batch waits for them: so the
+// committer measures both ways and takes the cheaper (barrierWay). A
+// lone operation has no company to share the barrier with, so it fsyncs
+// its own files (as fast as syncfs on a quiet disk, and it waits for no
+// one else's writes on a busy one).
 
 // committer flushes batches of pending operations: one per Store.
 type committer struct {
