@@ -19,8 +19,8 @@
 //
 // These are the counts of an operation alone. Creates and sends that run
 // at once share them (group commit, fsstore/group.go): a batch makes its
-// files durable with one syncfs, and fsyncs each directory it renamed
-// into once. The fsyncs/s figures of those two still count an
+// files durable with one syncfs (or their fsyncs, while syncfs costs
+// more), and fsyncs each directory it renamed into once. The fsyncs/s figures of those two still count an
 // operation's fsyncs alone: they say how far the operation is from the
 // disk's limit, not how many fsyncs reached it.
 //
