@@ -223,18 +223,44 @@
 // # Creating an agent
 //
 // The directory is built as agents/.tmp-<id>/ with its session.json
-// (last_seq 1), its first event and its inbox, all fsynced; it is renamed
-// to agents/<id> without replacing anything, and agents/ is fsynced. A
-// crash leaves either no agent or a whole one; a .tmp-* leftover is removed
-// by the next scan. A child's parent_id is in its own session.json, so the
-// tree link commits with the child.
+// (last_seq 1), its first event and its inbox, made durable; it is
+// renamed to agents/<id> without replacing anything, and agents/ is
+// fsynced. A crash leaves either no agent or a whole one; a .tmp-*
+// leftover is removed by the next scan. A child's parent_id is in its own
+// session.json, so the tree link commits with the child.
+//
+// # Group commit
+//
+// Creates and sends that run at once share their fsyncs (group.go); the
+// files they write are the same as one at a time. Each operation writes
+// its files under their temporary name without fsyncing them, then joins
+// a batch. A batch is made durable by one barrier, then renamed, then
+// each directory renamed into is fsynced once, and only then is any
+// operation of it acknowledged. The barrier is syncfs(2) of the home's
+// file system when the batch holds several operations (and the home,
+// agents/ and inbox/ are on that one file system, and syncfs has not
+// lately cost more than fsyncs, as it does while other programs have
+// much unwritten data), and otherwise an fsync of each of its files and
+// new directories: a lone operation so never waits for another
+// program's writes. The durability argument is
+// the one of a single operation, with the barrier in place of its
+// fsyncs: nothing is renamed to its final name before its content is
+// durable, and nothing is acknowledged before the rename is. A crash in a
+// batch leaves each of its operations whole under its final name, or
+// under its temporary name (never acknowledged, removed by the next
+// scan), or absent. A failed barrier fails the whole batch and renames
+// nothing; a failed directory fsync fails the operations renamed into
+// that directory, as a single operation's would. syncfs cannot say which
+// file a write-back error was in, so one it reports also fails every
+// operation begun before it (group.go).
 //
 // # Messages
 //
 // A message is a JSON file named <message-id>.json with version, id, from
 // (an agent id, USER or SYSTEM), from_name, to, kind (message, reply,
 // system), reply_to, text and sent_at. Sending writes it to the recipient's
-// inbox/tmp/ and fsyncs it, moves it to inbox/new/ with a rename that never
+// inbox/tmp/ and makes it durable (with the messages and agents of its
+// batch: see Group commit), moves it to inbox/new/ with a rename that never
 // overwrites, and fsyncs new/; only then is the sender answered. A message
 // left in tmp/ was never acknowledged and is removed by the next scan.
 // A message is delivered when the turn that took it has ended: a

@@ -28,10 +28,14 @@ const (
 	// BugNoTornTailRepair makes a repairing scan report a torn tail of
 	// events.jsonl but not cut it off (scan.go, loadAgent).
 	BugNoTornTailRepair
+	// BugNoBarrier makes group commit skip its barrier (group.go, flush):
+	// a batch's renames are published, and acknowledged, before the
+	// files they name are durable.
+	BugNoBarrier
 )
 
 // Bugs lists the bugs PlantBug can plant.
-var Bugs = []Bug{BugNoDirSyncAfterRename, BugAckBeforeSync, BugOverwritingPublish, BugNoTornTailRepair}
+var Bugs = []Bug{BugNoDirSyncAfterRename, BugAckBeforeSync, BugOverwritingPublish, BugNoTornTailRepair, BugNoBarrier}
 
 func (b Bug) String() string {
 	switch b {
@@ -45,6 +49,8 @@ func (b Bug) String() string {
 		return "overwriting-publish"
 	case BugNoTornTailRepair:
 		return "no-torn-tail-repair"
+	case BugNoBarrier:
+		return "no-barrier"
 	}
 	return "unknown"
 }

@@ -23,6 +23,10 @@ import (
 //     Rename, RenameNoReplace, Exchange, Link, Remove, RemoveAll or
 //     WriteFileAtomic is durable only after SyncDir of the directory that
 //     holds it returns.
+//   - FSSync.Sync makes durable, at once, every file's data and every
+//     directory entry of the whole file system: what a File.Sync of each
+//     file and a SyncDir of each directory would. It is the barrier of
+//     group commit (group.go).
 //   - WriteFileAtomic writes a temporary file in the target's directory,
 //     fsyncs it and renames it over the target. It does not fsync the
 //     directory; callers do (see writeFileDurable).
@@ -57,7 +61,27 @@ type FS interface {
 	Remove(name string) error
 	RemoveAll(name string) error
 	SyncDir(name string) error
+	// OpenFSSync returns a handle on the whole file system that holds
+	// name, any file or directory on it, for syncfs(2).
+	OpenFSSync(name string) (FSSync, error)
 }
+
+// FSSync is a handle on a whole file system.
+type FSSync interface {
+	// Sync makes every file and directory of the file system durable.
+	// It fails if the data of any file of the file system failed to be
+	// written back since the handle was opened or last reported such a
+	// failure: the failure need not be in a file the caller wrote, and
+	// it is reported once.
+	Sync() error
+	Close() error
+}
+
+// Ordered is implemented by an FS whose mutating calls must come in the
+// same order run after run: the simulation replays a seed and crashes it
+// at each call in turn. On it, the store makes one after another the
+// fsyncs it makes at once on others (group.go).
+type Ordered interface{ Ordered() }
 
 // File is a file open for writing through the FS seam.
 type File interface {
@@ -240,6 +264,31 @@ func (OS) SyncDir(name string) error {
 	}
 	return d.Close()
 }
+
+// OpenFSSync opens name as the descriptor that syncfs(2) is called on.
+// Since Linux 5.8 syncfs reports the write-back errors of the file system
+// since the descriptor was opened (errseq), each once.
+func (OS) OpenFSSync(name string) (FSSync, error) {
+	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return &osFSSync{fd: fd, name: name}, nil
+}
+
+type osFSSync struct {
+	fd   int
+	name string
+}
+
+func (s *osFSSync) Sync() error {
+	if err := unix.Syncfs(s.fd); err != nil {
+		return &fs.PathError{Op: "syncfs", Path: s.name, Err: err}
+	}
+	return nil
+}
+
+func (s *osFSSync) Close() error { return unix.Close(s.fd) }
 
 var errNotExist = fs.ErrNotExist
 

@@ -166,6 +166,14 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 		}
 		ids = append(ids, name)
 	}
+	// USER's inbox/tmp: a message to USER that a crash cut before its
+	// rename into new/ was never acknowledged.
+	userTmp := s.layout.UserInbox().Sub(InboxTmp)
+	if tmps, err := s.fs.ReadDir(userTmp); err == nil {
+		for _, e := range tmps {
+			report(s.removeLeftover(filepath.Join(userTmp, e.Name()), "", "message never published", opts.Repair))
+		}
+	}
 	// An agent in archive/ too is archived (or was moving when a copy of
 	// the home was taken): see archivedPair.
 	if archived, err := s.archivedIDs(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -40,6 +41,7 @@ type Store struct {
 	newID  func() string
 	logs   *openLogs
 	noCopy func() (release func(), ok bool)
+	group  *committer // group commit of creates and sends (group.go)
 }
 
 // Open prepares the home directory (creating it 0700 and its agents/,
@@ -59,7 +61,8 @@ func Open(home string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, wrap("open", home, err, "")
 	}
-	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs), noCopy: opts.NoCopy}
+	s := &Store{fs: opts.FS, layout: Layout{Home: home}, now: opts.Now, newID: opts.NewID, logs: newOpenLogs(opts.MaxOpenLogs), noCopy: opts.NoCopy,
+		group: newCommitter(opts.FS, home)}
 	if err := s.mkdirAll(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}
@@ -79,7 +82,33 @@ func Open(home string, opts Options) (*Store, error) {
 	if err := s.fs.SyncDir(home); err != nil {
 		return nil, wrap("open", home, err, "")
 	}
+	if !s.oneFileSystem() {
+		s.group = newCommitter(s.fs, "") // syncfs of the home would not cover them all
+	}
 	return s, nil
+}
+
+// oneFileSystem reports whether the home, agents/ and USER's inbox are on
+// one file system (agents/ could be a symlink or a mount point), so that
+// one syncfs makes all of them durable. Where the FS does not say, it
+// assumes so.
+func (s *Store) oneFileSystem() bool {
+	var dev uint64
+	for i, dir := range []string{s.layout.Home, s.layout.AgentsDir(), s.layout.UserInbox().Dir} {
+		fi, err := s.fs.Stat(dir)
+		if err != nil {
+			return false
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return true
+		}
+		if i > 0 && uint64(st.Dev) != dev {
+			return false
+		}
+		dev = uint64(st.Dev)
+	}
+	return true
 }
 
 func (s *Store) mkdirAll(dir string) error {
@@ -136,12 +165,64 @@ func (s *Store) Layout() Layout { return s.layout }
 func (s *Store) FS() FS { return s.fs }
 
 // CreateAgent makes a new agent directory atomically: it is built under a
-// temporary name with its session.json, its first event and its inbox, all
-// fsynced, then renamed to its id, and agents/ is fsynced. A crash leaves
-// either no agent or a whole one.
+// temporary name with its session.json, its first event and its inbox,
+// made durable, renamed to its id, and agents/ is fsynced. A crash leaves
+// either no agent or a whole one. Concurrent creates and sends share the
+// fsyncs (group commit, group.go).
 //
 // Empty fields of sess get defaults: a new ID, Version, CREATED and IDLE.
 func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
+	as, errs := s.CreateAgents([]*Session{sess})
+	return as[0], errs[0]
+}
+
+// CreateAgents creates agents as CreateAgent does, all in one batch of
+// group commit (a team made at once): for each session, the agent or
+// the error. Each agent is whole or absent after a crash, and they
+// share one barrier and one fsync of agents/.
+func (s *Store) CreateAgents(sessions []*Session) ([]*Agent, []error) {
+	agents, errs := make([]*Agent, len(sessions)), make([]error, len(sessions))
+	var news []*newAgentOp
+	var ops []*pendingOp
+	for i, sess := range sessions {
+		n, err := s.prepareAgent(sess)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		n.i = i
+		news, ops = append(news, n), append(ops, n.op)
+	}
+	if len(ops) > 0 {
+		s.group.commit(ops...)
+	}
+	for _, n := range news {
+		if err := n.op.err; err != nil {
+			s.fs.RemoveAll(n.tmp) // nothing, if the rename was made
+			errs[n.i] = wrap("create agent", n.final.Dir, err, "")
+			continue
+		}
+		a := newAgent(s, n.final, n.final.Events(), n.sess, logInfo{LastSeq: 1, Size: int64(len(n.line)), Lines: 1})
+		a.snapSeq, a.snapSum = 1, sha256.Sum256(n.snap)
+		agents[n.i] = a
+	}
+	return agents, errs
+}
+
+// newAgentOp is an agent directory written under its temporary name,
+// waiting for its batch.
+type newAgentOp struct {
+	i          int
+	op         *pendingOp
+	sess       *Session
+	tmp        string
+	final      AgentFiles
+	line, snap []byte // the first event and session.json
+}
+
+// prepareAgent fills in sess's defaults, validates it and writes its
+// directory under agents/.tmp-<id>, not yet durable.
+func (s *Store) prepareAgent(sess *Session) (*newAgentOp, error) {
 	sess = sess.Clone()
 	now := s.now().UTC()
 	if sess.ID == "" {
@@ -171,66 +252,117 @@ func (s *Store) CreateAgent(sess *Session) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	tmp := AgentFiles{Dir: s.layout.TempAgentDir(sess.ID)}
-	final := s.layout.Agent(sess.ID)
-	err = s.buildAgentDir(tmp, line, snap)
-	if err == nil {
-		err = s.fs.RenameNoReplace(tmp.Dir, final.Dir)
+	n := &newAgentOp{sess: sess, tmp: s.layout.TempAgentDir(sess.ID), final: s.layout.Agent(sess.ID), line: line, snap: snap}
+	n.op, err = s.buildAgentDir(AgentFiles{Dir: n.tmp}, line, snap)
+	if err != nil {
+		s.fs.RemoveAll(n.tmp)
+		return nil, wrap("create agent", n.final.Dir, err, "")
+	}
+	n.op.publish = func() error {
+		err := s.fs.RenameNoReplace(n.tmp, n.final.Dir)
 		if errors.Is(err, errExist) {
 			err = fmt.Errorf("%w: agent %s", ErrExists, sess.ID)
 		}
+		return err
 	}
-	if err != nil {
-		s.fs.RemoveAll(tmp.Dir)
-		return nil, wrap("create agent", final.Dir, err, "")
-	}
-	if !planted(BugNoDirSyncAfterRename) { // planted bug (faults.go); never set outside the sim's tests
-		if err := s.fs.SyncDir(s.layout.AgentsDir()); err != nil {
-			return nil, wrap("create agent", final.Dir, err, "")
-		}
-	}
-	a := newAgent(s, final, final.Events(), sess, logInfo{LastSeq: 1, Size: int64(len(line)), Lines: 1})
-	a.snapSeq, a.snapSum = 1, sha256.Sum256(snap)
-	return a, nil
+	n.op.dir = s.agentsDirSync()
+	return n, nil
 }
 
-func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) error {
+// buildAgentDir writes a new agent's directory, not yet durable: the
+// barrier of its batch makes it so. The returned op holds the files, open.
+func (s *Store) buildAgentDir(a AgentFiles, eventLine, snapshot []byte) (_ *pendingOp, err error) {
+	op, err := s.group.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.group.cancel(op)
+		}
+	}()
 	if err := s.fs.Mkdir(a.Dir, dirPerm); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mkInbox(s.fs, a.Inbox()); err != nil {
-		return err
+		return nil, err
 	}
-	if err := createDurable(s.fs, a.Events(), eventLine); err != nil {
-		return err
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{a.Events(), eventLine}, {a.Session(), snapshot}} {
+		file, err := writeNew(s.fs, f.path, f.data)
+		if err != nil {
+			return nil, err
+		}
+		op.files = append(op.files, file)
 	}
-	if err := createDurable(s.fs, a.Session(), snapshot); err != nil {
-		return err
+	op.dirs = []string{a.Inbox().Dir, a.Dir}
+	return op, nil
+}
+
+// agentsDirSync is the directory a create's batch fsyncs after the
+// rename: agents/, or none with BugNoDirSyncAfterRename planted.
+func (s *Store) agentsDirSync() string {
+	if planted(BugNoDirSyncAfterRename) { // planted bug (faults.go); never set outside the sim's tests
+		return ""
 	}
-	if err := s.fs.SyncDir(a.Inbox().Dir); err != nil {
-		return err
-	}
-	return s.fs.SyncDir(a.Dir)
+	return s.layout.AgentsDir()
 }
 
 // Send publishes m in its recipient's inbox (m.To is an agent id or User)
 // and returns once it is durable. m.ID and m.SentAt are set if empty.
-func (s *Store) Send(m *Message) error {
+// Concurrent sends and creates share the fsyncs (group commit, group.go).
+func (s *Store) Send(m *Message) error { return s.SendAll([]*Message{m})[0] }
+
+// SendAll sends messages as Send does, all in one batch of group commit
+// (a broadcast): for each message, nil once it is durable, or the error.
+func (s *Store) SendAll(msgs []*Message) []error {
+	errs := make([]error, len(msgs))
+	var pubs []*publishOp
+	var ops []*pendingOp
+	for i, m := range msgs {
+		inbox, err := s.inboxOf(m)
+		var p *publishOp
+		if err == nil {
+			p, err = preparePublish(s.fs, s.group, inbox, m)
+		}
+		if err != nil {
+			errs[i] = noInbox(err, inbox, m)
+			continue
+		}
+		p.i = i
+		pubs, ops = append(pubs, p), append(ops, p.op)
+	}
+	if len(ops) > 0 {
+		s.group.commit(ops...)
+	}
+	for _, p := range pubs {
+		errs[p.i] = noInbox(p.finish(s.fs), p.inbox, msgs[p.i])
+	}
+	return errs
+}
+
+// inboxOf sets m's ID and SentAt if empty, and returns its recipient's
+// inbox.
+func (s *Store) inboxOf(m *Message) (Inbox, error) {
 	if m.ID == "" {
 		m.ID = s.newID()
 	}
 	if m.SentAt.IsZero() {
 		m.SentAt = s.now().UTC()
 	}
-	inbox := s.layout.UserInbox()
-	if m.To != User {
-		if !IsID(m.To) {
-			return wrap("send", m.To, invalidf("recipient %q", m.To), "")
-		}
-		inbox = s.layout.Agent(m.To).Inbox()
+	if m.To == User {
+		return s.layout.UserInbox(), nil
 	}
-	err := Publish(s.fs, inbox, m)
+	if !IsID(m.To) {
+		return Inbox{}, wrap("send", m.To, invalidf("recipient %q", m.To), "")
+	}
+	return s.layout.Agent(m.To).Inbox(), nil
+}
+
+// noInbox says that a send failed for want of the recipient's inbox.
+func noInbox(err error, inbox Inbox, m *Message) error {
 	if errors.Is(err, errNotExist) {
 		return wrap("send", inbox.Dir, fmt.Errorf("%w: recipient %s has no inbox", ErrNotFound, m.To), "")
 	}

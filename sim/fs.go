@@ -39,6 +39,8 @@ const SectorSize = 512
 //     rename across directories is durable only once both directories are
 //     fsynced (with only the destination synced, the file has both names
 //     after a crash; with only the source, it has neither).
+//   - The Sync of OpenFSSync's handle makes every file and directory
+//     durable as it is, as syncfs(2) does for a whole file system.
 //   - WriteFileAtomic creates a temporary file ".<base><digits>" beside
 //     the target, writes and fsyncs it, and renames it over the target; it
 //     does not fsync the directory.
@@ -65,6 +67,12 @@ type FS struct {
 }
 
 var _ fsstore.FS = (*FS)(nil)
+
+// Ordered tells fsstore that a seed must replay the same calls in the
+// same order: it makes its fsyncs one after another.
+func (f *FS) Ordered() {}
+
+var _ fsstore.Ordered = (*FS)(nil)
 
 type inode struct {
 	dir   bool

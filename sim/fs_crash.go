@@ -1,8 +1,9 @@
 package sim
 
-// The power-loss model of FS: Clone, and Crash, which reverts every
+// The power-loss model of FS: Clone; Crash, which reverts every
 // directory to its last synced entries and every file to its synced
-// data, maybe with a torn unsynced tail.
+// data, maybe with a torn unsynced tail; and syncfs, which makes all of
+// it durable at once.
 
 import (
 	"bytes"
@@ -10,6 +11,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+
+	"github.com/substrat/substrat/fsstore"
 )
 
 // Clone returns an independent copy of the file system, volatile and
@@ -226,4 +229,55 @@ func (f *FS) Tree() []string {
 	walk(f.root, "")
 	sort.Strings(out)
 	return out
+}
+
+// OpenFSSync returns a handle whose Sync models syncfs(2) (see
+// syncFS). name must exist: it names the file system.
+func (f *FS) OpenFSSync(name string) (fsstore.FSSync, error) {
+	if err := f.read("open", name); err != nil {
+		return nil, err
+	}
+	defer f.mu.Unlock()
+	if _, err := f.lookupLocked(name); err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	return fsSync{f, name}, nil
+}
+
+type fsSync struct {
+	f    *FS
+	name string
+}
+
+func (s fsSync) Sync() error  { return s.f.syncFS(s.name) }
+func (s fsSync) Close() error { return nil }
+
+// syncFS models syncfs(2): every file and directory reachable from the
+// root is made durable as it is now, as if each file were fsynced and
+// then each directory. Entries that are gone from the volatile tree (an
+// old name of a renamed file, a removed file) stop being durable with
+// them.
+func (f *FS) syncFS(name string) error {
+	if err := f.enter("syncfs", name); err != nil {
+		return err
+	}
+	defer f.mu.Unlock()
+	seen := map[*inode]bool{}
+	var walk func(n *inode)
+	walk = func(n *inode) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		if !n.dir {
+			n.synced = n.data
+			return
+		}
+		n.durable = copyEntries(n.entries)
+		for _, c := range n.entries {
+			walk(c)
+		}
+	}
+	walk(f.root)
+	return nil
 }

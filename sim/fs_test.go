@@ -445,3 +445,29 @@ func TestFSConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFSSyncFSMakesEverythingDurable: syncfs makes every file's data and
+// every directory entry durable, new directories and renames included,
+// and what was written after it is not.
+func TestFSSyncFSMakesEverythingDurable(t *testing.T) {
+	f := newTestFS(t)
+	must(t, f.Mkdir("/d/sub", 0o700))
+	write(t, f, "/d/sub/a", "a", false)
+	write(t, f, "/d/b", "b", false)
+	must(t, f.Rename("/d/b", "/d/sub/b"))
+	h, err := f.OpenFSSync("/d")
+	must(t, err)
+	must(t, h.Sync())
+	write(t, f, "/d/c", "after", true) // the file, but not its name
+	f.Crash(nil)
+	for path, want := range map[string]string{"/d/sub/a": "a", "/d/sub/b": "b"} {
+		if got := content(f, path); got != want {
+			t.Errorf("%s: %q after the crash, want %q", path, got, want)
+		}
+	}
+	for _, gone := range []string{"/d/b", "/d/c"} {
+		if _, err := f.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s survived the crash: %v", gone, err)
+		}
+	}
+}

@@ -152,6 +152,21 @@ func (c countFS) OpenAppend(name string) (fsstore.File, error) {
 
 func (c countFS) SyncDir(name string) error { c.n.Add(1); return c.FS.SyncDir(name) }
 
+func (c countFS) OpenFSSync(name string) (fsstore.FSSync, error) {
+	s, err := c.FS.OpenFSSync(name)
+	if err != nil {
+		return nil, err
+	}
+	return countFSSync{s, c.n}, nil
+}
+
+type countFSSync struct {
+	fsstore.FSSync
+	n *atomic.Int64
+}
+
+func (s countFSSync) Sync() error { s.n.Add(1); return s.FSSync.Sync() }
+
 func (c countFS) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
 	c.n.Add(1)
 	return c.FS.WriteFileAtomic(name, data, perm)
@@ -181,3 +196,10 @@ func (n noSyncFS) OpenAppend(name string) (fsstore.File, error) {
 }
 
 func (noSyncFS) SyncDir(string) error { return nil }
+
+func (noSyncFS) OpenFSSync(string) (fsstore.FSSync, error) { return noFSSync{}, nil }
+
+type noFSSync struct{}
+
+func (noFSSync) Sync() error  { return nil }
+func (noFSSync) Close() error { return nil }

@@ -17,6 +17,13 @@
 //	append event   Agent.Commit         1: events.jsonl
 //	full turn      Core.Send+RunTurn    8: send 2, deliver 1, the turn's events, session.json and its dir
 //
+// These are the counts of an operation alone. Creates and sends that run
+// at once share them (group commit, fsstore/group.go): a batch makes its
+// files durable with one syncfs (or their fsyncs, while syncfs costs
+// more), and fsyncs each directory it renamed into once. The fsyncs/s figures of those two still count an
+// operation's fsyncs alone: they say how far the operation is from the
+// disk's limit, not how many fsyncs reached it.
+//
 // Each operation is also run as bare system calls (the same creates,
 // renames, links and fsyncs made directly with package os), which tells
 // Substrat's own overhead from the file system's cost of that pattern.
