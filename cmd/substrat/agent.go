@@ -365,7 +365,9 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			// Names, reasons, reminders and instructions can be an
+			// agent's text: shown on one row, never obeyed.
+			fmt.Fprintf(tw, "%s:\t%s\n", k, api.Visible(v))
 		}
 	}
 	if a.DiskInvalid != "" {

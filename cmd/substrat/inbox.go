@@ -30,8 +30,9 @@ func (c *InboxCmd) Run(g *Globals) error {
 		if m.Unread {
 			mark = "*"
 		}
-		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), m.FromName, m.Kind,
-			strings.ReplaceAll(strings.TrimRight(m.Text, "\n"), "\n", "\n    "))
+		// The text is an agent's: shown, not obeyed (terminalSafe).
+		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), terminalSafe(m.FromName), terminalSafe(m.Kind),
+			strings.ReplaceAll(terminalSafe(strings.TrimRight(m.Text, "\n")), "\n", "\n    "))
 	}
 	return nil
 }
