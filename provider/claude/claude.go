@@ -457,6 +457,9 @@ const toolPrefix = "mcp__substrat__"
 // unexpected shape is left out (encoding/json fills the others and says
 // which one it could not read).
 func parse(b []byte) (cli.Line, error) {
+	if f := rateLimit(b, time.Now()); f != nil { // see ratelimit.go
+		return cli.Line{Final: f}, nil
+	}
 	var l streamLine
 	if err := json.Unmarshal(b, &l); err != nil {
 		var te *json.UnmarshalTypeError

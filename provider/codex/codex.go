@@ -318,6 +318,9 @@ type usage struct {
 
 // parse reads one --json line. Only a line that is not JSON fails it.
 func parse(b []byte) (cli.Line, error) {
+	if f := rateLimit(b, time.Now()); f != nil { // see ratelimit.go
+		return cli.Line{Final: f}, nil
+	}
 	var l line
 	if err := json.Unmarshal(b, &l); err != nil {
 		var te *json.UnmarshalTypeError

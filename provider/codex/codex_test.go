@@ -20,16 +20,27 @@ import (
 
 func start(t *testing.T, reply func(fakeapi.Request) fakeapi.Out) (provider.Session, provider.Config, *[]string, *fakeapi.Server) {
 	t.Helper()
+	return startAt(t, reply, nil)
+}
+
+// startAt is start with the API's URL changed by front (a limiter's), if
+// set, and extra arguments for the CLI.
+func startAt(t *testing.T, reply func(fakeapi.Request) fakeapi.Out, front func(url string) string, extra ...string) (provider.Session, provider.Config, *[]string, *fakeapi.Server) {
+	t.Helper()
 	bin, err := clitest.Substrat()
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := fakeapi.New(reply)
 	t.Cleanup(api.Close)
+	base := api.URL
+	if front != nil {
+		base = front(base)
+	}
 	d := rpctest.Start(t)
-	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin, BaseURL: api.URL,
+	p := d.Wrap(New(Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin, BaseURL: base,
 		Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
-		ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
+		ExtraArgs: append([]string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"}, extra...),
 		Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}))
 	cfg := d.Config(t)
 	cfg.Model = "fake-model"
@@ -212,13 +223,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestCodexOverloaded: an API answering 429 fails the turn with an error
-// the engine retries (a *retry.Transient).
+// TestCodexOverloaded: an API answering 429 (without Retry-After: the CLI
+// does not retry) fails the turn with a 429 the engine retries, and after
+// its tries (one here) parks for: a limit without a reset time.
 func TestCodexOverloaded(t *testing.T) {
-	s, _, _, _ := start(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 429} })
+	s, _, _, api := start(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Status: 429} })
 	_, _, err := send(t, s, "hello", nil)
-	var tr *retry.Transient
-	if !errors.As(err, &tr) {
-		t.Fatalf("a 429 gave %v, not a retryable error", err)
+	var rl *provider.RateLimited
+	if !errors.As(err, &rl) || !rl.Until.IsZero() {
+		t.Fatalf("a 429 gave %v, not a limit without a reset", err)
+	}
+	if n := len(api.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
 	}
 }
