@@ -78,6 +78,7 @@ func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimit
 		}
 	}
 	c.snapshot(n)
+	c.notifyAbout(api.NotifyParked, n, rl.Reason, until)
 	if fresh {
 		c.tellUser(fmt.Sprintf("Provider %s is rate limited until %s (%s); its agents wait for the reset and then resume by themselves "+
 			"(substrat daemon status; substrat agent wake REF tries one now).", key, until.Local().Format("2006-01-02 15:04:05"), rl.Reason))
@@ -144,7 +145,9 @@ func (c *Core) unpark(now time.Time) {
 	for _, n := range due {
 		if err := c.commit(n, fsstore.EvParked, fsstore.Parked{}); err != nil {
 			c.log.Warn("unparking failed", "agent", n.id(), "err", err)
+			continue
 		}
+		c.notifyAbout(api.NotifyUnparked, n, "its provider's limit has reset", time.Time{})
 	}
 	if len(due) > 0 {
 		c.signal()
@@ -171,6 +174,7 @@ func (c *Core) WakeParked(ctx context.Context, ref string) (api.AgentInfo, error
 			return api.AgentInfo{}, err
 		}
 		c.snapshot(n)
+		c.notifyAbout(api.NotifyUnparked, n, "woken early (substrat agent wake)", time.Time{})
 	}
 	c.signal()
 	return c.infoOf(n), nil

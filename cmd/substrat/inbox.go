@@ -9,11 +9,15 @@ import (
 
 // InboxCmd shows messages to USER.
 type InboxCmd struct {
-	All bool `help:"Also show messages already read."`
+	All    bool `help:"Also show messages already read."`
+	Follow bool `short:"f" help:"Stream what needs you as it happens (messages, approval requests, gated, parked and unparked agents, completed roots), across daemon restarts, until interrupted; --json prints one notification object a line."`
 }
 
 // Run prints the messages and marks them read.
 func (c *InboxCmd) Run(g *Globals) error {
+	if c.Follow {
+		return followInbox(g)
+	}
 	var out []api.InboxMessage
 	if err := g.call(api.MethodInboxList, map[string]bool{"all": c.All}, &out); err != nil {
 		return err
@@ -30,8 +34,8 @@ func (c *InboxCmd) Run(g *Globals) error {
 		if m.Unread {
 			mark = "*"
 		}
-		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), m.FromName, m.Kind,
-			strings.ReplaceAll(strings.TrimRight(m.Text, "\n"), "\n", "\n    "))
+		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), terminalSafe(m.FromName), m.Kind,
+			strings.ReplaceAll(strings.TrimRight(terminalSafe(m.Text), "\n"), "\n", "\n    "))
 	}
 	return nil
 }

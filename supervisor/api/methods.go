@@ -28,6 +28,7 @@ const (
 	MethodDaemonWatch       = "daemon.watch"
 	MethodConfigShow        = "config.show"
 	MethodInboxList         = "inbox.list"
+	MethodInboxFollow       = "inbox.follow" // FollowParams -> a stream of Notification
 	MethodSessionDelete     = "session.delete"
 	MethodSessionList       = "session.list"
 	MethodSessionResume     = "session.resume"
@@ -72,6 +73,7 @@ var Methods = []string{
 	MethodDaemonWatch,
 	MethodConfigShow,
 	MethodInboxList,
+	MethodInboxFollow,
 	MethodSessionDelete,
 	MethodSessionList,
 	MethodSessionResume,
