@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -218,4 +219,30 @@ func (c *Core) parkInfoLocked(n *node) *fsstore.Park {
 		return &fsstore.Park{Until: until, Reason: "its provider " + key + " is rate limited", Key: key}
 	}
 	return nil
+}
+
+// governed adds n to the recovery report's parked agents if it is parked,
+// and to its limited ones if its processes run under limits.
+func (c *Core) governed(n *node, parked, limited []api.RecoveredAgent) ([]api.RecoveredAgent, []api.RecoveredAgent) {
+	if n.terminated() {
+		return parked, limited
+	}
+	if p := n.s().Parked; p != nil && c.clock.Now().Before(p.Until) {
+		parked = append(parked, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n),
+			Detail: fmt.Sprintf("until %s: %s", p.Until.UTC().Format(time.RFC3339), p.Reason)})
+	}
+	if l := c.limitsOf(n.s()); !l.IsZero() {
+		var in []string
+		if l.MemoryBytes > 0 {
+			in = append(in, "memory "+fsstore.FormatBytes(l.MemoryBytes))
+		}
+		if l.Pids > 0 {
+			in = append(in, fmt.Sprintf("pids %d", l.Pids))
+		}
+		if l.CPUWeight > 0 {
+			in = append(in, fmt.Sprintf("cpu weight %d", l.CPUWeight))
+		}
+		limited = append(limited, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: strings.Join(in, ", ")})
+	}
+	return parked, limited
 }
