@@ -142,6 +142,11 @@ func (c *Core) unpark(now time.Time) {
 		}
 	}
 	c.mu.Unlock()
+	if len(due) > 0 {
+		// They may run now (parkedLocked is over at now): the scheduler
+		// does not wait for the parks' closing events.
+		c.signal()
+	}
 	sort.Slice(due, func(i, j int) bool { return due[i].s().UpdatedAt.Before(due[j].s().UpdatedAt) })
 	for _, n := range due {
 		if err := c.commit(n, fsstore.EvParked, fsstore.Parked{}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,23 +15,43 @@ import (
 )
 
 // limitedProvider is the script provider whose turns hit a usage limit
-// until the reset.
+// until the reset (by clock, if set; else always), named name (if set).
 type limitedProvider struct {
 	provider.Provider
 	until time.Time
+	clock Clock
+	name  string
+	done  *atomic.Int64 // turns answered after the reset, if set
+}
+
+func (p limitedProvider) Name() string {
+	if p.name != "" {
+		return p.name
+	}
+	return p.Provider.Name()
 }
 
 func (p limitedProvider) Create(ctx context.Context, cfg provider.Config) (provider.Session, error) {
-	return limitedSession{until: p.until}, nil
+	return limitedSession{until: p.until, clock: p.clock, done: p.done}, nil
 }
 
 func (p limitedProvider) Restore(ctx context.Context, cfg provider.Config, _ []byte) (provider.Session, error) {
-	return limitedSession{until: p.until}, nil
+	return limitedSession{until: p.until, clock: p.clock, done: p.done}, nil
 }
 
-type limitedSession struct{ until time.Time }
+type limitedSession struct {
+	until time.Time
+	clock Clock
+	done  *atomic.Int64
+}
 
 func (s limitedSession) Send(context.Context, provider.Turn) (provider.TurnResult, error) {
+	if s.clock != nil && !s.clock.Now().Before(s.until) {
+		if s.done != nil {
+			s.done.Add(1)
+		}
+		return provider.TurnResult{Text: "answered after the reset"}, nil
+	}
 	return provider.TurnResult{}, &provider.RateLimited{Until: s.until, Reason: "usage limit reached"}
 }
 func (limitedSession) Suspend(context.Context) ([]byte, error) { return nil, nil }
@@ -43,7 +64,7 @@ func (limitedSession) Stop() error                             { return nil }
 func TestParkInRecoveryReport(t *testing.T) {
 	home := t.TempDir()
 	until := time.Now().Add(time.Hour).Truncate(time.Second)
-	c := newCoreWith(t, home, false, Config{Providers: provider.NewRegistry(limitedProvider{script.New(), until})})
+	c := newCoreWith(t, home, false, Config{Providers: provider.NewRegistry(limitedProvider{Provider: script.New(), until: until})})
 	p := mustCreate(t, c, api.CreateParams{Name: "p", Limits: &fsstore.Limits{MemoryBytes: 512 << 20}})
 	send(t, c, "p", "work")
 	if err := c.RunTurn(context.Background(), p.ID); err != nil {
