@@ -22,9 +22,9 @@ const rateLimitBody = `{"type":"error","error":{"type":"rate_limit_error","messa
 
 // limitedTurn runs one turn of the pinned CLI against a fake behind a
 // limiter answering the first limit requests (and no more) with l; env
-// goes to the CLI. It returns the turn's error, how long it took, and the
-// session, for a turn after.
-func limitedTurn(t *testing.T, l clitest.Limit, limit int, env ...string) (error, time.Duration, *clitest.Limiter, provider.Session) {
+// goes to the CLI. It returns how long the turn took, the limiter, the
+// session (for a turn after), and the turn's error.
+func limitedTurn(t *testing.T, l clitest.Limit, limit int, env ...string) (time.Duration, *clitest.Limiter, provider.Session, error) {
 	t.Helper()
 	api := fakeapi.New(func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} })
 	t.Cleanup(api.Close)
@@ -45,7 +45,7 @@ func limitedTurn(t *testing.T, l clitest.Limit, limit int, env ...string) (error
 	defer cancel()
 	begin := time.Now()
 	_, err = s.Send(ctx, provider.Turn{Prompt: "hello"})
-	return err, time.Since(begin), lim, s
+	return time.Since(begin), lim, s, err
 }
 
 func asLimit(t *testing.T, err error) *provider.RateLimited {
@@ -63,7 +63,7 @@ func asLimit(t *testing.T, err error) *provider.RateLimited {
 // once the API answers, resumes the session and succeeds.
 func TestRealRetryAfterParks(t *testing.T) {
 	begin := time.Now()
-	err, took, lim, s := limitedTurn(t, clitest.Limit{Status: 429, Header: map[string]string{"retry-after": "30"}, Body: rateLimitBody}, 1,
+	took, lim, s, err := limitedTurn(t, clitest.Limit{Status: 429, Header: map[string]string{"retry-after": "30"}, Body: rateLimitBody}, 1,
 		"CLAUDE_CODE_MAX_RETRIES=2")
 	rl := asLimit(t, err)
 	if rl.Until.Before(begin.Add(30*time.Second)) || rl.Until.After(time.Now().Add(45*time.Second)) {
@@ -89,7 +89,7 @@ func TestRealRetryAfterParks(t *testing.T) {
 // retry.
 func TestRealUsageLimitParks(t *testing.T) {
 	reset := time.Now().Add(3 * time.Hour).Truncate(time.Second)
-	err, _, lim, _ := limitedTurn(t, clitest.Limit{Status: 429, Body: rateLimitBody, Header: map[string]string{
+	_, lim, _, err := limitedTurn(t, clitest.Limit{Status: 429, Body: rateLimitBody, Header: map[string]string{
 		"anthropic-ratelimit-unified-status":               "rejected",
 		"anthropic-ratelimit-unified-reset":                strconv.FormatInt(reset.Unix(), 10),
 		"anthropic-ratelimit-unified-representative-claim": "five_hour",
@@ -110,7 +110,7 @@ func TestRealUsageLimitParks(t *testing.T) {
 // the CLI has given up on it, is a limit without a reset time (the daemon
 // backs off), not a plain failure.
 func TestRealRateLimitNoReset(t *testing.T) {
-	err, _, lim, _ := limitedTurn(t, clitest.Limit{Status: 429, Body: rateLimitBody}, 100)
+	_, lim, _, err := limitedTurn(t, clitest.Limit{Status: 429, Body: rateLimitBody}, 100)
 	rl := asLimit(t, err)
 	if !rl.Until.IsZero() || !strings.Contains(rl.Reason, "429") {
 		t.Errorf("limit %+v, want no reset and the CLI's text", rl)
