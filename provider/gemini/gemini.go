@@ -236,7 +236,7 @@ func (a *adapter) command(cfg provider.Config, id, prompt string) (cli.Command, 
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	if id != "" {
+	if id != "" && resumable(ahome, id) { // else afresh: see resume.go
 		args = append(args, "--resume", id)
 	}
 	args = append(args, a.opts.ExtraArgs...)

@@ -107,3 +107,30 @@ func TestGeminiDailyQuotaParks(t *testing.T) {
 		t.Errorf("limited until %s (%s), want the next midnight in Los Angeles", rl.Until, at)
 	}
 }
+
+// TestGeminiFirstTurnLimited: a session whose first turn hit a quota (no
+// answer kept: the CLI could not resume it) answers its next turn, in a
+// session the CLI starts afresh, whose id is learned.
+func TestGeminiFirstTurnLimited(t *testing.T) {
+	var lim *clitest.Limiter
+	n := 1
+	s, _, ids, _ := startAt(t, func(r fakeapi.Request) fakeapi.Out { return fakeapi.Out{Text: "ok"} }, func(url string) string {
+		lim = clitest.NewLimiter(t, url, func(r *http.Request) *clitest.Limit {
+			if !strings.Contains(r.URL.Path, "GenerateContent") || n == 0 {
+				return nil
+			}
+			n--
+			return &clitest.Limit{Status: 429, Body: quotaBody("PerMinute", "40s")}
+		})
+		return lim.URL
+	}, retry.Policy{Tries: 1})
+	_, _, err := send(t, s, "hello", nil)
+	asLimit(t, err)
+	res, _, err := send(t, s, "again", nil)
+	if err != nil || res.Text != "ok" {
+		t.Fatalf("the turn after the limit: %+v, %v", res, err)
+	}
+	if len(*ids) != 2 || (*ids)[0] == (*ids)[1] {
+		t.Errorf("session ids learned: %v, want the first and a fresh one", *ids)
+	}
+}
