@@ -3,6 +3,8 @@ package gemini
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,12 +163,17 @@ func TestCommandLine(t *testing.T) {
 		{provider.ModeDefault, "--approval-mode default"},
 	} {
 		cfg := provider.Config{AgentID: "0199aaaa-0000-7000-8000-000000000001", WorkDir: t.TempDir(), Permissions: provider.Permissions{Mode: c.mode}}
-		cmd, err := a.command(cfg, "s-1", "hi")
+		// A session the CLI kept an answer of (resume.go).
+		home, _ := a.agentHome(cfg)
+		chats := filepath.Join(home, ".gemini", "tmp", "p", "chats")
+		os.MkdirAll(chats, 0o700)
+		os.WriteFile(filepath.Join(chats, "session-x-5e551011.jsonl"), []byte(`{"type":"gemini","content":"ok"}`+"\n"), 0o600)
+		cmd, err := a.command(cfg, "5e551011-aaaa-4000-8000-000000000000", "hi")
 		if err != nil {
 			t.Fatal(err)
 		}
 		args := strings.Join(cmd.Args, " ")
-		if !strings.Contains(args, c.want) || !strings.Contains(args, "--resume s-1") || !strings.Contains(args, "--output-format stream-json") {
+		if !strings.Contains(args, c.want) || !strings.Contains(args, "--resume 5e551011-") || !strings.Contains(args, "--output-format stream-json") {
 			t.Errorf("%s: %s", c.mode, args)
 		}
 	}
