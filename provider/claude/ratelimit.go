@@ -42,7 +42,11 @@ import (
 //     "api_error_params":{"rate_limit_info":{"resetsAt":<epoch>,...}},
 //     then a result line whose text is "You've hit your 5-hour limit ·
 //     resets 4:34pm (UTC)". The turn ends at the assistant line, as a
-//     *provider.RateLimited until resetsAt. Older versions ended with the
+//     *provider.RateLimited until resetsAt. (Without the
+//     anthropic-ratelimit-unified-representative-claim header the CLI
+//     calls it "Server is temporarily limiting requests (not your usage
+//     limit)", retries, and gives up as for any 429: a limit without a
+//     reset.) Older versions ended with the
 //     result text "Claude AI usage limit reached|<epoch>", read too.
 
 // limitLine is what a line says about a limit.
