@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -87,4 +88,19 @@ func clip(s string, max int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// notifyUnread nudges USER, after a crash, about the messages to USER not
+// read yet: a notification sent just before the crash may never have run
+// its command (notifications are not stored; the messages are).
+func (c *Core) notifyUnread() {
+	unread, err := c.PeekUserInbox(false)
+	if err != nil || len(unread) == 0 {
+		return
+	}
+	last := unread[len(unread)-1]
+	text := fmt.Sprintf("%d unread message(s) to USER are waiting (the daemon restarted after a crash; substrat inbox shows them); the newest, from %s: %s",
+		len(unread), last.FromName, last.Text)
+	c.notify(api.Notification{Kind: api.NotifyMessage, Text: text, MessageID: last.ID, MessageKind: last.Kind, From: last.FromName,
+		Coalesced: len(unread) - 1})
 }

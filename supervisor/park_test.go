@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,5 +94,45 @@ func TestParkInRecoveryReport(t *testing.T) {
 	}
 	if why := c2.HeldBecause(p.ID); !strings.Contains(why, "parked until") {
 		t.Errorf("held because %q", why)
+	}
+}
+
+// notesHost records the notifications the core sends.
+type notesHost struct {
+	NopHost
+	mu    sync.Mutex
+	notes []api.Notification
+}
+
+func (h *notesHost) Notify(_ []string, n api.Notification) {
+	h.mu.Lock()
+	h.notes = append(h.notes, n)
+	h.mu.Unlock()
+}
+
+// TestNotifyUnreadAfterCrash: after a crash, the core nudges USER once
+// about the messages to USER still unread (their notifications may never
+// have run); after a clean start it does not.
+func TestNotifyUnreadAfterCrash(t *testing.T) {
+	home := t.TempDir()
+	c := newCoreWith(t, home, false, Config{})
+	mustCreate(t, c, api.CreateParams{Name: "r"})
+	for _, text := range []string{"first", "second"} {
+		send(t, c, "r", `!send_message {"recipient":"USER","text":"`+text+`"}`)
+	}
+	drain(t, c)
+	for _, unclean := range []bool{false, true} {
+		h := &notesHost{}
+		newCoreWith(t, home, unclean, Config{Host: h})
+		h.mu.Lock()
+		notes := h.notes
+		h.mu.Unlock()
+		switch {
+		case !unclean && len(notes) != 0:
+			t.Errorf("a clean start notified %+v", notes)
+		case unclean && (len(notes) != 1 || !strings.Contains(notes[0].Text, "2 unread") || !strings.Contains(notes[0].Text, "second") ||
+			notes[0].Coalesced != 1 || notes[0].Kind != api.NotifyMessage):
+			t.Errorf("after a crash: %+v", notes)
+		}
 	}
 }

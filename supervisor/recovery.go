@@ -131,6 +131,9 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 		return nil, err
 	}
 	c.signal()
+	if unclean {
+		c.notifyUnread()
+	}
 	return rep, nil
 }
 
