@@ -56,9 +56,7 @@ func (b *benchRun) parking() error {
 	})
 	defer fake.Close()
 	home := filepath.Join(b.dir, "parking")
-	// The other provider's agent has a pool of its own: in the parked
-	// agents' pool it would wait its turn behind them, least recently run
-	// last (9 s for 1,000 here).
+	// The other provider's agent has a pool of its own.
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
