@@ -70,14 +70,14 @@ func (b *benchRun) parking() error {
 	}
 	defer d.stop()
 	ctx := b.ctx
+	if err := d.call(ctx, "agent.create", api.CreateParams{Name: "other", Provider: "script", Pool: "other"}, nil); err != nil {
+		return err
+	}
 	b.progress("parking: creating %d agents", n)
 	for i := range n {
 		if err := d.call(ctx, "agent.create", api.CreateParams{Name: fmt.Sprintf("p%d", i), Provider: "openai"}, nil); err != nil {
 			return err
 		}
-	}
-	if err := d.call(ctx, "agent.create", api.CreateParams{Name: "other", Provider: "script", Pool: "other"}, nil); err != nil {
-		return err
 	}
 	// The reset leaves time to park them all (1,000 took 2 s on the
 	// 2-core test machine: after the first, the others park without
