@@ -59,6 +59,12 @@
 //   - the tree is consistent (no orphan, the core agrees with the disk), and
 //     a deep fsstore scan finds nothing (no kept_out, no corruption).
 //
+// Parking is checked on its own (park_test.go): a turn that hits its
+// provider's usage limit parks its agent; the machine loses power before
+// each persist point of that turn and after it, and every image recovers
+// with the message waiting, an agent recovered parked is not runnable
+// before the reset, and at the reset (a Tick) the agent answers by itself.
+//
 // For some crash points (all of them with -sim.crash) the recovered core
 // then runs the rest of the actions: nothing acknowledged may be lost
 // later, the home must stay clean, everything acknowledged before the crash

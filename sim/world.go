@@ -24,6 +24,10 @@ const PoolSize = 2
 // MaxHops is the ping-pong guard of a simulated core.
 const MaxHops = 6
 
+// wrapProvider, if set, wraps the provider of every simulated core (a
+// seam for tests: parkProvider).
+var wrapProvider func(p provider.Provider, clock *Clock) provider.Provider
+
 // world is one daemon process on a simulated machine: a store and a core
 // over an FS, with an abstract clock and seeded ids.
 type world struct {
@@ -44,6 +48,9 @@ func start(fsys *FS, clock *Clock, ids *IDs, unclean bool, onAck func()) (*world
 		return nil, fmt.Errorf("open the store: %w", err)
 	}
 	var p provider.Provider = native.New(nil) // in-process: native mode, nothing run
+	if wrapProvider != nil {
+		p = wrapProvider(p, clock)
+	}
 	if onAck != nil {
 		p = ackProvider{p, onAck}
 	}

@@ -220,7 +220,11 @@ func (c *Core) hasMessage(to *node, id string) bool {
 }
 
 // sendUser publishes m in the USER inbox.
-func (c *Core) sendUser(m *fsstore.Message) error {
+func (c *Core) sendUser(m *fsstore.Message) error { return c.sendUserAs(m, "", nil) }
+
+// sendUserAs is sendUser with the notification's kind ("": by the
+// message's kind) and the agent it is about (nil: the sender).
+func (c *Core) sendUserAs(m *fsstore.Message, kind string, about *node) error {
 	m.To = fsstore.User
 	if err := c.store.Send(m); err != nil {
 		return storeErr(err)
@@ -229,9 +233,7 @@ func (c *Core) sendUser(m *fsstore.Message) error {
 	c.publishLocked(api.WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: "message", Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	c.mu.Unlock()
-	if argv := c.settings().Notify; len(argv) > 0 {
-		c.host.Notify(argv, m)
-	}
+	c.notify(c.messageNote(m, kind, about))
 	return nil
 }
 

@@ -188,7 +188,7 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 	text := approvalText(req, who, opts, to == nil)
 	m := &fsstore.Message{ID: req.ID, From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindApproval, Text: text}
 	if to == nil {
-		return c.sendUser(m)
+		return c.sendUserAs(m, api.NotifyApproval, n)
 	}
 	_, err := c.deliver(m, to)
 	return err

@@ -14,11 +14,11 @@ import (
 	"github.com/substrat/substrat/provider/script"
 )
 
-func testLog(t *testing.T) *slog.Logger {
+func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
@@ -57,7 +57,7 @@ func drain(t *testing.T, c *Core) {
 	t.Fatal("still runnable after 100 rounds")
 }
 
-func mustCreate(t *testing.T, c *Core, p api.CreateParams) api.AgentInfo {
+func mustCreate(t testing.TB, c *Core, p api.CreateParams) api.AgentInfo {
 	t.Helper()
 	a, err := c.CreateAgent(p)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
 
@@ -44,9 +45,9 @@ type Host interface {
 	// Reap kills the provider processes a daemon that died left running,
 	// and says which.
 	Reap() []string
-	// Notify runs argv for message m to USER (Settings.Notify), without
-	// waiting for it.
-	Notify(argv []string, m *fsstore.Message)
+	// Notify runs argv (Settings.Notify; none: nothing runs) for
+	// notification n, without waiting for it.
+	Notify(argv []string, n api.Notification)
 	// Git runs git for git workspaces (hardened on the host, sandboxed
 	// where it reads what an agent wrote), or is nil: then git workspaces
 	// cannot be made.
@@ -111,7 +112,7 @@ func (NopHost) Limit(string, fsstore.Limits) provider.LimitFunc { return nil }
 func (NopHost) LimitReached(string) string { return "" }
 
 // Notify implements Host.
-func (NopHost) Notify([]string, *fsstore.Message) {}
+func (NopHost) Notify([]string, api.Notification) {}
 
 // Work implements Host: none.
 func (NopHost) Work() WorkTools { return nil }

@@ -254,6 +254,7 @@ func (c *Core) enforceBudget(a *node) {
 		return // already enforced
 	}
 	c.log.Warn("budget exceeded; subtree gated", "agent", a.id(), "reason", reason)
+	c.notifyAbout(api.NotifyGated, a, reason+" (its subtree is gated)", time.Time{})
 	text := reason + fmt.Sprintf(". Its subtree is suspended and gated. Raise the budget (substrat agent budget %s --tokens N) and ungate it (substrat agent ungate %s --recursive) to continue.", path, path)
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {
@@ -336,6 +337,9 @@ func (c *Core) gateOp(x *node, op, by string) error {
 		c.mu.Unlock()
 	}
 	c.snapshot(x)
+	if op == "gate" && by != "by the user" {
+		c.notifyAbout(api.NotifyGated, x, ch.Reason, time.Time{})
+	}
 	return nil
 }
 

@@ -28,7 +28,7 @@ func (c *fakeClock) Add(d time.Duration) time.Time {
 	return c.t
 }
 
-func newCoreWith(t *testing.T, home string, unclean bool, cfg Config) *Core {
+func newCoreWith(t testing.TB, home string, unclean bool, cfg Config) *Core {
 	t.Helper()
 	st, err := fsstore.Open(home, fsstore.Options{Now: func() time.Time {
 		if cfg.Clock != nil {
@@ -51,7 +51,7 @@ func newCoreWith(t *testing.T, home string, unclean bool, cfg Config) *Core {
 	return c
 }
 
-func send(t *testing.T, c *Core, to, text string) {
+func send(t testing.TB, c *Core, to, text string) {
 	t.Helper()
 	if _, err := c.Send(api.SendParams{To: to, Text: text}); err != nil {
 		t.Fatal(err)

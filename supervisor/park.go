@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
@@ -78,6 +79,7 @@ func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimit
 		}
 	}
 	c.snapshot(n)
+	c.notifyAbout(api.NotifyParked, n, rl.Reason, until)
 	if fresh {
 		c.tellUser(fmt.Sprintf("Provider %s is rate limited until %s (%s); its agents wait for the reset and then resume by themselves "+
 			"(substrat daemon status; substrat agent wake REF tries one now).", key, until.Local().Format("2006-01-02 15:04:05"), rl.Reason))
@@ -140,11 +142,18 @@ func (c *Core) unpark(now time.Time) {
 		}
 	}
 	c.mu.Unlock()
+	if len(due) > 0 {
+		// They may run now (parkedLocked is over at now): the scheduler
+		// does not wait for the parks' closing events.
+		c.signal()
+	}
 	sort.Slice(due, func(i, j int) bool { return due[i].s().UpdatedAt.Before(due[j].s().UpdatedAt) })
 	for _, n := range due {
 		if err := c.commit(n, fsstore.Parked{}); err != nil {
 			c.log.Warn("unparking failed", "agent", n.id(), "err", err)
+			continue
 		}
+		c.notifyAbout(api.NotifyUnparked, n, "its provider's limit has reset", time.Time{})
 	}
 	if len(due) > 0 {
 		c.signal()
@@ -171,6 +180,7 @@ func (c *Core) WakeParked(ctx context.Context, ref string) (api.AgentInfo, error
 			return api.AgentInfo{}, err
 		}
 		c.snapshot(n)
+		c.notifyAbout(api.NotifyUnparked, n, "woken early (substrat agent wake)", time.Time{})
 	}
 	c.signal()
 	return c.infoOf(n), nil
@@ -214,4 +224,30 @@ func (c *Core) parkInfoLocked(n *node) *fsstore.Park {
 		return &fsstore.Park{Until: until, Reason: "its provider " + key + " is rate limited", Key: key}
 	}
 	return nil
+}
+
+// governed adds n to the recovery report's parked agents if it is parked,
+// and to its limited ones if its processes run under limits.
+func (c *Core) governed(n *node, parked, limited []api.RecoveredAgent) ([]api.RecoveredAgent, []api.RecoveredAgent) {
+	if n.terminated() {
+		return parked, limited
+	}
+	if p := n.s().Parked; p != nil && c.clock.Now().Before(p.Until) {
+		parked = append(parked, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n),
+			Detail: fmt.Sprintf("until %s: %s", p.Until.UTC().Format(time.RFC3339), p.Reason)})
+	}
+	if l := c.limitsOf(n.s()); !l.IsZero() {
+		var in []string
+		if l.MemoryBytes > 0 {
+			in = append(in, "memory "+fsstore.FormatBytes(l.MemoryBytes))
+		}
+		if l.Pids > 0 {
+			in = append(in, fmt.Sprintf("pids %d", l.Pids))
+		}
+		if l.CPUWeight > 0 {
+			in = append(in, fmt.Sprintf("cpu weight %d", l.CPUWeight))
+		}
+		limited = append(limited, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: strings.Join(in, ", ")})
+	}
+	return parked, limited
 }

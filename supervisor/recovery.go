@@ -26,7 +26,8 @@ const RecoveredReason = "recovered: "
 func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	rep := &api.Report{Version: 1, StartedAt: c.clock.Now().UTC(), Unclean: unclean,
 		Findings: []fsstore.Finding{}, KeptOut: []fsstore.Finding{},
-		Suspended: []api.RecoveredAgent{}, Redelivered: []api.RecoveredAgent{}, Resumed: []api.RecoveredAgent{}, Reaped: []string{}}
+		Suspended: []api.RecoveredAgent{}, Redelivered: []api.RecoveredAgent{}, Resumed: []api.RecoveredAgent{}, Reaped: []string{},
+		Parked: []api.RecoveredAgent{}, Limited: []api.RecoveredAgent{}}
 	if r := c.host.Reap(); r != nil {
 		rep.Reaped = r
 	}
@@ -99,6 +100,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 			c.mu.Unlock()
 			rep.Redelivered = append(rep.Redelivered, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
 		}
+		rep.Parked, rep.Limited = c.governed(n, rep.Parked, rep.Limited)
 		// Agents from before working directories and permission
 		// settings get the ones they run with, recorded.
 		if err := c.migrateWork(n); err != nil {
@@ -137,6 +139,9 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 		return nil, err
 	}
 	c.signal()
+	if unclean {
+		c.notifyUnread()
+	}
 	return rep, nil
 }
 

@@ -55,6 +55,10 @@ type Settings struct {
 	// Limits are the resource limits of agents that set none (zero
 	// fields: none).
 	Limits fsstore.Limits
+	// PoolLimits are the resource limits of the agents of a pool (by
+	// name) that set none of their own, over Limits: an agent's own win
+	// over its pool's, which win over Limits, field by field.
+	PoolLimits map[string]fsstore.Limits
 }
 
 // contextWindow is the configured window of an agent's model, or 0.
@@ -103,6 +107,11 @@ func (s Settings) Check() error {
 	if err := s.Limits.Validate(); err != nil {
 		return fmt.Errorf("limits: %s", fsstore.Reason(err))
 	}
+	for name, l := range s.PoolLimits {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("pool_limits of %q: %s", name, fsstore.Reason(err))
+		}
+	}
 	for name, n := range s.Pools {
 		if n <= 0 {
 			return fmt.Errorf("pool %q needs at least one slot", name)
@@ -117,6 +126,7 @@ func (c *Core) SetSettings(s Settings) error {
 		return err
 	}
 	s.Pools = maps.Clone(s.Pools)
+	s.PoolLimits = maps.Clone(s.PoolLimits)
 	s.Notify = slices.Clone(s.Notify)
 	c.settingsPtr.Store(&s)
 	c.signal() // a bigger pool may let a waiting turn run
@@ -127,6 +137,7 @@ func (c *Core) SetSettings(s Settings) error {
 func (c *Core) Settings() Settings {
 	s := *c.settingsPtr.Load()
 	s.Pools = maps.Clone(s.Pools)
+	s.PoolLimits = maps.Clone(s.PoolLimits)
 	return s
 }
 

@@ -594,7 +594,13 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a comp
 	if parent == nil || parent.terminated() {
 		parent = nil // to USER
 	}
-	if err := t.deliver(ctx, m, parent); err != nil {
+	var err error
+	if parent == nil && !(again(ctx) && t.c.hasMessage(nil, m.ID)) {
+		err = t.c.sendUserAs(m, api.NotifyCompleted, nil) // a root's result
+	} else if parent != nil {
+		err = t.deliver(ctx, m, parent)
+	}
+	if err != nil {
 		return "", err
 	}
 	if err := t.c.commit(t.n, fsstore.StateChange{AgentState: fsstore.AgentTerminated,

@@ -383,6 +383,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 			return err
 		}
 		c.log.Error("agent gated after repeated failures", "agent", n.id(), "reason", reason)
+		defer c.notifyAbout(api.NotifyGated, n, reason, time.Time{})
 	}
 	c.snapshot(n)
 	if cancelled || (streak != 1 && !limit) {

@@ -47,8 +47,8 @@ func (s *Subscription) Lagged() bool {
 
 func (c *Core) publishLocked(e api.WatchEvent) {
 	for s := range c.subs {
-		if s.agent != "" && s.agent != e.Agent {
-			continue
+		if s.agent != e.Agent && (s.agent != "" || e.Agent == api.NotifyTopic) {
+			continue // another agent's; or a notification, for its topic's subscribers only
 		}
 		select {
 		case s.C <- e:

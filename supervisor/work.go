@@ -292,14 +292,16 @@ func providerPermissions(s *fsstore.Session) provider.Permissions {
 	return *p.Clone()
 }
 
-// limitsOf is what agent s's processes run under: its limits over the
-// configured defaults, with "none" made zero.
+// limitsOf is what agent s's processes run under: its limits over its
+// pool's (pool_limits), over the configured defaults, field by field,
+// with "none" made zero.
 func (c *Core) limitsOf(s *fsstore.Session) fsstore.Limits {
 	var l fsstore.Limits
 	if s.Limits != nil {
 		l = *s.Limits
 	}
-	return l.Over(c.settings().Limits).Enforced()
+	set := c.settings()
+	return l.Over(set.PoolLimits[poolOf(s)]).Over(set.Limits).Enforced()
 }
 
 // SetLimits changes an agent's resource limits (a "limits" event). They

@@ -33,6 +33,7 @@ type benchConfig struct {
 	Settle      time.Duration // idle time before RSS is read
 	CLITurns    int           // turns of each agent CLI, bare and through Substrat (0: none)
 	CLIDir      string        // where the CLIs are (default: the repository's .tools, else PATH)
+	ParkAgents  int           // agents the parking phase parks at one reset (0: none; park.go)
 	Exe         string        // the substrat binary the daemon runs from
 	ProfileDir  string
 	Scale       []int // tree sizes of the scale phase (scale.go)
@@ -47,10 +48,10 @@ func defaultBenchConfig(quick bool) benchConfig {
 func defaultBenchSizes(quick bool) benchConfig {
 	if quick {
 		return benchConfig{Quick: true, Duration: 300 * time.Millisecond, Workers: 64, Recovery: []int{1000}, Events: 100,
-			Rounds: 2, RPCSamples: 40, EditSamples: 20, EditProbe: 2 * time.Second, Settle: 300 * time.Millisecond, MaxPrepared: 3000, OpRounds: 1, CLITurns: 3}
+			Rounds: 2, RPCSamples: 40, EditSamples: 20, EditProbe: 2 * time.Second, Settle: 300 * time.Millisecond, MaxPrepared: 3000, OpRounds: 1, CLITurns: 3, ParkAgents: 200}
 	}
 	return benchConfig{Duration: 2 * time.Second, Workers: 64, Recovery: []int{1000, 10000}, Events: 100,
-		Rounds: 3, RPCSamples: 200, EditSamples: 100, EditProbe: 5 * time.Second, Settle: time.Second, MaxPrepared: 20000, OpRounds: 2, CLITurns: 10}
+		Rounds: 3, RPCSamples: 200, EditSamples: 100, EditProbe: 5 * time.Second, Settle: time.Second, MaxPrepared: 20000, OpRounds: 2, CLITurns: 10, ParkAgents: 1000}
 }
 
 // sqlBackend opens a fresh SQLite database at path with at most conns
@@ -207,6 +208,7 @@ type benchResult struct {
 	RSS        benchRSS        `json:"rss"`
 	CLIs       []benchCLI      `json:"cli_turns"`
 	Scale      []benchScale    `json:"scale"`
+	Parking    *benchParking   `json:"parking,omitempty"` // park.go
 	Targets    []benchTarget   `json:"targets"`
 }
 
@@ -257,6 +259,7 @@ func runBench(ctx context.Context, cfg benchConfig, dir string, log io.Writer) (
 		{"recovery", b.recovery},
 		{"clis", b.cliTurns},
 		{"scale", b.scale},
+		{"parking", b.parking},
 	}
 	for _, p := range phases {
 		f := p.f

@@ -26,7 +26,8 @@ func TestBenchTiny(t *testing.T) {
 	}
 	cfg := benchConfig{Quick: true, Duration: 50 * time.Millisecond, Workers: 4, Recovery: []int{30}, Events: 20,
 		Rounds: 1, RPCSamples: 3, EditSamples: 2, EditProbe: 3 * time.Second, MaxPrepared: 200, Exe: exe,
-		CLITurns: 1, CLIDir: t.TempDir()} // no CLI there: each is skipped (TestBenchCLIs runs them)
+		CLITurns: 1, CLIDir: t.TempDir(), // no CLI there: each is skipped (TestBenchCLIs runs them)
+		ParkAgents: 10}
 	var progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -46,7 +47,7 @@ func TestBenchTiny(t *testing.T) {
 		"START-UP RECOVERY", "30 agents x 20 events",
 		"agent send, waiting for the turn", "hand edit of session.json", "RSS with 30 idle agents", "daemon start with 30 agents",
 		"claude: not installed (no claude in ", "codex: not installed", "gemini: not installed",
-		"TARGETS: ",
+		"TARGETS: ", "PARKING: 10 agents",
 	} {
 		if !strings.Contains(report, row) {
 			t.Errorf("the report has no %q row", row)

@@ -287,6 +287,7 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 		fmt.Fprintln(w, "  to a real daemon, which ends the turn at the result line and lets the CLI exit in the background. The three alternate.")
 		fmt.Fprintln(w, "  RSS: the sum of the peaks of the CLI's processes in one turn (through Substrat, its MCP server and containment included).")
 	}
+	writeParking(w, r.Parking) // park.go
 
 	writeScaleReport(w, r) // scale.go
 

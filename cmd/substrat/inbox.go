@@ -9,11 +9,15 @@ import (
 
 // InboxCmd shows messages to USER.
 type InboxCmd struct {
-	All bool `help:"Also show messages already read."`
+	All    bool `help:"Also show messages already read."`
+	Follow bool `short:"f" help:"Stream what needs you as it happens (messages, approval requests, gated, parked and unparked agents, completed roots), across daemon restarts, until interrupted; --json prints one notification object a line."`
 }
 
 // Run prints the messages and marks them read.
 func (c *InboxCmd) Run(g *Globals) error {
+	if c.Follow {
+		return followInbox(g)
+	}
 	var out []api.InboxMessage
 	if err := g.call(api.MethodInboxList, map[string]bool{"all": c.All}, &out); err != nil {
 		return err

@@ -67,6 +67,12 @@ func printReport(rep *api.Report) {
 	for _, a := range rep.Resumed {
 		fmt.Printf("  resumed          %s: %s\n", a.Path, a.Detail)
 	}
+	for _, a := range rep.Parked {
+		fmt.Printf("  parked           %s: %s\n", a.Path, terminalSafe(a.Detail))
+	}
+	for _, a := range rep.Limited {
+		fmt.Printf("  limited          %s: %s\n", a.Path, a.Detail)
+	}
 }
 
 func repaired(f fsstore.Finding) string {

@@ -110,6 +110,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -404,6 +405,9 @@ const toolPrefix = "mcp__substrat__"
 // unexpected shape is left out (encoding/json fills the others and says
 // which one it could not read).
 func parse(b []byte) (cli.Line, error) {
+	if f := rateLimit(b, time.Now()); f != nil { // see ratelimit.go
+		return cli.Line{Final: f}, nil
+	}
 	var l streamLine
 	if err := cli.Unmarshal(b, &l); err != nil {
 		return cli.Line{}, err

@@ -69,6 +69,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
@@ -238,6 +239,9 @@ type usage struct {
 
 // parse reads one --json line. Only a line that is not JSON fails it.
 func parse(b []byte) (cli.Line, error) {
+	if f := rateLimit(b, time.Now()); f != nil { // see ratelimit.go
+		return cli.Line{Final: f}, nil
+	}
 	var l line
 	if err := cli.Unmarshal(b, &l); err != nil {
 		return cli.Line{}, err

@@ -18,20 +18,38 @@ import (
 )
 
 // pinned is the provider of the pinned Codex CLI, under d, talking to the
-// fake API at url, with no retries of its own or of the engine.
-func pinned(t *testing.T, d *rpctest.Daemon, bin, url string) provider.Provider {
+// fake API at url, with no retries of its own or of the engine (extra
+// CLI arguments may give it some).
+func pinned(t *testing.T, d *rpctest.Daemon, bin, url string, extra ...string) provider.Provider {
 	return d.Wrap(New(Options{BaseURL: url, Options: cli.Options{Command: clitest.PinnedCLI(t, "codex"), Home: d.Home, Substrat: bin,
 		Env:       []string{"OPENAI_API_KEY=sk-fake-codex"},
-		ExtraArgs: []string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"},
+		ExtraArgs: append([]string{"-c", "model_providers.substrat.request_max_retries=0", "-c", "model_providers.substrat.stream_max_retries=0"}, extra...),
 		Retry:     retry.Policy{Tries: 1, Base: time.Millisecond}}}))
 }
 
 func start(t *testing.T, reply func(fakeapi.CodexRequest) fakeapi.CodexOut) (provider.Session, provider.Config, *[]string, *fakeapi.Codex) {
 	t.Helper()
+	return startAt(t, reply, nil)
+}
+
+// startAt is start with the API's URL changed by front (a limiter's), if
+// set, and extra arguments for the CLI.
+func startAt(t *testing.T, reply func(fakeapi.CodexRequest) fakeapi.CodexOut, front func(url string) string, extra ...string) (provider.Session, provider.Config, *[]string, *fakeapi.Codex) {
+	t.Helper()
 	api := fakeapi.NewCodex(reply)
 	t.Cleanup(api.Close)
-	p, cfg := newProvider(t, api)
-	s, cfg, ids := clitest.Start(t, p, cfg)
+	bin, err := clitest.Substrat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := api.URL
+	if front != nil {
+		base = front(base)
+	}
+	d := rpctest.Start(t)
+	cfg := d.Config(t)
+	cfg.Model = "fake-model"
+	s, cfg, ids := clitest.Start(t, pinned(t, d, bin, base, extra...), cfg)
 	return s, cfg, ids, api
 }
 
@@ -192,13 +210,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestCodexOverloaded: an API answering 429 fails the turn with an error
-// the engine retries (a *retry.Transient).
+// TestCodexOverloaded: an API answering 429 (without Retry-After: the CLI
+// does not retry) fails the turn with a 429 the engine retries, and after
+// its tries (one here) parks for: a limit without a reset time.
 func TestCodexOverloaded(t *testing.T) {
-	s, _, _, _ := start(t, func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Status: 429} })
+	s, _, _, api := start(t, func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Status: 429} })
 	_, _, err := clitest.Send(t, s, "hello", nil)
-	var tr *retry.Transient
-	if !errors.As(err, &tr) {
-		t.Fatalf("a 429 gave %v, not a retryable error", err)
+	var rl *provider.RateLimited
+	if !errors.As(err, &rl) || !rl.Until.IsZero() {
+		t.Fatalf("a 429 gave %v, not a limit without a reset", err)
+	}
+	if n := len(api.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
 	}
 }

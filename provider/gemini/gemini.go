@@ -58,14 +58,15 @@
 // the turn's own: checked with the pinned CLI, across --resume; the CLI
 // reports no cost, so cost is unknown) and error. A result whose
 // status is not success fails the turn (retried when it reads like an
-// overloaded or 429/5xx API); the pinned CLI retries a 429 itself, with
-// backoff, until the turn's timeout ends it. A line that is not JSON fails
-// the turn.
+// overloaded or 429/5xx API); a quota or rate limit ends the turn as a
+// limit the daemon parks for (see ratelimit.go). A line that is not JSON
+// fails the turn.
 package gemini
 
 import (
 	"encoding/json"
 	"path/filepath"
+	"time"
 
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/provider/internal/cli"
@@ -99,7 +100,8 @@ func config(s cli.Setup) ([]cli.File, error) {
 		"security":   map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
 		"mcpServers": map[string]any{"substrat": map[string]any{"command": s.MCP.Command, "args": s.MCP.Args, "trust": true}},
 		// Offline and quiet: no update checks, no usage statistics.
-		"general":   map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
+		// One attempt: the engine retries, and parks on a quota (ratelimit.go).
+		"general":   map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true, "maxAttempts": 1},
 		"privacy":   map[string]any{"usageStatisticsEnabled": false},
 		"telemetry": map[string]any{"enabled": false},
 		"tools":     map[string]any{"exclude": ownAgentTools},
@@ -148,7 +150,7 @@ func command(t cli.Turn) (cli.Invocation, error) {
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	if t.ID != "" {
+	if t.ID != "" && resumable(t.CLIHome, t.ID) { // else afresh: see resume.go
 		args = append(args, "--resume", t.ID)
 	}
 	args = append(args, t.ExtraArgs...)
@@ -179,6 +181,9 @@ type line struct {
 
 // parse reads one stream-json line. Only a line that is not JSON fails it.
 func parse(b []byte) (cli.Line, error) {
+	if f := rateLimit(b, time.Now()); f != nil { // see ratelimit.go
+		return cli.Line{Final: f}, nil
+	}
 	var l line
 	if err := cli.Unmarshal(b, &l); err != nil {
 		return cli.Line{}, err

@@ -110,6 +110,13 @@ type Report struct {
 	Resumed     []RecoveredAgent  `json:"resumed"`
 	// Reaped lists provider processes a killed daemon left running.
 	Reaped []string `json:"reaped"`
+	// Parked lists the agents found parked (Detail: until when, why):
+	// they resume at their reset, not now.
+	Parked []RecoveredAgent `json:"parked"`
+	// Limited lists the agents whose processes run under resource
+	// limits (Detail: the limits in force: their own, their pool's or
+	// the default).
+	Limited []RecoveredAgent `json:"limited"`
 }
 
 // RecoveredAgent names an agent the recovery acted on.

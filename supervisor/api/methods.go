@@ -29,6 +29,7 @@ const (
 	MethodDaemonWatch       = "daemon.watch"
 	MethodConfigShow        = "config.show"
 	MethodInboxList         = "inbox.list"
+	MethodInboxFollow       = "inbox.follow" // FollowParams -> a stream of Notification
 	MethodSessionDelete     = "session.delete"
 	MethodSessionList       = "session.list"
 	MethodSessionResume     = "session.resume"
@@ -75,6 +76,7 @@ var Methods = []string{
 	MethodDaemonWatch,
 	MethodConfigShow,
 	MethodInboxList,
+	MethodInboxFollow,
 	MethodSessionDelete,
 	MethodSessionList,
 	MethodSessionResume,

@@ -90,6 +90,8 @@ type File struct {
 	ContextWindows map[string]map[string]int `json:"context_windows,omitempty"`
 	CompactAt      float64                   `json:"compact_at,omitempty"`
 	Limits         *Limits                   `json:"limits,omitempty"`
+	// PoolLimits: pool -> the limits of its agents that set none.
+	PoolLimits map[string]*Limits `json:"pool_limits,omitempty"`
 }
 
 // Limits are the default resource limits of agents.
@@ -398,6 +400,18 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 		shown["cpu_weight"] = w
 	}
 	eff.Values = append(eff.Values, Value{Key: "limits", Value: shown, Source: limitsSrc})
+	if len(f.PoolLimits) > 0 {
+		set.PoolLimits = map[string]fsstore.Limits{}
+		for pool, pl := range f.PoolLimits {
+			l, err := pl.limits()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("pool_limits of %q (from the file): %v", pool, err))
+				continue
+			}
+			set.PoolLimits[pool] = l
+		}
+		eff.Values = append(eff.Values, Value{Key: "pool_limits", Value: f.PoolLimits, Source: FromFile})
+	}
 	if err := set.Check(); err != nil {
 		errs = append(errs, err)
 	}

@@ -169,3 +169,26 @@ func TestResolveLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestResolvePoolLimits: pool_limits are read per pool, and a bad one is
+// refused with the pool's name.
+func TestResolvePoolLimits(t *testing.T) {
+	f, err := Parse([]byte(`{"version": 1, "pools": {"big": 4}, "pool_limits": {"big": {"memory": "4G", "pids": 1000}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := Resolve(f, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := eff.Settings.PoolLimits["big"]; l != (fsstore.Limits{MemoryBytes: 4 << 30, Pids: 1000}) {
+		t.Fatalf("pool limits %+v", eff.Settings.PoolLimits)
+	}
+	f, err = Parse([]byte(`{"version": 1, "pool_limits": {"big": {"memory": "lots"}}}`))
+	if err == nil {
+		_, err = Resolve(f, func(string) string { return "" }, nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), `"big"`) {
+		t.Fatalf("a bad pool limit: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +131,9 @@ func TestNotifyCommand(t *testing.T) {
 	}
 	eventually(t, "the notification", func() bool {
 		b, err := os.ReadFile(out)
-		return err == nil && string(b) == "r message\nall done"
+		env, js, _ := strings.Cut(string(b), "\n")
+		var n api.Notification
+		return err == nil && env == "r message" && strings.HasSuffix(js, "}\n") && json.Unmarshal([]byte(js), &n) == nil &&
+			n.Text == "all done" && n.Kind == api.NotifyMessage && n.AgentName == "r" && n.AgentPath == "r" && n.Version == 1
 	})
 }

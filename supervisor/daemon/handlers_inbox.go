@@ -20,6 +20,7 @@ func (d *Daemon) registerInbox() {
 	handle(d, api.MethodApprovalShow, func(ctx context.Context, p api.ShowApprovalParams, _ func(any) error) (any, error) {
 		return c.ShowApproval(p.ID)
 	})
+	handle(d, api.MethodInboxFollow, d.follow)
 	handle(d, api.MethodInboxList, func(ctx context.Context, p struct {
 		All  bool `json:"all"`
 		Peek bool `json:"peek"` // leave unread messages unread

@@ -8,6 +8,7 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/daemon/limits"
 	"github.com/substrat/substrat/supervisor/workspace"
 	"github.com/substrat/substrat/supervisor/workspace/gitws"
@@ -106,7 +107,7 @@ func (h *host) Reap() []string {
 	return append(reap(h.store.Layout().Procs(), h.log), h.limits.RemoveAll()...)
 }
 
-// Notify implements supervisor.Host: argv runs for m, at most
+// Notify implements supervisor.Host: argv runs for n, at most
 // Settings.NotifyConcurrency at a time, a burst coalesced (notify.go).
 // Nothing waits for it.
-func (h *host) Notify(argv []string, m *fsstore.Message) { h.notify.notify(argv, m) }
+func (h *host) Notify(argv []string, n api.Notification) { h.notify.notify(argv, n) }

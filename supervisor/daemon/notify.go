@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,20 +13,22 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
 // Notifications (notify_command).
 //
-// Every message to USER is stored first (it is in HOME/inbox before
-// Notify is called); the notification is only a nudge to look. At most
-// limit commands run at once. A message that finds every slot taken
-// joins the one burst that waits: when a slot frees, the burst becomes a
-// single notification, that of its newest message, with the count of the
-// others in SUBSTRAT_COALESCED and a first line "(and N more messages)"
-// on stdin. So a flood of any size runs at most limit processes (and
-// their pipes) at a time, and remembers one message and a count.
+// What a notification is about is stored first (a message is in
+// HOME/inbox, a gate or park is an event, before Notify is called); the
+// notification is only a nudge to look. The command reads it as one line
+// of JSON on stdin (api.Notification); agent text travels only there and
+// in the environment, never in the command line. At most limit commands
+// run at once. A notification that finds every slot taken joins the one
+// burst that waits: when a slot frees, the burst becomes a single
+// notification, its newest, with the count of the others in "coalesced"
+// and SUBSTRAT_COALESCED. So a flood of any size runs at most limit
+// processes (and their pipes) at a time, and remembers one notification
+// and a count.
 
 // notifyTimeout bounds a notification command.
 const notifyTimeout = 30 * time.Second
@@ -40,7 +44,7 @@ type notifier struct {
 
 	mu        sync.Mutex // guards the fields below
 	running   int        // commands running (or slots about to run one)
-	waiting   *fsstore.Message
+	waiting   *api.Notification
 	waitArgv  []string
 	waitCount int // messages in the waiting burst
 	st        api.NotifyStatus
@@ -52,7 +56,11 @@ func newNotifier(home string, log *slog.Logger, limit func() int) *notifier {
 
 // notify runs argv for m now if a slot is free, and otherwise folds m
 // into the waiting burst. It never blocks.
-func (n *notifier) notify(argv []string, m *fsstore.Message) {
+func (n *notifier) notify(argv []string, note api.Notification) {
+	if len(argv) == 0 {
+		return
+	}
+	m := &note
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.st.Messages++
@@ -67,11 +75,11 @@ func (n *notifier) notify(argv []string, m *fsstore.Message) {
 
 // run runs one notification, then the waiting burst, if any, in the same
 // slot; it gives the slot back when nothing waits.
-func (n *notifier) run(argv []string, m *fsstore.Message, coalesced int) {
+func (n *notifier) run(argv []string, m *api.Notification, coalesced int) {
 	for {
 		out, err := n.exec(argv, m, coalesced)
 		if err != nil {
-			n.log.Warn("the notify command failed", "argv", argv, "message", m.ID, "coalesced", coalesced, "err", err, "output", out)
+			n.log.Warn("the notify command failed", "argv", argv, "kind", m.Kind, "message", m.MessageID, "coalesced", coalesced, "err", err, "output", out)
 		}
 		n.mu.Lock()
 		n.st.Runs++
@@ -94,21 +102,32 @@ func (n *notifier) run(argv []string, m *fsstore.Message, coalesced int) {
 	}
 }
 
-// exec runs argv once for m (standing for coalesced more messages): the
-// text on stdin, SUBSTRAT_FROM, SUBSTRAT_KIND, SUBSTRAT_MESSAGE_ID,
-// SUBSTRAT_HOME and SUBSTRAT_COALESCED in the environment, in its own
-// process group, killed whole after notifyTimeout.
-func (n *notifier) exec(argv []string, m *fsstore.Message, coalesced int) (string, error) {
+// exec runs argv once for m (standing for coalesced more): m as one line
+// of JSON on stdin; SUBSTRAT_NOTIFY_KIND, SUBSTRAT_FROM, SUBSTRAT_KIND
+// (the message's kind, or the notification's), SUBSTRAT_MESSAGE_ID,
+// SUBSTRAT_AGENT_ID, SUBSTRAT_HOME and SUBSTRAT_COALESCED in the
+// environment; in its own process group, killed whole after
+// notifyTimeout.
+func (n *notifier) exec(argv []string, m *api.Notification, coalesced int) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "SUBSTRAT_FROM="+m.FromName, "SUBSTRAT_KIND="+m.Kind, "SUBSTRAT_MESSAGE_ID="+m.ID,
-		"SUBSTRAT_HOME="+n.home, fmt.Sprintf("SUBSTRAT_COALESCED=%d", coalesced))
-	text := m.Text
-	if coalesced > 0 {
-		text = fmt.Sprintf("(and %d more messages)\n%s", coalesced, text)
+	kind := m.MessageKind
+	if kind == "" {
+		kind = m.Kind
 	}
-	cmd.Stdin = strings.NewReader(text)
+	cmd.Env = append(os.Environ(), "SUBSTRAT_NOTIFY_KIND="+m.Kind, "SUBSTRAT_FROM="+envSafe(m.From), "SUBSTRAT_KIND="+kind,
+		"SUBSTRAT_MESSAGE_ID="+m.MessageID, "SUBSTRAT_AGENT_ID="+m.AgentID,
+		"SUBSTRAT_HOME="+n.home, fmt.Sprintf("SUBSTRAT_COALESCED=%d", coalesced))
+	note := *m
+	note.Coalesced = coalesced
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(note); err != nil {
+		return "", err
+	}
+	cmd.Stdin = &in
 	out := &capWriter{max: notifyOutputCap}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -119,6 +138,17 @@ func (n *notifier) exec(argv []string, m *fsstore.Message, coalesced int) (strin
 		err = fmt.Errorf("killed after %s: %w", notifyTimeout, err)
 	}
 	return out.String(), err
+}
+
+// envSafe keeps a value fit for the environment: no NUL (exec refuses
+// one) and no newline.
+func envSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == 0 || r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // status returns the counts so far, for daemon.status.

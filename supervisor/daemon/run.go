@@ -327,6 +327,7 @@ func (d *Daemon) schedule(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
+	dispatch:
 		for _, id := range d.core.Runnable() {
 			mu.Lock()
 			busy := inflight[id]
@@ -336,8 +337,12 @@ func (d *Daemon) schedule(ctx context.Context) {
 			}
 			select {
 			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
+			default:
+				// Every slot is taken. A turn that ends signals, and the
+				// runnable agents are read afresh then: an agent that
+				// became runnable meanwhile is not held behind the rest
+				// of this list (a thousand agents resuming at one reset).
+				break dispatch
 			}
 			mu.Lock()
 			inflight[id] = true
