@@ -1,6 +1,9 @@
 package fsstore
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The operations on an agent's files other than its log and snapshot:
 // the daemon asks the store for them instead of building paths itself.
@@ -65,4 +68,32 @@ func (a *Agent) SpawnKeys() (map[string]string, error) {
 		return nil
 	})
 	return keys, err
+}
+
+// UserInbox reads USER's inbox: sub is InboxNew (unread) or InboxCur
+// (read). See ReadInbox.
+func (s *Store) UserInbox(sub string) ([]*Message, []BadMessage, error) {
+	return ReadInbox(s.fs, s.layout.UserInbox(), sub)
+}
+
+// MarkUserRead marks USER's messages ids read (moved from new/ to cur/,
+// durably) and returns how many were unread. An id that is not a
+// message id is refused before anything moves.
+func (s *Store) MarkUserRead(ids []string) (int, error) {
+	box := s.layout.UserInbox()
+	var unread []string
+	for _, id := range ids {
+		if !IsID(id) {
+			return 0, wrap("mark read", box.Dir, invalidf("message id %q", id), "")
+		}
+	}
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		if _, err := s.fs.Stat(box.Path(InboxNew, id)); err == nil {
+			unread = append(unread, id)
+		}
+	}
+	if len(unread) == 0 {
+		return 0, nil
+	}
+	return len(unread), MarkDelivered(s.fs, box, unread)
 }

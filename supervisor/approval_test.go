@@ -124,7 +124,7 @@ func TestApprovals(t *testing.T) {
 	var inbox []api.InboxMessage
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); len(inbox) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		inbox, err = c.PeekUserInbox(false)
+		inbox, err = c.UserInbox(false)
 	}
 	if err != nil || len(inbox) != 1 || inbox[0].Kind != fsstore.KindApproval || !strings.Contains(inbox[0].Text, "substrat approve "+req.ID) {
 		t.Fatalf("USER's inbox: %v %+v", err, inbox)
@@ -254,7 +254,7 @@ func TestApprovalPasteSafe(t *testing.T) {
 	req := waitPending(t, c, 1)[0]
 	var text string
 	for deadline := time.Now().Add(10 * time.Second); text == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		inbox, _ := c.PeekUserInbox(false)
+		inbox, _ := c.UserInbox(false)
 		for _, m := range inbox {
 			if strings.Contains(m.Text, req.ID) {
 				text = m.Text
@@ -282,7 +282,7 @@ func TestApprovalTooLong(t *testing.T) {
 	req := waitPending(t, c, 1)[0]
 	var text string
 	for deadline := time.Now().Add(10 * time.Second); text == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		inbox, _ := c.PeekUserInbox(false)
+		inbox, _ := c.UserInbox(false)
 		for _, m := range inbox {
 			if strings.Contains(m.Text, req.ID) {
 				text = m.Text

@@ -293,7 +293,7 @@ func TestApprovalOncePerCallAcrossCrash(t *testing.T) {
 			if s := stateOf(t, c, "solo"); s != fsstore.AgentIdle {
 				t.Errorf("after the turn, the agent is %s", s)
 			}
-			inbox, err := c.PeekUserInbox(true)
+			inbox, err := c.UserInbox(true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -388,7 +388,7 @@ func TestApprovalMessageAfterCrash(t *testing.T) {
 	go func() { done <- c.RunTurn(context.Background(), n.id()) }()
 	until(t, "the turn to wait for the request", func() bool { return waitersOf(c, req.ID) == 1 })
 	until(t, "WAITING", func() bool { return stateOf(t, c, "solo") == fsstore.AgentWaiting }) // after the message
-	inbox, err := c.PeekUserInbox(true)
+	inbox, err := c.UserInbox(true)
 	if err != nil || len(inbox) != 1 || inbox[0].ID != req.ID || inbox[0].Kind != fsstore.KindApproval {
 		t.Fatalf("USER's inbox: %v %+v", err, inbox)
 	}

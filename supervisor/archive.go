@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"sort"
 	"strings"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -94,44 +93,6 @@ func removeString(list []string, s string) []string {
 		}
 	}
 	return out
-}
-
-// UserInbox returns the unread messages to USER (and with all, the read
-// ones too), oldest first, and marks the unread ones read.
-func (c *Core) UserInbox(all bool) ([]api.InboxMessage, error) { return c.userInbox(all, false) }
-
-// PeekUserInbox is UserInbox without marking anything read: for a view
-// that only looks (substrat top).
-func (c *Core) PeekUserInbox(all bool) ([]api.InboxMessage, error) { return c.userInbox(all, true) }
-
-func (c *Core) userInbox(all, peek bool) ([]api.InboxMessage, error) {
-	fsys, box := c.store.FS(), c.store.Layout().UserInbox()
-	out := []api.InboxMessage{}
-	if all {
-		read, _, err := fsstore.ReadInbox(fsys, box, fsstore.InboxCur)
-		if err != nil {
-			return nil, storeErr(err)
-		}
-		for _, m := range read {
-			out = append(out, api.InboxMessage{Message: m})
-		}
-	}
-	unread, _, err := fsstore.ReadInbox(fsys, box, fsstore.InboxNew)
-	if err != nil {
-		return nil, storeErr(err)
-	}
-	ids := make([]string, 0, len(unread))
-	for _, m := range unread {
-		out = append(out, api.InboxMessage{Message: m, Unread: true})
-		ids = append(ids, m.ID)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	if len(ids) > 0 && !peek {
-		if err := fsstore.MarkDelivered(fsys, box, ids); err != nil {
-			return nil, storeErr(err)
-		}
-	}
-	return out, nil
 }
 
 // Restore undoes an archive: the archived agent ref (an id, or a name

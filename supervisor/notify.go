@@ -94,7 +94,7 @@ func clip(s string, max int) string {
 // read yet: a notification sent just before the crash may never have run
 // its command (notifications are not stored; the messages are).
 func (c *Core) notifyUnread() {
-	unread, err := c.PeekUserInbox(false)
+	unread, err := c.UserInbox(false)
 	if err != nil || len(unread) == 0 {
 		return
 	}

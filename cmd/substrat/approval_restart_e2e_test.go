@@ -75,7 +75,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 	var inbox []wire.InboxMessage
 	eventually("the turn to finish", func() bool {
 		inbox = nil
-		d.mustCall("inbox.list", map[string]any{"all": true, "peek": true}, &inbox)
+		d.mustCall("inbox.list", map[string]any{"all": true}, &inbox)
 		for _, m := range inbox {
 			if m.Text == "installed" {
 				return true

@@ -10,18 +10,36 @@ import (
 // InboxCmd shows messages to USER.
 type InboxCmd struct {
 	All    bool `help:"Also show messages already read."`
+	Peek   bool `help:"Leave the messages shown unread."`
 	Follow bool `short:"f" help:"Stream what needs you as it happens (messages, approval requests, gated, parked and unparked agents, completed roots), across daemon restarts, until interrupted; --json prints one notification object a line."`
 }
 
-// Run prints the messages and marks them read.
+// Run prints the messages, then marks those it showed read (a message
+// that arrived meanwhile stays unread).
 func (c *InboxCmd) Run(g *Globals) error {
 	if c.Follow {
 		return followInbox(g)
 	}
 	var out []api.InboxMessage
-	if err := g.call(api.MethodInboxList, map[string]bool{"all": c.All}, &out); err != nil {
+	if err := g.call(api.MethodInboxList, api.InboxListParams{All: c.All}, &out); err != nil {
 		return err
 	}
+	if err := printInbox(g, out); err != nil || c.Peek {
+		return err
+	}
+	var shown []string
+	for _, m := range out {
+		if m.Unread {
+			shown = append(shown, m.ID)
+		}
+	}
+	if len(shown) == 0 {
+		return nil
+	}
+	return g.call(api.MethodInboxRead, api.InboxReadParams{IDs: shown}, nil)
+}
+
+func printInbox(g *Globals, out []api.InboxMessage) error {
 	if g.JSON {
 		return printJSON(out)
 	}

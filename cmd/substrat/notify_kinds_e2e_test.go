@@ -162,7 +162,7 @@ func TestNotifyHangNeverBlocksE2E(t *testing.T) {
 		t.Errorf("daemon status notify: %+v (want the one command still hanging, 3 notifications)", st.Notify)
 	}
 	var inbox []wire.InboxMessage
-	d.mustCall("inbox.list", map[string]any{"peek": true}, &inbox)
+	d.mustCall("inbox.list", map[string]any{}, &inbox)
 	if len(inbox) != 3 {
 		t.Errorf("USER's inbox has %d messages, want 3", len(inbox))
 	}

@@ -96,7 +96,7 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 	var inbox []struct {
 		Text string `json:"text"`
 	}
-	d.mustCall("inbox.list", map[string]any{"peek": true}, &inbox)
+	d.mustCall("inbox.list", map[string]any{}, &inbox)
 	var told, resumed bool
 	for _, m := range inbox {
 		told = told || strings.Contains(m.Text, "openai is rate limited until")

@@ -93,7 +93,7 @@ func TestTopApproveInATerminal(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var inbox []api.InboxMessage
-		d.mustCall("inbox.list", map[string]any{"all": true, "peek": true}, &inbox)
+		d.mustCall("inbox.list", map[string]any{"all": true}, &inbox)
 		if len(inbox) > 0 && inbox[len(inbox)-1].Text == "installed" {
 			break
 		}

@@ -273,6 +273,25 @@ type InboxMessage struct {
 	Unread bool `json:"unread"`
 }
 
+// InboxListParams are inbox.list's: the unread messages to USER, and with
+// All the read ones too. Listing marks nothing read.
+type InboxListParams struct {
+	All bool `json:"all"`
+}
+
+// InboxReadParams are inbox.read's: the messages to USER to mark read,
+// by id (those a reader has shown; a message that came since stays
+// unread).
+type InboxReadParams struct {
+	IDs []string `json:"ids"`
+}
+
+// InboxReadResult is inbox.read's: how many of the messages were unread
+// and are read now.
+type InboxReadResult struct {
+	Read int `json:"read"`
+}
+
 // WatchEvent is what subscribers see: a committed event, a message, or a
 // piece of turn output.
 type WatchEvent struct {

@@ -28,7 +28,8 @@ const (
 	MethodDaemonStop        = "daemon.stop"
 	MethodDaemonWatch       = "daemon.watch"
 	MethodConfigShow        = "config.show"
-	MethodInboxList         = "inbox.list"
+	MethodInboxList         = "inbox.list" // InboxListParams -> []InboxMessage; marks nothing read
+	MethodInboxRead         = "inbox.read" // InboxReadParams -> InboxReadResult
 	MethodInboxFollow       = "inbox.follow" // FollowParams -> a stream of Notification
 	MethodSessionDelete     = "session.delete"
 	MethodSessionList       = "session.list"
@@ -76,6 +77,7 @@ var Methods = []string{
 	MethodDaemonWatch,
 	MethodConfigShow,
 	MethodInboxList,
+	MethodInboxRead,
 	MethodInboxFollow,
 	MethodSessionDelete,
 	MethodSessionList,

@@ -25,7 +25,7 @@ func (d *Daemon) follow(ctx context.Context, p api.FollowParams, send func(any) 
 	}
 	sent := map[string]bool{}
 	if !p.Since.IsZero() {
-		msgs, err := c.PeekUserInbox(true)
+		msgs, err := c.UserInbox(true)
 		if err != nil {
 			return nil, err
 		}

@@ -21,13 +21,11 @@ func (d *Daemon) registerInbox() {
 		return c.ShowApproval(p.ID)
 	})
 	handle(d, api.MethodInboxFollow, d.follow)
-	handle(d, api.MethodInboxList, func(ctx context.Context, p struct {
-		All  bool `json:"all"`
-		Peek bool `json:"peek"` // leave unread messages unread
-	}, _ func(any) error) (any, error) {
-		if p.Peek {
-			return c.PeekUserInbox(p.All)
-		}
+	handle(d, api.MethodInboxList, func(ctx context.Context, p api.InboxListParams, _ func(any) error) (any, error) {
 		return c.UserInbox(p.All)
+	})
+	handle(d, api.MethodInboxRead, func(ctx context.Context, p api.InboxReadParams, _ func(any) error) (any, error) {
+		n, err := c.MarkUserRead(p.IDs)
+		return api.InboxReadResult{Read: n}, err
 	})
 }

@@ -128,7 +128,7 @@ func TestNotifyFlood(t *testing.T) {
 	t.Logf("%d messages: %d notifications, %d coalesced", messages, n.Runs, n.Coalesced)
 
 	var inbox []api.InboxMessage
-	if err := c.Call(ctx, api.MethodInboxList, map[string]any{"all": true, "peek": true}, &inbox); err != nil {
+	if err := c.Call(ctx, api.MethodInboxList, map[string]any{"all": true}, &inbox); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
@@ -174,7 +174,7 @@ func TestNotifyFailure(t *testing.T) {
 		t.Errorf("daemon.status notify: %+v", n)
 	}
 	var inbox []api.InboxMessage
-	if err := c.Call(ctx, api.MethodInboxList, map[string]any{"all": true, "peek": true}, &inbox); err != nil || len(inbox) != 1 {
+	if err := c.Call(ctx, api.MethodInboxList, map[string]any{"all": true}, &inbox); err != nil || len(inbox) != 1 {
 		t.Fatalf("USER's inbox: %v %+v", err, inbox)
 	}
 }

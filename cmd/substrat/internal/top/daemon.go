@@ -44,7 +44,7 @@ func (d Daemon) Agents(ctx context.Context, p api.ListParams) (api.ListPage, err
 // Inbox implements Source.
 func (d Daemon) Inbox(ctx context.Context) ([]api.InboxMessage, error) {
 	var in []api.InboxMessage
-	err := d.call(ctx, api.MethodInboxList, map[string]bool{"peek": true}, &in)
+	err := d.call(ctx, api.MethodInboxList, api.InboxListParams{}, &in)
 	return in, err
 }
 
@@ -127,7 +127,15 @@ func (d Daemon) Act(ctx context.Context, a Action) error {
 	case ActApprove, ActDeny:
 		return d.call(ctx, api.MethodApprovalAnswer, api.AnswerParams{ID: a.ID, Allow: a.Kind == ActApprove, By: fsstore.User}, nil)
 	case ActReadInbox:
-		return d.call(ctx, api.MethodInboxList, map[string]bool{}, nil)
+		var in []api.InboxMessage
+		if err := d.call(ctx, api.MethodInboxList, api.InboxListParams{}, &in); err != nil {
+			return err
+		}
+		ids := make([]string, 0, len(in))
+		for _, m := range in {
+			ids = append(ids, m.ID)
+		}
+		return d.call(ctx, api.MethodInboxRead, api.InboxReadParams{IDs: ids}, nil)
 	}
 	return fmt.Errorf("unknown action %q", a.Kind)
 }
