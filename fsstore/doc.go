@@ -80,6 +80,15 @@
 //     changed by a "limits" event, whose data is the whole setting
 //     ('substrat agent limits'); the daemon enforces them with a cgroup
 //     per agent, or rlimits (see supervisor/daemon/limits);
+//   - executor: where the agent's provider process and tool commands
+//     run: absent for this machine, or "ssh://HOST" for a host reached
+//     with the system OpenSSH client (HOST is an ssh destination: a name
+//     from the ssh_config, user@host; never starting with '-', no spaces,
+//     controls or shell characters). Children inherit it unless created
+//     with their own. Set at create ('substrat agent create --executor
+//     ssh://HOST') and changed by an "executor" event ({executor,
+//     reason}); see executor.go. (Turns still run on this machine: the
+//     remote run is not wired yet.)
 //   - approvals: the agent's approval requests that wait ({id, tool,
 //     input, tool_use_id, call_key, batch, approver, requested_at,
 //     deadline}) and the last 20 answered (with answer allow, deny or expired, reason, by,
@@ -123,7 +132,7 @@
 // (counters, added; the context use replaced; and, for people reading the
 // log, the messages the turn took and the output it streamed, text, tool
 // calls and results, cut to a few KiB: see turnlog.go), "metadata", "edited" (a hand edit that was adopted),
-// "permissions", "limits", "work_dir", "approval_requested", "approval_answered",
+// "permissions", "limits", "executor", "work_dir", "approval_requested", "approval_answered",
 // "parked" (a provider's usage or rate limit: until when, why, and the
 // provider and credentials it applies to; a zero until unparks; the
 // session's "parked" field) and the orchestration events (pool, budget, gate, waiting, reminders,

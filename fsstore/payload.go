@@ -39,6 +39,7 @@ func init() {
 	register[Approval]()
 	register[ApprovalAnswer]()
 	register[Parked]()
+	register[ExecutorChange]()
 }
 
 // register makes T's events decodable by its type name.

@@ -106,6 +106,7 @@ type Session struct {
 	WorkDir           string            `json:"work_dir,omitempty"`
 	Permissions       *Permissions      `json:"permissions,omitempty"`
 	Limits            *Limits           `json:"limits,omitempty"`
+	Executor          string            `json:"executor,omitempty"` // where its processes run: "" here, ssh://HOST (executor.go)
 	AgentState        AgentState        `json:"agent_state"`
 	SessionState      SessionState      `json:"session_state"`
 	StateReason       string            `json:"state_reason,omitempty"`
@@ -401,6 +402,9 @@ func (s *Session) Validate() error {
 		if err := s.Limits.Validate(); err != nil {
 			return err
 		}
+	}
+	if err := ValidateExecutor(s.Executor); err != nil {
+		return err
 	}
 	if err := validateApprovals(s); err != nil {
 		return err

@@ -77,7 +77,7 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	a, err := c.store.CreateAgent(&fsstore.Session{
 		ID: id, Name: p.Name, ParentID: parentID, Provider: p.Provider, Model: p.Model,
 		Instructions: p.Instructions, Workspace: p.Workspace, WorkDir: p.WorkDir, Permissions: p.Permissions,
-		Limits: p.Limits, SpawnKey: p.SpawnKey, Metadata: p.Metadata, Pool: p.Pool, Budget: p.Budget,
+		Limits: p.Limits, Executor: p.Executor, SpawnKey: p.SpawnKey, Metadata: p.Metadata, Pool: p.Pool, Budget: p.Budget,
 	})
 	if err != nil {
 		return nil, false, storeErr(err)

@@ -129,7 +129,7 @@ func (c *Core) infoFromLocked(n *node, path string, subtree fsstore.Counters, ov
 		SessionState: s.SessionState, StateReason: s.StateReason,
 		Counters: s.Counters, Subtree: subtreeTotals(subtree),
 		Live: n.live != nil, Dir: n.agent.Files().Dir, DiskInvalid: n.diskInvalid,
-		Gated: s.Gated, Pending: n.pending, Budget: s.Budget, Pool: poolOf(s), Workspace: s.Workspace,
+		Gated: s.Gated, Pending: n.pending, Budget: s.Budget, Pool: poolOf(s), Workspace: s.Workspace, Executor: s.Executor,
 		Failing: len(n.failures), Parked: c.parkInfoLocked(n), OverBudget: over,
 	}
 	for _, id := range n.children {

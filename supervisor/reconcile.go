@@ -280,6 +280,8 @@ func (c *Core) adoptEdit(n *node, disk *fsstore.Session, sum [sha256.Size]byte) 
 		return fmt.Errorf("provider cannot be changed by hand (it is %q)", cur.Provider)
 	case disk.Workspace != cur.Workspace:
 		return fmt.Errorf("workspace cannot be changed by hand (it is %q)", cur.Workspace)
+	case disk.Executor != cur.Executor:
+		return fmt.Errorf("executor cannot be changed by hand (it is %q)", cur.Executor)
 	case disk.WorkDir != cur.WorkDir:
 		// The CLI's sessions belong to their working directory.
 		return fmt.Errorf("work_dir cannot be changed by hand (it is %q); create an agent in the other directory", cur.WorkDir)

@@ -98,6 +98,14 @@ func (c *Core) placeCreate(p *api.CreateParams, parent *fsstore.Session, id stri
 		p.Limits = &l
 	}
 	switch {
+	case p.Executor != "":
+		if err := fsstore.ValidateExecutor(p.Executor); err != nil {
+			return api.Errorf(api.CodeInvalidParams, "%s", fsstore.Reason(err))
+		}
+	case parent != nil:
+		p.Executor = parent.Executor
+	}
+	switch {
 	case p.Permissions != nil:
 		perm := *p.Permissions
 		if perm.Mode == "" {

@@ -58,6 +58,7 @@ type AgentCreateCmd struct {
 	ApprovalWait string   `name:"approval-timeout" help:"How long an approval request waits before it is denied (default 10m)." placeholder:"DURATION"`
 	Parent       string   `help:"Parent agent ref; without it the agent is a root." predictor:"agent"`
 	Pool         string   `help:"Slot pool of the agent's session (default: the default pool)."`
+	Executor     string   `help:"Where its processes are to run: ssh://HOST (an ssh destination; default: its parent's, else this machine). Recorded only: turns still run on this machine." placeholder:"ssh://HOST"`
 	BudgetTokens int64    `help:"Token budget for the agent's subtree."`
 	BudgetCost   float64  `help:"Cost budget (USD) for the agent's subtree."`
 	Memory       string   `help:"Memory limit of its processes together: 512M, 2G, or none (default: its parent's, else config.json's)." placeholder:"SIZE"`
@@ -69,7 +70,7 @@ type AgentCreateCmd struct {
 func (c *AgentCreateCmd) Run(g *Globals) error {
 	var info api.AgentInfo
 	p := api.CreateParams{Name: c.Name, Provider: c.Provider, Model: c.Model,
-		Instructions: c.Instructions, Workspace: c.Workspace, Parent: c.Parent, Pool: c.Pool}
+		Instructions: c.Instructions, Workspace: c.Workspace, Parent: c.Parent, Pool: c.Pool, Executor: c.Executor}
 	if c.Workspace == "" && c.Parent == "" {
 		dir := c.Dir
 		if dir == "" {
@@ -120,6 +121,9 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
 		if l := res.Session.Limits; l != nil {
 			fmt.Printf("  limits: %s\n", l)
+		}
+		if e := res.Session.Executor; e != "" {
+			fmt.Printf("  executor: %s\n", executorShown(e))
 		}
 	}
 	return nil
@@ -387,6 +391,7 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		if s.Limits != nil {
 			row("limits", s.Limits.String())
 		}
+		row("executor", executorShown(s.Executor))
 	}
 	row("state", fmt.Sprintf("%s (session %s)", shownState(a), a.SessionState))
 	if a.Parked != nil {
@@ -652,4 +657,12 @@ func (c *AgentPermitCmd) Run(g *Globals) error { return c.run(g, "permit", "one 
 func isFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// executorShown is an agent's executor as inspect shows it.
+func executorShown(e string) string {
+	if e == "" {
+		return "local"
+	}
+	return e + " (recorded; its turns still run on this machine)"
 }

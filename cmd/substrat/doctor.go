@@ -72,6 +72,7 @@ func countAgents(ctx context.Context, home string, in *doctor.Input) error {
 	for _, a := range res.Agents {
 		if s := a.Session(); s.AgentState != fsstore.AgentTerminated {
 			in.Count(s.Provider, s.Workspace)
+			in.CountExecutor(s.Executor)
 		}
 	}
 	return nil

@@ -22,7 +22,7 @@ type listOptions struct {
 	Provider []string `help:"Only agents of these providers (repeat, or comma-separated)." predictor:"provider" placeholder:"NAME"`
 	Limit    int      `help:"Show at most N agents (0: all); the rest come with --after." placeholder:"N" default:"0"`
 	After    string   `help:"Start after this agent (the id a cut list names), in tree order." placeholder:"ID"`
-	Output   string   `short:"o" help:"Output format: tree (the default), wide (more columns: provider, model, pending, budget, pool, workspace, why) or json." enum:"tree,wide,json" default:"tree" placeholder:"FORMAT"`
+	Output   string   `short:"o" help:"Output format: tree (the default), wide (more columns: provider, model, pending, budget, pool, workspace, executor, why) or json." enum:"tree,wide,json" default:"tree" placeholder:"FORMAT"`
 }
 
 // listedAgent is an agent as agent list shows it: what the daemon says,
@@ -145,7 +145,7 @@ func (o *listOptions) table(list []listedAgent) string {
 	tw := tabwriter.NewWriter(&b, 0, 2, 2, ' ', 0)
 	head := "AGENT\tSTATE\tSESSION\tTURNS\tTOKENS IN/OUT\tCOST\tID"
 	if wide {
-		head = "AGENT\tSTATE\tSESSION\tTURNS\tTOKENS IN/OUT\tCOST\tPROVIDER\tMODEL\tPENDING\tBUDGET\tPOOL\tWORKSPACE\tID\tWHY"
+		head = "AGENT\tSTATE\tSESSION\tTURNS\tTOKENS IN/OUT\tCOST\tPROVIDER\tMODEL\tPENDING\tBUDGET\tPOOL\tWORKSPACE\tEXECUTOR\tID\tWHY"
 	}
 	fmt.Fprintln(tw, head)
 	var walk func(id, prefix, branch string)
@@ -158,8 +158,8 @@ func (o *listOptions) table(list []listedAgent) string {
 		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, api.Visible(name), a.State, a.SessionState,
 			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.Counters.CostUSD)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", api.Visible(a.Provider), api.Visible(cmp.Or(a.Model, "-")), a.Pending, budgetShown(a.AgentInfo),
-				api.Visible(cmp.Or(a.Pool, "-")), api.Visible(cmp.Or(a.Workspace, "-")), a.ID, api.Visible(cmp.Or(oneLine(a.Why, 100), "-")))
+			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", api.Visible(a.Provider), api.Visible(cmp.Or(a.Model, "-")), a.Pending, budgetShown(a.AgentInfo),
+				api.Visible(cmp.Or(a.Pool, "-")), api.Visible(cmp.Or(a.Workspace, "-")), api.Visible(cmp.Or(a.Executor, "local")), a.ID, api.Visible(cmp.Or(oneLine(a.Why, 100), "-")))
 		} else {
 			fmt.Fprintf(tw, "\t%s\n", a.ID)
 		}

@@ -169,6 +169,9 @@ type AgentInfo struct {
 	Budget    *fsstore.Budget `json:"budget,omitempty"`
 	Pool      string          `json:"pool,omitempty"`
 	Workspace string          `json:"workspace,omitempty"`
+	// Executor is where the agent's processes run: "" this machine, or
+	// ssh://HOST.
+	Executor string `json:"executor,omitempty"`
 	// Failing counts the agent's failed turns in a row (within the restart
 	// window); zero once a turn succeeds.
 	Failing int `json:"failing,omitempty"`
@@ -247,7 +250,10 @@ type CreateParams struct {
 	Permissions *fsstore.Permissions `json:"permissions,omitempty"`
 	// Limits are the agent's resource limits. Nil: its parent's, else
 	// the daemon's defaults.
-	Limits   *fsstore.Limits   `json:"limits,omitempty"`
+	Limits *fsstore.Limits `json:"limits,omitempty"`
+	// Executor is where the agent's processes run: "" its parent's (this
+	// machine for a root), or ssh://HOST.
+	Executor string            `json:"executor,omitempty"`
 	Parent   string            `json:"parent,omitempty"` // a ref; empty for a root
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Pool     string            `json:"pool,omitempty"`

@@ -29,6 +29,7 @@ func (d *Daemon) registerDaemon() {
 		for _, a := range c.List() {
 			if a.AgentState != fsstore.AgentTerminated {
 				in.Count(a.Provider, a.Workspace)
+				in.CountExecutor(a.Executor)
 			}
 		}
 		return api.DoctorReport{Pid: os.Getpid(), Checks: doctor.Run(ctx, in)}, nil

@@ -1,8 +1,9 @@
 // Package doctor checks, before the first turn fails, what the daemon
 // needs from its environment: each provider's CLI on its PATH and its key
 // in its environment, bubblewrap, git, the resource-limit mechanism, a
-// home where write, fsync and rename work, and a systemd user unit that
-// hands the daemon PATH and the keys. `substrat doctor` runs the checks
+// home where write, fsync and rename work, a systemd user unit that
+// hands the daemon PATH and the keys, and each host named by live agents'
+// ssh executors (executor/ssh.Check). `substrat doctor` runs the checks
 // in the daemon's process (daemon.doctor) when it runs, so that they see
 // its PATH and environment, and in its own process otherwise.
 //
@@ -14,13 +15,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/bwrap/launch"
+	"github.com/substrat/substrat/executor/ssh"
+	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -38,6 +43,21 @@ type Input struct {
 	Limits *api.LimitsStatus
 	// Unit is the systemd user unit's path; "" for the usual place.
 	Unit string
+	// SSH counts the live agents by the host of their ssh executor
+	// (ssh://HOST): each host in use is checked.
+	SSH map[string]int
+}
+
+// CountExecutor counts a live agent's executor ("" this machine).
+func (in *Input) CountExecutor(executor string) {
+	host := fsstore.ExecutorHost(executor)
+	if host == "" {
+		return
+	}
+	if in.SSH == nil {
+		in.SSH = map[string]int{}
+	}
+	in.SSH[host]++
 }
 
 // Count counts a live agent of provider, in a workspace or not.
@@ -84,6 +104,9 @@ func Run(ctx context.Context, in Input) []api.DoctorCheck {
 	}
 	out = append(out, checkBwrap(ctx, in.Sandboxed), checkGit(ctx), checkLimits(in.Limits), checkHome(in.Home))
 	out = append(out, checkUnit(unitPath(in.Unit), in.Used)...)
+	for _, host := range slices.Sorted(maps.Keys(in.SSH)) {
+		out = append(out, checkSSH(ctx, host, in.SSH[host]))
+	}
 	for i := range out {
 		out[i].Where = in.Where
 	}
@@ -243,4 +266,28 @@ func cut(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// checkSSH checks a host that agents' ssh executor names, as
+// executor/ssh.Check does: reachable with the system ssh client (through
+// $SUBSTRAT_SSH_CONFIG when set), bwrap makes a sandbox there, rsync is
+// there. Agents use it, so a problem is a failure.
+func checkSSH(ctx context.Context, host string, used int) api.DoctorCheck {
+	c := api.DoctorCheck{Check: "ssh " + host}
+	note := fmt.Sprintf(" (%d agent(s) name ssh://%s)", used, host)
+	e, err := ssh.New(host, ssh.Options{})
+	if err != nil {
+		c.Status, c.Detail = api.DoctorFail, err.Error()+note
+		return c
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := e.Check(ctx); err != nil {
+		c.Status, c.Detail = api.DoctorFail, cut(err.Error(), 300)+note
+		c.Hint = "'ssh " + host + " true' must work for the daemon's user, without a prompt (an ssh agent or a key, and the host in ~/.ssh/config or $" + ssh.ConfigEnv + "); the host needs bwrap and rsync"
+		return c
+	}
+	c.Status, c.Detail = api.DoctorOK, host+" is reachable and can run agents: bwrap, rsync"+note
+	return c
 }
