@@ -28,8 +28,8 @@ const (
 	MethodDaemonStop        = "daemon.stop"
 	MethodDaemonWatch       = "daemon.watch"
 	MethodConfigShow        = "config.show"
-	MethodInboxList         = "inbox.list" // InboxListParams -> []InboxMessage; marks nothing read
-	MethodInboxRead         = "inbox.read" // InboxReadParams -> InboxReadResult
+	MethodInboxList         = "inbox.list"   // InboxListParams -> []InboxMessage; marks nothing read
+	MethodInboxRead         = "inbox.read"   // InboxReadParams -> InboxReadResult
 	MethodInboxFollow       = "inbox.follow" // FollowParams -> a stream of Notification
 	MethodSessionDelete     = "session.delete"
 	MethodSessionList       = "session.list"
