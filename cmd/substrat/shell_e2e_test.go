@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,16 +105,7 @@ func TestAgentShellCodexGeminiE2E(t *testing.T) {
 		}
 		return "noted"
 	}
-	codex := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: remembered(r.Raw)} })
-	t.Cleanup(codex.Close)
-	gemini := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut { return fakeapi.GeminiOut{Text: remembered(r.Raw)} })
-	t.Cleanup(gemini.Close)
-	dir := filepath.Dir(toolsBin(t, "codex"))
-	toolsBin(t, "gemini")
-	d := runDaemon(t, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
-		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
-	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	d := runCodexGeminiDaemon(t, remembered)
 	ids := map[string]string{}
 	for _, p := range []string{"codex", "gemini"} {
 		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
