@@ -160,6 +160,30 @@ func (d *e2eDaemon) sessionID(id string) string {
 	return ""
 }
 
+// waitInbox waits, for up to within, until a message to USER holds want,
+// and returns the text of the last that does.
+func (d *e2eDaemon) waitInbox(want string, within time.Duration) string {
+	d.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var inbox []wire.InboxMessage
+		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
+		found := ""
+		for _, m := range inbox {
+			if strings.Contains(m.Text, want) {
+				found = m.Text
+			}
+		}
+		if found != "" {
+			return found
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("no message with %q reached USER; agents: %+v", want, d.agents())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // startCLI starts cmd, a substrat command, in d's environment, with its
 // output read line by line and its stderr kept; it is killed when the
 // test ends.

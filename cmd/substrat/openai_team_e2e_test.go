@@ -135,21 +135,7 @@ func TestOpenAITeamE2E(t *testing.T) {
 	before := len(api.Requests())
 	d.start()
 
-	var summary string
-	deadline = time.Now().Add(60 * time.Second)
-	for summary == "" {
-		var inbox []wire.InboxMessage
-		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
-		for _, m := range inbox {
-			if strings.Contains(m.Text, "summary:") {
-				summary = m.Text
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no summary reached USER: %+v", d.agents())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	summary := d.waitInbox("summary:", 60*time.Second)
 	for w, word := range map[string]string{"w1": "one", "w2": "two"} {
 		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || string(b) != word+"\n" {
 			t.Errorf("%s.txt: %q, %v", w, b, err)

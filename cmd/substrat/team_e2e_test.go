@@ -200,21 +200,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 	d.start()
 
 	// The team finishes: USER gets the summary.
-	var summary string
-	deadline = time.Now().Add(180 * time.Second)
-	for summary == "" {
-		var inbox []wire.InboxMessage
-		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
-		for _, m := range inbox {
-			if strings.Contains(m.Text, "summary:") {
-				summary = m.Text
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no summary reached USER; agents: %+v", d.agents())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	summary := d.waitInbox("summary:", 180*time.Second)
 	if !strings.Contains(summary, "ONE") || !strings.Contains(summary, "TWO") {
 		t.Errorf("summary %q", summary)
 	}
