@@ -281,10 +281,7 @@ func TestClaudeConformance(t *testing.T) {
 	d := startFakeDaemon(t, home)
 	d.extra = []wire.ToolSpec{{Name: "providertest_probe", Description: "The conformance suite's probe.",
 		InputSchema: json.RawMessage(`{"type":"object"}`)}}
-	substrat, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	substrat := lookPath(t, "substrat")
 	env := []string{"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-conformance-fake"}
 	var seq atomic.Int64
 	providertest.Run(t, providertest.Harness{

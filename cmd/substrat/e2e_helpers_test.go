@@ -184,6 +184,16 @@ func (d *e2eDaemon) waitInbox(want string, within time.Duration) string {
 	}
 }
 
+// lookPath is the program name in PATH; its absence fails the test.
+func lookPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // startCLI starts cmd, a substrat command, in d's environment, with its
 // output read line by line and its stderr kept; it is killed when the
 // test ends.
