@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -309,9 +308,7 @@ func TestClaudeConformance(t *testing.T) {
 // spawns inherits the workspace and runs sandboxed too. In a workspace
 // without network the turn fails, saying why, and nothing runs outside.
 func TestClaudeE2ESandbox(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
+	needBwrap(t)
 	d, api := startE2E(t)
 	layout := fsstore.Layout{Home: d.home}
 

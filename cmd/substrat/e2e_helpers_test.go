@@ -194,6 +194,14 @@ func lookPath(t *testing.T, name string) string {
 	return p
 }
 
+// needBwrap fails the test if bwrap, the sandbox, is missing.
+func needBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
+	}
+}
+
 // startCLI starts cmd, a substrat command, in d's environment, with its
 // output read line by line and its stderr kept; it is killed when the
 // test ends.

@@ -23,9 +23,7 @@ import (
 // turn was told. The agent is gated while the person works (a durable
 // gate event), and runs again afterwards.
 func TestAgentShellClaudeE2E(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
+	needBwrap(t)
 	d, _ := startE2E(t)
 	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
 	var boss wire.AgentInfo
@@ -142,9 +140,7 @@ func TestAgentShellCodexGeminiE2E(t *testing.T) {
 // waits. When the person leaves, the new daemon ungates it, and the
 // message gets its turn.
 func TestAgentShellAcrossKillE2E(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
+	needBwrap(t)
 	hold := make(chan struct{})
 	var asked atomic.Bool
 	api := fakeapi.NewClaude(func(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -123,9 +122,7 @@ func last(req fakeapi.ClaudeRequest) string { return req.Last().Text() }
 // CLI's safe mode, a write outside the agent's directory is refused by
 // the CLI and the turn goes on.
 func TestClaudeTeamE2E(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools", err)
-	}
+	needBwrap(t)
 	cli := claudeCLI(t)
 	model := &teamModel{hold: true, waiting: map[string]int{}, release: make(chan struct{})}
 	api := fakeapi.NewClaude(model.reply)
