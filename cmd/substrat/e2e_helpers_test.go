@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -200,6 +201,60 @@ func needBwrap(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
 	}
+}
+
+// holdGate holds the requests of a fake model's workers until it opens:
+// a test waits until the workers are held, kills the daemon, opens the
+// gate and starts the daemon again.
+type holdGate struct {
+	mu      sync.Mutex // guards the fields below
+	opened  bool
+	held    map[string]int // worker -> requests held
+	release chan struct{}
+}
+
+func newHoldGate() *holdGate {
+	return &holdGate{held: map[string]int{}, release: make(chan struct{})}
+}
+
+// wait holds a request of the worker name until the gate opens; once it
+// is open it holds none.
+func (g *holdGate) wait(name string) {
+	g.mu.Lock()
+	opened, ch := g.opened, g.release
+	if !opened {
+		g.held[name]++
+	}
+	g.mu.Unlock()
+	if !opened {
+		<-ch
+	}
+}
+
+// waitHeld waits, for up to within, until n workers have a request held.
+func (g *holdGate) waitHeld(d *e2eDaemon, n int, within time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		g.mu.Lock()
+		held := len(g.held)
+		g.mu.Unlock()
+		if held == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("the workers never reached their report: %+v", d.agents())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// open lets the held requests, and all to come, go on.
+func (g *holdGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.opened = true
+	close(g.release)
 }
 
 // startCLI starts cmd, a substrat command, in d's environment, with its

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,10 +23,7 @@ import (
 // role is in its instructions (the system prompt). Workers can be held
 // just before they report, so that the daemon can be killed there.
 type teamModel struct {
-	mu      sync.Mutex
-	hold    bool           // workers wait before they complete
-	waiting map[string]int // worker -> requests held
-	release chan struct{}
+	gate *holdGate // workers wait before they complete
 }
 
 var roleRE = regexp.MustCompile(`ROLE=worker name=(\w+) word=(\w+)`)
@@ -70,15 +66,7 @@ func (m *teamModel) worker(name, word string, result *fakeapi.Block, n int) fake
 		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("bash"), Name: "Bash",
 			Args: fmt.Sprintf(`{"command":"tr a-z A-Z < /workspace/repo/%s.txt && ls /workspace/repo","description":"shout the word"}`, name)}}
 	case step("bash"):
-		m.mu.Lock()
-		hold, ch := m.hold, m.release
-		if hold {
-			m.waiting[name]++
-		}
-		m.mu.Unlock()
-		if hold {
-			<-ch // the daemon is killed meanwhile
-		}
+		m.gate.wait(name) // the daemon is killed meanwhile
 		out, _ := json.Marshal(map[string]string{"result": fakeapi.ResultText(*result)})
 		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("complete"), Name: "mcp__substrat__complete", Args: string(out)}}
 	}
@@ -124,7 +112,7 @@ func last(req fakeapi.ClaudeRequest) string { return req.Last().Text() }
 func TestClaudeTeamE2E(t *testing.T) {
 	needBwrap(t)
 	cli := claudeCLI(t)
-	model := &teamModel{hold: true, waiting: map[string]int{}, release: make(chan struct{})}
+	model := &teamModel{gate: newHoldGate()}
 	api := fakeapi.NewClaude(model.reply)
 	t.Cleanup(api.Close)
 	defer func() {
@@ -170,29 +158,14 @@ func TestClaudeTeamE2E(t *testing.T) {
 
 	// Both workers run their first turn; hold them before they report,
 	// and kill the daemon there.
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		model.mu.Lock()
-		n := len(model.waiting)
-		model.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the workers never reached their report: %+v", d.agents())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	model.gate.waitHeld(d, 2, 120*time.Second)
 	for _, w := range []string{"w1", "w2"} {
 		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || len(b) == 0 {
 			t.Fatalf("%s's Write did not reach the repository before the kill: %q, %v", w, b, err)
 		}
 	}
 	d.kill()
-	model.mu.Lock()
-	model.hold = false
-	close(model.release)
-	model.mu.Unlock()
+	model.gate.open()
 	before := len(api.Requests())
 	d.start()
 
