@@ -125,79 +125,104 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 	if err != nil {
 		return nil, wrap("scan", dir, err, "")
 	}
-	var (
-		mu  sync.Mutex
-		res ScanResult
-	)
-	report := func(fs ...Finding) {
-		mu.Lock()
-		res.Findings = append(res.Findings, fs...)
-		mu.Unlock()
+	var res ScanResult
+	ids, removed := s.agentDirs(&res, dir, entries, opts.Repair)
+	// USER's inbox/tmp: a message to USER that a crash cut before its
+	// rename into new/ was never acknowledged.
+	userTmp := s.layout.UserInbox().Sub(InboxTmp)
+	if tmps, err := s.fs.ReadDir(userTmp); err == nil {
+		for _, e := range tmps {
+			res.Findings = append(res.Findings, s.removeLeftover(filepath.Join(userTmp, e.Name()), "", "message never published", opts.Repair))
+		}
 	}
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = 4 * runtime.GOMAXPROCS(0)
+	if ids, err = s.withoutArchived(&res, ids, opts.Repair); err != nil {
+		return nil, err
 	}
-	removed := false
-	var ids []string // the agent directories, loaded below
+	if err := s.loadAgents(ctx, &res, ids, opts); err != nil {
+		return nil, err
+	}
+	if removed {
+		if err := s.fs.SyncDir(dir); err != nil {
+			return nil, wrap("scan", dir, err, "")
+		}
+	}
+	sort.Slice(res.Agents, func(i, j int) bool { return res.Agents[i].ID() < res.Agents[j].ID() })
+	res.checkParents()
+	s.duplicateNames(&res, opts)
+	sort.SliceStable(res.Findings, func(i, j int) bool { return res.Findings[i].Path < res.Findings[j].Path })
+	return &res, nil
+}
+
+// agentDirs sorts the entries of agents/ (dir): it returns the names of
+// agent directories, reports every other entry, and removes (when
+// repairing) the leftovers of agent directories that never committed,
+// reporting whether it removed any, so that the caller syncs dir.
+func (s *Store) agentDirs(res *ScanResult, dir string, entries []iofs.DirEntry, repair bool) (ids []string, removed bool) {
 	for _, e := range entries {
 		name := e.Name()
 		switch {
 		case strings.HasPrefix(name, TempPrefix):
 			f := Finding{Kind: FindLeftover, Path: filepath.Join(dir, name), Detail: "agent directory under construction that never committed"}
-			if opts.Repair {
+			if repair {
 				if err := s.fs.RemoveAll(f.Path); err != nil {
 					f.Detail += ": remove failed: " + err.Error()
 				} else {
 					f.Repaired, removed = true, true
 				}
 			}
-			report(f)
-			continue
+			res.Findings = append(res.Findings, f)
 		case IsID(name) && e.Type()&iofs.ModeSymlink != 0:
-			report(Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
+			res.Findings = append(res.Findings, Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
 				Detail: "a symlink, not an agent directory: agent directories must be real directories in agents/ " +
 					"(move the directory itself back); left untouched"})
-			continue
 		case !IsID(name) || !e.IsDir():
-			report(Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
+			res.Findings = append(res.Findings, Finding{Kind: FindNotAgent, Path: filepath.Join(dir, name),
 				Detail: "not an agent directory (the name is not a canonical lower-case UUIDv7 directory); left untouched"})
-			continue
-		}
-		ids = append(ids, name)
-	}
-	// USER's inbox/tmp: a message to USER that a crash cut before its
-	// rename into new/ was never acknowledged.
-	userTmp := s.layout.UserInbox().Sub(InboxTmp)
-	if tmps, err := s.fs.ReadDir(userTmp); err == nil {
-		for _, e := range tmps {
-			report(s.removeLeftover(filepath.Join(userTmp, e.Name()), "", "message never published", opts.Repair))
+		default:
+			ids = append(ids, name)
 		}
 	}
-	// An agent in archive/ too is archived (or was moving when a copy of
-	// the home was taken): see archivedPair.
-	if archived, err := s.archivedIDs(); err != nil {
-		return nil, err
-	} else if len(archived) > 0 {
-		kept := ids[:0]
-		for _, id := range ids {
-			if archived[id] {
-				load, f := s.archivedPair(id, s.now(), opts.Repair)
-				report(f)
-				if !load {
-					continue
-				}
+	return ids, removed
+}
+
+// withoutArchived returns ids without the agents that are in archive/
+// too, which are archived (or were moving when a copy of the home was
+// taken), but for those archivedPair says to load.
+func (s *Store) withoutArchived(res *ScanResult, ids []string, repair bool) ([]string, error) {
+	archived, err := s.archivedIDs()
+	if err != nil || len(archived) == 0 {
+		return ids, err
+	}
+	kept := ids[:0]
+	for _, id := range ids {
+		if archived[id] {
+			load, f := s.archivedPair(id, s.now(), repair)
+			res.Findings = append(res.Findings, f)
+			if !load {
+				continue
 			}
-			kept = append(kept, id)
 		}
-		ids = kept
+		kept = append(kept, id)
 	}
-	// A fixed set of workers takes the directories in turn: a goroutine
-	// per agent would grow a new stack for each.
+	return kept, nil
+}
+
+// loadAgents loads the agent directories ids into res, its agents and
+// their findings, with opts.Workers at a time. A fixed set of workers
+// takes the directories in turn: a goroutine per agent would grow a new
+// stack for each.
+func (s *Store) loadAgents(ctx context.Context, res *ScanResult, ids []string, opts ScanOptions) error {
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 4 * runtime.GOMAXPROCS(0)
+	}
 	if len(ids) > 0 {
 		res.Agents = make([]*Agent, 0, len(ids))
 	}
-	var next atomic.Int64
+	var (
+		mu   sync.Mutex // guards res
+		next atomic.Int64
+	)
 	g, gctx := errgroup.WithContext(ctx)
 	for range min(workers, len(ids)) {
 		g.Go(func() error {
@@ -219,15 +244,13 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 			}
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	if removed {
-		if err := s.fs.SyncDir(dir); err != nil {
-			return nil, wrap("scan", dir, err, "")
-		}
-	}
-	sort.Slice(res.Agents, func(i, j int) bool { return res.Agents[i].ID() < res.Agents[j].ID() })
+	return g.Wait()
+}
+
+// checkParents reports the agents whose parent is not live (orphans, which
+// stay) and keeps out, whole, any loop of parent_ids (which only edits
+// that bypass the created events can make): no agent in it is a root.
+func (res *ScanResult) checkParents() {
 	live := make(map[string]bool, len(res.Agents))
 	for _, a := range res.Agents {
 		live[a.ID()] = true
@@ -240,26 +263,22 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions) (*ScanResult, error)
 				Detail: fmt.Sprintf("parent %s is not a live agent", p)})
 		}
 	}
-	// A loop of parent_ids (which only edits that bypass the created
-	// events can make) is kept out whole: no agent in it is a root.
 	inCycle := cycles(parent)
-	if len(inCycle) > 0 {
-		kept := res.Agents[:0]
-		for _, a := range res.Agents {
-			if !inCycle[a.ID()] {
-				kept = append(kept, a)
-				continue
-			}
-			res.Findings = append(res.Findings, Finding{Kind: FindKeptOut, Path: a.files.Dir, Agent: a.ID(),
-				Detail: fmt.Sprintf("its parent_id chain loops back to itself (parent %s): a tree cannot hold it", a.sess.ParentID),
-				Hint:   "fix parent_id in session.json (the created event in events.jsonl holds the true one)"})
-			a.Close()
-		}
-		res.Agents = kept
+	if len(inCycle) == 0 {
+		return
 	}
-	s.duplicateNames(&res, opts)
-	sort.SliceStable(res.Findings, func(i, j int) bool { return res.Findings[i].Path < res.Findings[j].Path })
-	return &res, nil
+	kept := res.Agents[:0]
+	for _, a := range res.Agents {
+		if !inCycle[a.ID()] {
+			kept = append(kept, a)
+			continue
+		}
+		res.Findings = append(res.Findings, Finding{Kind: FindKeptOut, Path: a.files.Dir, Agent: a.ID(),
+			Detail: fmt.Sprintf("its parent_id chain loops back to itself (parent %s): a tree cannot hold it", a.sess.ParentID),
+			Hint:   "fix parent_id in session.json (the created event in events.jsonl holds the true one)"})
+		a.Close()
+	}
+	res.Agents = kept
 }
 
 // cycles returns the agents whose parent chain (parent: id -> parent id)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/alecthomas/kong"
@@ -371,7 +372,7 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		if v != "" {
 			// Names, reasons, reminders and instructions can be an
 			// agent's text: shown on one row, never obeyed.
-			fmt.Fprintf(tw, "%s:\t%s\n", k, api.Visible(v))
+			fmt.Fprintf(tw, "%s:\t%s\n", k, termtext.Row(v))
 		}
 	}
 	if a.DiskInvalid != "" {
@@ -488,9 +489,9 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 					stored = e.MessageID
 				case "output":
 					if e.Data.Kind == provider.ChunkDenied {
-						fmt.Printf("[denied] %s: %s\n", terminalSafe(e.Data.Tool), terminalSafe(strings.TrimRight(e.Data.Text, "\n")))
+						fmt.Printf("[denied] %s: %s\n", termtext.Lines(e.Data.Tool), termtext.Lines(strings.TrimRight(e.Data.Text, "\n")))
 					} else {
-						fmt.Printf("[%s] %s\n", terminalSafe(string(e.Data.Kind)), terminalSafe(strings.TrimRight(e.Data.Text, "\n")))
+						fmt.Printf("[%s] %s\n", termtext.Lines(string(e.Data.Kind)), termtext.Lines(strings.TrimRight(e.Data.Text, "\n")))
 					}
 					streamed = true
 				case "dropped":
@@ -511,18 +512,18 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 		return printJSON(res)
 	}
 	if res.Held != "" {
-		fmt.Printf("message %s stored; no turn takes it now: %s\n", res.MessageID, terminalSafe(res.Held))
+		fmt.Printf("message %s stored; no turn takes it now: %s\n", res.MessageID, termtext.Lines(res.Held))
 		return nil
 	}
 	if res.Failed != "" {
-		return fail("message "+res.MessageID+" was stored, but the turn failed: "+terminalSafe(res.Failed), "the message stays in the inbox; send another message to retry")
+		return fail("message "+res.MessageID+" was stored, but the turn failed: "+termtext.Lines(res.Failed), "the message stays in the inbox; send another message to retry")
 	}
 	if c.NoWait {
 		fmt.Printf("message %s stored; it is delivered at %s's next turn\n", res.MessageID, c.Ref)
 		return nil
 	}
 	if (!streamed || res.Dropped > 0) && res.Text != "" {
-		fmt.Println(terminalSafe(strings.TrimRight(res.Text, "\n")))
+		fmt.Println(termtext.Lines(strings.TrimRight(res.Text, "\n")))
 	}
 	fmt.Printf("message %s delivered\n", res.MessageID)
 	if res.Dropped > 0 {

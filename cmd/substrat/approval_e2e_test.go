@@ -70,14 +70,8 @@ func approvalReply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 // its timeout ends. (4) A kill -9 while a request waits keeps it listed.
 func TestApprovalE2E(t *testing.T) {
 	cli := claudeCLI(t)
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := exec.LookPath("approver-model")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
+	model := lookPath(t, "approver-model")
 	api := fakeapi.NewClaude(approvalReply)
 	t.Cleanup(api.Close)
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)

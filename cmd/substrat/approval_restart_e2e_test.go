@@ -21,10 +21,7 @@ import (
 // WAITING in agent list meanwhile, a turn timeout shorter than the wait
 // does not fail it, and `substrat approve` releases it.
 func TestApprovalAcrossKillE2E(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	d := runDaemon(t, "SUBSTRAT_TURN_TIMEOUT=2s")
 	var solo wire.AgentInfo
 	d.mustCall("agent.create", wire.CreateParams{Name: "solo",
@@ -109,10 +106,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 // ever made.
 func TestApprovalClaudeAcrossKillE2E(t *testing.T) {
 	cli := claudeCLI(t)
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	api := fakeapi.NewClaude(approvalReply)
 	t.Cleanup(api.Close)
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)

@@ -17,10 +17,7 @@ import (
 // how many characters follow, and `substrat approvals show ID` (and its
 // --json) prints all of it, unescaped.
 func TestApprovalsShowE2E(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	dir := t.TempDir()
 	d.mustCall("agent.create", wire.CreateParams{Name: "solo", WorkDir: dir,

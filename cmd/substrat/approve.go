@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
@@ -47,7 +48,7 @@ func answer(g *Globals, p api.AnswerParams) error {
 		res.Input = plainInput(res.Input)
 		return printJSON(res)
 	}
-	fmt.Printf("%s %s: %s %s\n", res.Answer, res.ID, terminalSafe(res.Tool), api.InputSummary(res.Input, 100))
+	fmt.Printf("%s %s: %s %s\n", res.Answer, res.ID, termtext.Lines(res.Tool), api.InputSummary(res.Input, 100))
 	if res.Remember != "" {
 		fmt.Printf("remembered for the agent: %s\n", res.Remember)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,22 +27,11 @@ func TestAgentChatInterruptE2E(t *testing.T) {
 	d.mustCall("agent.create", wire.CreateParams{Name: "slow", Model: model, WorkDir: dir}, nil)
 
 	cmd := exec.Command("substrat", "--home", d.home, "agent", "chat", "slow")
-	cmd.Env = d.env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := readLines(out)
+	lines, stderr := d.startCLI(t, cmd)
 	stdin.Write([]byte("take your time\n"))
 	lines.waitFor(t, "< USER       take your time") // printed once the message is stored
 	cmd.Process.Signal(syscall.SIGINT)

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +20,6 @@ import (
 	"github.com/substrat/substrat/provider/fakeapi"
 	"github.com/substrat/substrat/provider/providertest"
 	"github.com/substrat/substrat/supervisor"
-	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // claudeCLI returns the Claude Code CLI that `make tools` installs. Its
@@ -79,148 +76,11 @@ func e2eReply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 	return fakeapi.ClaudeOut{Text: "Noted."}
 }
 
-// e2eDaemon runs `substrat daemon run` as a child, so that it can be
-// SIGKILLed.
-type e2eDaemon struct {
-	t    testing.TB
-	home string
-	env  []string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (d *e2eDaemon) start() {
-	d.t.Helper()
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	log, err := os.OpenFile(filepath.Join(d.home, "e2e-daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer log.Close()
-	d.cmd = exec.Command(bin, "daemon", "run", "--home", d.home)
-	d.cmd.Env = d.env
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
-	}
-	d.done = make(chan struct{})
-	go func() { d.cmd.Wait(); close(d.done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var st wire.StatusResult
-		if err := d.call("daemon.status", nil, &st); err == nil {
-			return
-		}
-		select {
-		case <-d.done:
-			d.t.Fatalf("the daemon exited at start; see %s", filepath.Join(d.home, "e2e-daemon.out"))
-		default:
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatal("the daemon did not answer")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (d *e2eDaemon) kill() {
-	d.t.Helper()
-	if d.cmd == nil {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
-	d.cmd = nil
-}
-
-// runDaemon starts a daemon on a fresh short home with env added to the
-// test's environment (SUBSTRAT_HOME cleared); it is killed when the test
-// ends.
-func runDaemon(t *testing.T, env ...string) *e2eDaemon {
-	t.Helper()
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(append(os.Environ(), "SUBSTRAT_HOME="), env...)}
-	d.start()
-	t.Cleanup(d.kill)
-	return d
-}
-
 // claudeEnv is the environment of a daemon whose claude agents run the
 // pinned CLI cli against the fake API at url.
 func claudeEnv(cli, url string) []string {
 	return []string{"PATH=" + filepath.Dir(cli) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=sk-ant-fake", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
-}
-
-func (d *e2eDaemon) call(method string, params, result any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := rpc.Dial(ctx, fsstore.Layout{Home: d.home}.Socket())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Call(ctx, method, params, result)
-}
-
-func (d *e2eDaemon) mustCall(method string, params, result any) {
-	d.t.Helper()
-	if err := d.call(method, params, result); err != nil {
-		d.t.Fatalf("%s: %v (daemon output in %s)", method, err, filepath.Join(d.home, "e2e-daemon.out"))
-	}
-}
-
-// send sends USER's message and waits for the turn that takes it.
-func (d *e2eDaemon) send(ref, text string) wire.SendResult {
-	d.t.Helper()
-	var res wire.SendResult
-	d.mustCall("agent.send", map[string]any{"ref": ref, "text": text, "wait": true}, &res)
-	if res.Failed != "" {
-		d.t.Fatalf("the turn of %s failed: %s", ref, res.Failed)
-	}
-	return res
-}
-
-func (d *e2eDaemon) agents() map[string]wire.AgentInfo {
-	d.t.Helper()
-	var list []wire.AgentInfo
-	d.mustCall("agent.list", nil, &list)
-	out := map[string]wire.AgentInfo{}
-	for _, a := range list {
-		out[a.Path] = a
-	}
-	return out
-}
-
-// waitFirstTurn waits until the agent at path has finished a turn and is
-// idle.
-func (d *e2eDaemon) waitFirstTurn(path string) {
-	d.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		a := d.agents()[path]
-		if a.Counters.Turns >= 1 && a.AgentState == fsstore.AgentIdle {
-			return
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("%s never finished its first turn: %+v", path, a)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (d *e2eDaemon) sessionID(id string) string {
-	d.t.Helper()
-	var list []wire.SessionInfo
-	d.mustCall("session.list", nil, &list)
-	for _, s := range list {
-		if s.ID == id {
-			return s.ProviderSessionID
-		}
-	}
-	return ""
 }
 
 // startE2E starts the fake API and a daemon that runs the real Claude Code
@@ -420,10 +280,7 @@ func TestClaudeConformance(t *testing.T) {
 	d := startFakeDaemon(t, home)
 	d.extra = []wire.ToolSpec{{Name: "providertest_probe", Description: "The conformance suite's probe.",
 		InputSchema: json.RawMessage(`{"type":"object"}`)}}
-	substrat, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	substrat := lookPath(t, "substrat")
 	env := []string{"ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-conformance-fake"}
 	var seq atomic.Int64
 	providertest.Run(t, providertest.Harness{
@@ -451,9 +308,7 @@ func TestClaudeConformance(t *testing.T) {
 // spawns inherits the workspace and runs sandboxed too. In a workspace
 // without network the turn fails, saying why, and nothing runs outside.
 func TestClaudeE2ESandbox(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
+	needBwrap(t)
 	d, api := startE2E(t)
 	layout := fsstore.Layout{Home: d.home}
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"testing"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -12,10 +11,7 @@ import (
 // terminal: each asks first, anything but y leaves the agent as it was,
 // and y does it.
 func TestConfirmInATerminal(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	var lead api.AgentInfo
 	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)

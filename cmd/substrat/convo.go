@@ -9,6 +9,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/internal/jsontext"
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/api"
 )
@@ -19,7 +20,7 @@ import (
 // text out ("text"), tool calls and their results, turn boundaries,
 // errors, parks and approvals; the bookkeeping events are left out
 // (--view events shows every one). Everything an agent or a provider
-// wrote is shown as typed, its control characters escaped (terminalSafe).
+// wrote is shown as typed, its control characters escaped (termtext.Lines).
 type convo struct {
 	w   io.Writer
 	day string // the date of the last line, to print a line when it changes
@@ -41,12 +42,12 @@ func (v *convo) line(t time.Time, label, text string) {
 		fmt.Fprintf(v.w, "-- %s --\n", d)
 		v.day = d
 	}
-	label = strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(terminalSafe(label)) // one line, one column
+	label = strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(termtext.Lines(label)) // one line, one column
 	if r := []rune(label); len(r) > labelWidth {
 		label = string(r[:labelWidth-1]) + "~"
 	}
 	pad := strings.Repeat(" ", 8+2+labelWidth+1)
-	text = strings.ReplaceAll(terminalSafe(strings.TrimRight(text, "\n")), "\n", "\n"+pad)
+	text = strings.ReplaceAll(termtext.Lines(strings.TrimRight(text, "\n")), "\n", "\n"+pad)
 	fmt.Fprintf(v.w, "%s  %-*s %s\n", t.Format("15:04:05"), labelWidth, label, text)
 }
 

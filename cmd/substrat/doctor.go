@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/daemon/doctor"
 )
@@ -81,7 +82,7 @@ func countAgents(ctx context.Context, home string, in *doctor.Input) error {
 // printDoctor prints one line per check: its status, what was checked,
 // and what to do.
 func printDoctor(where string, checks []api.DoctorCheck) {
-	fmt.Println(terminalSafe(where))
+	fmt.Println(termtext.Lines(where))
 	counts := map[string]int{}
 	for _, ch := range checks {
 		counts[ch.Status]++
@@ -89,7 +90,7 @@ func printDoctor(where string, checks []api.DoctorCheck) {
 		if ch.Hint != "" {
 			line += "; fix: " + ch.Hint
 		}
-		fmt.Println(terminalSafe(oneLine(line, 1000)))
+		fmt.Println(termtext.Lines(oneLine(line, 1000)))
 	}
 	fmt.Printf("%d ok, %d warn, %d FAIL\n", counts[api.DoctorOK], counts[api.DoctorWarn], counts[api.DoctorFail])
 }

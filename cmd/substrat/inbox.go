@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -52,9 +53,9 @@ func printInbox(g *Globals, out []api.InboxMessage) error {
 		if m.Unread {
 			mark = "*"
 		}
-		// The text is an agent's: shown, not obeyed (terminalSafe).
-		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), terminalSafe(m.FromName), terminalSafe(m.Kind),
-			strings.ReplaceAll(terminalSafe(strings.TrimRight(m.Text, "\n")), "\n", "\n    "))
+		// The text is an agent's: shown, not obeyed (termtext.Lines).
+		fmt.Printf("%s %s  from %s (%s)\n    %s\n", mark, m.SentAt.Local().Format("2006-01-02 15:04:05"), termtext.Lines(m.FromName), termtext.Lines(m.Kind),
+			strings.ReplaceAll(termtext.Lines(strings.TrimRight(m.Text, "\n")), "\n", "\n    "))
 	}
 	return nil
 }

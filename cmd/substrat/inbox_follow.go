@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -123,8 +124,8 @@ func notificationLine(n api.Notification) string {
 	if who == "" {
 		who = n.From
 	}
-	text := strings.ReplaceAll(strings.TrimRight(terminalSafe(n.Text), "\n"), "\n", "\n    ")
-	line := fmt.Sprintf("%s %-9s %s", n.Time.Local().Format("2006-01-02 15:04:05"), n.Kind, terminalSafe(who))
+	text := strings.ReplaceAll(strings.TrimRight(termtext.Lines(n.Text), "\n"), "\n", "\n    ")
+	line := fmt.Sprintf("%s %-9s %s", n.Time.Local().Format("2006-01-02 15:04:05"), n.Kind, termtext.Lines(who))
 	if n.Until != nil {
 		line += " until " + n.Until.Local().Format("2006-01-02 15:04:05")
 	}

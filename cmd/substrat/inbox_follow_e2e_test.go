@@ -19,10 +19,7 @@ import (
 // but the notifications of the turns. Without --json, text an agent wrote
 // reaches the terminal with its control characters shown, not obeyed.
 func TestInboxFollowE2E(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	d.mustCall("agent.create", wire.CreateParams{Name: "r"}, nil)
 	follow := func(args ...string) (lines chan string, ready chan struct{}) {

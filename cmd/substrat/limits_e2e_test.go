@@ -83,18 +83,9 @@ func forkBombModel() int {
 // fail with the limit as the reason, are retried and gated like any
 // failed turn, leave no process behind, and the daemon keeps serving.
 func TestLimitsE2E(t *testing.T) {
-	hog, err := exec.LookPath("hog-model")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bomb, err := exec.LookPath("forkbomb-model")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok, err := exec.LookPath("approver-model")
-	if err != nil {
-		t.Fatal(err)
-	}
+	hog := lookPath(t, "hog-model")
+	bomb := lookPath(t, "forkbomb-model")
+	ok := lookPath(t, "approver-model")
 	d := &e2eDaemon{t: t, home: shortHome(t), env: append(os.Environ(), "SUBSTRAT_HOME=")}
 	// Failed turns are retried fast and gated at the third failure.
 	cfg := `{"version": 1, "retry": {"limit": 3, "window": "1m", "base": "200ms"}}`

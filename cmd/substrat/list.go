@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -75,7 +76,7 @@ func (o *listOptions) more(page api.ListPage) {
 	if p := splitList(o.Provider); len(p) > 0 {
 		cmd += " --provider " + quoteArg(strings.Join(p, ","))
 	}
-	fmt.Fprintf(os.Stderr, "%d of %d agents shown; more: %s --limit %d --after %s\n", len(page.Agents), page.Total, api.Visible(cmd), o.Limit, page.Next)
+	fmt.Fprintf(os.Stderr, "%d of %d agents shown; more: %s --limit %d --after %s\n", len(page.Agents), page.Total, termtext.Row(cmd), o.Limit, page.Next)
 }
 
 // quoteArg quotes s for a shell if it needs it.
@@ -155,11 +156,11 @@ func (o *listOptions) table(list []listedAgent) string {
 		if branch == "" {
 			name = a.Path
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, api.Visible(name), a.State, a.SessionState,
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%d/%d\t$%.4f", prefix+branch, termtext.Row(name), a.State, a.SessionState,
 			a.Counters.Turns, a.Counters.InputTokens, a.Counters.OutputTokens, a.Counters.CostUSD)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", api.Visible(a.Provider), api.Visible(cmp.Or(a.Model, "-")), a.Pending, budgetShown(a.AgentInfo),
-				api.Visible(cmp.Or(a.Pool, "-")), api.Visible(cmp.Or(a.Workspace, "-")), api.Visible(cmp.Or(a.Executor, "local")), a.ID, api.Visible(cmp.Or(oneLine(a.Why, 100), "-")))
+			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", termtext.Row(a.Provider), termtext.Row(cmp.Or(a.Model, "-")), a.Pending, budgetShown(a.AgentInfo),
+				termtext.Row(cmp.Or(a.Pool, "-")), termtext.Row(cmp.Or(a.Workspace, "-")), termtext.Row(cmp.Or(a.Executor, "local")), a.ID, termtext.Row(cmp.Or(oneLine(a.Why, 100), "-")))
 		} else {
 			fmt.Fprintf(tw, "\t%s\n", a.ID)
 		}

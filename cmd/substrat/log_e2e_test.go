@@ -1,62 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"io"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	wire "github.com/substrat/substrat/supervisor/api"
 )
-
-// lineReader collects the lines a command prints, for a test to wait on.
-type lineReader struct {
-	lines chan string
-	all   []string
-}
-
-func readLines(r io.Reader) *lineReader {
-	l := &lineReader{lines: make(chan string, 1024)}
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			l.lines <- sc.Text()
-		}
-		close(l.lines)
-	}()
-	return l
-}
-
-// rest reads the lines left, until the output ends.
-func (l *lineReader) rest() {
-	for line := range l.lines {
-		l.all = append(l.all, line)
-	}
-}
-
-// waitFor reads lines until one contains want. The deadline only bounds
-// a test that has already failed; nothing waits on time to go on.
-func (l *lineReader) waitFor(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.After(2 * time.Minute)
-	for {
-		select {
-		case line, ok := <-l.lines:
-			if !ok {
-				t.Fatalf("the output ended before %q; it was:\n%s", want, strings.Join(l.all, "\n"))
-			}
-			l.all = append(l.all, line)
-			if strings.Contains(line, want) {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("%q never came; the output:\n%s", want, strings.Join(l.all, "\n"))
-		}
-	}
-}
 
 // TestDaemonLogFollowE2E: `daemon log -f` prints the history, then each
 // event as it is committed, and goes on across a kill -9 and restart of
@@ -67,23 +17,8 @@ func TestDaemonLogFollowE2E(t *testing.T) {
 	d.mustCall("agent.create", wire.CreateParams{Name: "pal", WorkDir: t.TempDir()}, nil)
 	d.send("pal", "first")
 
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "daemon", "log", "pal", "-f", "--home", d.home)
-	cmd.Env = d.env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := readLines(out)
+	cmd := exec.Command("substrat", "daemon", "log", "pal", "-f", "--home", d.home)
+	lines, stderr := d.startCLI(t, cmd)
 	lines.waitFor(t, "< USER       first")
 	lines.waitFor(t, "idle")
 

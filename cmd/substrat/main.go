@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/daemon"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -174,9 +175,9 @@ func report(err error, asJSON bool) int {
 	}
 	// An error can carry text an agent or a provider wrote (a failed
 	// turn's reason): it reaches the terminal with its controls escaped.
-	fmt.Fprintln(os.Stderr, "error: "+terminalSafe(msg))
+	fmt.Fprintln(os.Stderr, "error: "+termtext.Lines(msg))
 	if hint != "" {
-		fmt.Fprintln(os.Stderr, "hint: "+terminalSafe(hint))
+		fmt.Fprintln(os.Stderr, "hint: "+termtext.Lines(hint))
 	}
 	return code
 }

@@ -21,10 +21,7 @@ func TestLowDescriptorLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal("prlimit (util-linux) is missing")
 	}
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	home := shortHome(t)
 	const limit = 128
 	d := &e2eDaemon{t: t, home: home, env: append(os.Environ(), "SUBSTRAT_HOME=")}

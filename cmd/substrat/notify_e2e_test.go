@@ -13,10 +13,7 @@ import (
 // TestNotifyStatusE2E: `substrat daemon status` shows what notify_command
 // did: messages, runs, coalesced, failures and the last error.
 func TestNotifyStatusE2E(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	cfg := `{"version": 1, "notify_command": ["sh", "-c", "echo no display >&2; exit 3"]}`
 	if err := os.WriteFile(fsstore.Layout{Home: d.home}.Config(), []byte(cfg), 0o600); err != nil {

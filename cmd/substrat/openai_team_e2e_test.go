@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,13 +17,10 @@ import (
 // openaiTeam plays the model behind a team of --provider openai agents:
 // the lead spawns two workers; a worker writes a draft with the shell
 // tool, fixes it with edit_file, runs a command on it with shell, and
-// reports with complete (held there when hold is set); the lead sends
+// reports with complete (held there until the gate opens); the lead sends
 // USER a summary once both reported.
 type openaiTeam struct {
-	mu      sync.Mutex
-	hold    bool
-	held    map[string]bool
-	release chan struct{}
+	gate *holdGate // workers wait before they complete
 }
 
 func (m *openaiTeam) reply(req fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
@@ -46,15 +42,7 @@ func (m *openaiTeam) reply(req fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
 		case after("edit"):
 			return call("run", "shell", map[string]string{"command": "tr a-z A-Z < " + file})
 		case after("run"):
-			m.mu.Lock()
-			hold, ch := m.hold, m.release
-			if hold {
-				m.held[name] = true
-			}
-			m.mu.Unlock()
-			if hold {
-				<-ch
-			}
+			m.gate.wait(name)
 			out := strings.TrimSpace(strings.Split(last.Text(), "[exit status")[0])
 			return call("complete", "complete", map[string]string{"result": out})
 		}
@@ -82,7 +70,7 @@ func (m *openaiTeam) reply(req fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
 // is killed with SIGKILL before they report, and the team finishes after
 // a restart.
 func TestOpenAITeamE2E(t *testing.T) {
-	model := &openaiTeam{hold: true, held: map[string]bool{}, release: make(chan struct{})}
+	model := &openaiTeam{gate: newHoldGate()}
 	api := fakeapi.NewOpenAI(model.reply)
 	t.Cleanup(api.Close)
 	defer func() {
@@ -114,42 +102,13 @@ func TestOpenAITeamE2E(t *testing.T) {
 			t.Errorf("the lead was offered %q, not %s", offered, want)
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		model.mu.Lock()
-		n := len(model.held)
-		model.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the workers never reached their report: %+v", d.agents())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	model.gate.waitHeld(d, 2, 60*time.Second)
 	d.kill()
-	model.mu.Lock()
-	model.hold = false
-	close(model.release)
-	model.mu.Unlock()
+	model.gate.open()
 	before := len(api.Requests())
 	d.start()
 
-	var summary string
-	deadline = time.Now().Add(60 * time.Second)
-	for summary == "" {
-		var inbox []wire.InboxMessage
-		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
-		for _, m := range inbox {
-			if strings.Contains(m.Text, "summary:") {
-				summary = m.Text
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no summary reached USER: %+v", d.agents())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	summary := d.waitInbox("summary:", 60*time.Second)
 	for w, word := range map[string]string{"w1": "one", "w2": "two"} {
 		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || string(b) != word+"\n" {
 			t.Errorf("%s.txt: %q, %v", w, b, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
@@ -68,7 +69,7 @@ func printReport(rep *api.Report) {
 		fmt.Printf("  resumed          %s: %s\n", a.Path, a.Detail)
 	}
 	for _, a := range rep.Parked {
-		fmt.Printf("  parked           %s: %s\n", a.Path, terminalSafe(a.Detail))
+		fmt.Printf("  parked           %s: %s\n", a.Path, termtext.Lines(a.Detail))
 	}
 	for _, a := range rep.Limited {
 		fmt.Printf("  limited          %s: %s\n", a.Path, a.Detail)

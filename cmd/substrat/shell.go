@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/substrat/substrat/bwrap/launch"
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -117,7 +118,7 @@ func printShell(g *Globals, sc api.ShellCommand) error {
 		return printJSON(out)
 	}
 	fmt.Printf("agent:   %s (%s session %s)\n", sc.Agent, sc.Provider, sc.SessionID)
-	fmt.Printf("command: %s\n", terminalSafe(shellQuote(sc.Argv)))
+	fmt.Printf("command: %s\n", termtext.Lines(shellQuote(sc.Argv)))
 	if sc.Sandbox == nil {
 		fmt.Printf("in:      %s, no sandbox\n", sc.Dir)
 		return nil
@@ -128,7 +129,7 @@ func printShell(g *Globals, sc api.ShellCommand) error {
 		if m.ReadOnly {
 			mode = "ro"
 		}
-		fmt.Printf("  %s %s <- %s\n", mode, terminalSafe(m.Target), terminalSafe(m.Host))
+		fmt.Printf("  %s %s <- %s\n", mode, termtext.Lines(m.Target), termtext.Lines(m.Host))
 	}
 	return nil
 }

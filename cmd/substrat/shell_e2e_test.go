@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +23,7 @@ import (
 // turn was told. The agent is gated while the person works (a durable
 // gate event), and runs again afterwards.
 func TestAgentShellClaudeE2E(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
+	needBwrap(t)
 	d, _ := startE2E(t)
 	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
 	var boss wire.AgentInfo
@@ -106,16 +103,7 @@ func TestAgentShellCodexGeminiE2E(t *testing.T) {
 		}
 		return "noted"
 	}
-	codex := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: remembered(r.Raw)} })
-	t.Cleanup(codex.Close)
-	gemini := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut { return fakeapi.GeminiOut{Text: remembered(r.Raw)} })
-	t.Cleanup(gemini.Close)
-	dir := filepath.Dir(toolsBin(t, "codex"))
-	toolsBin(t, "gemini")
-	d := runDaemon(t, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
-		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
-	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	d := runCodexGeminiDaemon(t, remembered)
 	ids := map[string]string{}
 	for _, p := range []string{"codex", "gemini"} {
 		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
@@ -152,9 +140,7 @@ func TestAgentShellCodexGeminiE2E(t *testing.T) {
 // waits. When the person leaves, the new daemon ungates it, and the
 // message gets its turn.
 func TestAgentShellAcrossKillE2E(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)
-	}
+	needBwrap(t)
 	hold := make(chan struct{})
 	var asked atomic.Bool
 	api := fakeapi.NewClaude(func(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,10 +23,7 @@ import (
 // role is in its instructions (the system prompt). Workers can be held
 // just before they report, so that the daemon can be killed there.
 type teamModel struct {
-	mu      sync.Mutex
-	hold    bool           // workers wait before they complete
-	waiting map[string]int // worker -> requests held
-	release chan struct{}
+	gate *holdGate // workers wait before they complete
 }
 
 var roleRE = regexp.MustCompile(`ROLE=worker name=(\w+) word=(\w+)`)
@@ -71,15 +66,7 @@ func (m *teamModel) worker(name, word string, result *fakeapi.Block, n int) fake
 		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("bash"), Name: "Bash",
 			Args: fmt.Sprintf(`{"command":"tr a-z A-Z < /workspace/repo/%s.txt && ls /workspace/repo","description":"shout the word"}`, name)}}
 	case step("bash"):
-		m.mu.Lock()
-		hold, ch := m.hold, m.release
-		if hold {
-			m.waiting[name]++
-		}
-		m.mu.Unlock()
-		if hold {
-			<-ch // the daemon is killed meanwhile
-		}
+		m.gate.wait(name) // the daemon is killed meanwhile
 		out, _ := json.Marshal(map[string]string{"result": fakeapi.ResultText(*result)})
 		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: id("complete"), Name: "mcp__substrat__complete", Args: string(out)}}
 	}
@@ -123,11 +110,9 @@ func last(req fakeapi.ClaudeRequest) string { return req.Last().Text() }
 // CLI's safe mode, a write outside the agent's directory is refused by
 // the CLI and the turn goes on.
 func TestClaudeTeamE2E(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("bwrap is missing (%v): run make tools", err)
-	}
+	needBwrap(t)
 	cli := claudeCLI(t)
-	model := &teamModel{hold: true, waiting: map[string]int{}, release: make(chan struct{})}
+	model := &teamModel{gate: newHoldGate()}
 	api := fakeapi.NewClaude(model.reply)
 	t.Cleanup(api.Close)
 	defer func() {
@@ -173,48 +158,19 @@ func TestClaudeTeamE2E(t *testing.T) {
 
 	// Both workers run their first turn; hold them before they report,
 	// and kill the daemon there.
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		model.mu.Lock()
-		n := len(model.waiting)
-		model.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the workers never reached their report: %+v", d.agents())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	model.gate.waitHeld(d, 2, 120*time.Second)
 	for _, w := range []string{"w1", "w2"} {
 		if b, err := os.ReadFile(filepath.Join(repo, w+".txt")); err != nil || len(b) == 0 {
 			t.Fatalf("%s's Write did not reach the repository before the kill: %q, %v", w, b, err)
 		}
 	}
 	d.kill()
-	model.mu.Lock()
-	model.hold = false
-	close(model.release)
-	model.mu.Unlock()
+	model.gate.open()
 	before := len(api.Requests())
 	d.start()
 
 	// The team finishes: USER gets the summary.
-	var summary string
-	deadline = time.Now().Add(180 * time.Second)
-	for summary == "" {
-		var inbox []wire.InboxMessage
-		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
-		for _, m := range inbox {
-			if strings.Contains(m.Text, "summary:") {
-				summary = m.Text
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no summary reached USER; agents: %+v", d.agents())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	summary := d.waitInbox("summary:", 180*time.Second)
 	if !strings.Contains(summary, "ONE") || !strings.Contains(summary, "TWO") {
 		t.Errorf("summary %q", summary)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -45,10 +44,7 @@ func (x *tmux) waitMatch(why string, re *regexp.Regexp) string {
 // whose provider answers 429 shows PARKED until when; and the selection
 // survives a kill -9 and restart of the daemon.
 func TestTopApproveInATerminal(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	limit := fakeapi.NewOpenAI(func(fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
 		h := http.Header{}
 		h.Set("Retry-After", "3600")

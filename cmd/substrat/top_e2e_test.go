@@ -86,10 +86,7 @@ func (x *tmux) poll(why string, missing func(screen string) string) string {
 // shows the daemon going away at a kill -9, and when a new daemon starts,
 // reconnects by itself and shows what its recovery did.
 func TestTopInATerminal(t *testing.T) {
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	var lead, w1 api.AgentInfo
 	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)

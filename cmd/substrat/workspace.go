@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/bwrap"
@@ -97,7 +98,7 @@ func (c *WorkspaceDiffCmd) Run(g *Globals) error {
 	if g.JSON {
 		return printJSON(res)
 	}
-	fmt.Print(terminalSafe(res.Diff))
+	fmt.Print(termtext.Lines(res.Diff))
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/substrat/substrat/internal/termtext"
 )
 
 // MaxApprovalInput is the largest tool input, in bytes of its JSON, that
@@ -104,7 +106,7 @@ func InputText(raw json.RawMessage) string {
 }
 
 // quoteJSON writes s as a JSON string, escaping only what JSON needs and
-// what hides text.
+// what hides text (termtext.Hides).
 func quoteJSON(b *strings.Builder, s string) {
 	b.WriteByte('"')
 	for _, r := range s {
@@ -119,22 +121,16 @@ func quoteJSON(b *strings.Builder, s string) {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
-		case hides(r) && r > 0xffff:
+		case termtext.Hides(r) && r > 0xffff:
 			r1, r2 := utf16.EncodeRune(r)
 			fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
-		case hides(r):
+		case termtext.Hides(r):
 			fmt.Fprintf(b, `\u%04x`, r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	b.WriteByte('"')
-}
-
-// hides reports whether r can hide or reorder text on a terminal.
-func hides(r rune) bool {
-	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.Is(unicode.Cf, r) ||
-		unicode.In(r, unicode.Zl, unicode.Zp) || r > 0xffff && !unicode.IsGraphic(r)
 }
 
 // InputSummary abbreviates a tool input for a list, in at most about n

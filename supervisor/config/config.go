@@ -279,114 +279,92 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 		f = &File{Version: Version}
 	}
 	set := supervisor.DefaultSettings()
-	eff := Effective{MaxSlots: 4}
-	var errs []error
-	// pick sets one value: the flag, else the environment, else the file.
-	pick := func(key, file string, apply func(string) error, shown func() any) {
-		src, raw := FromDefault, ""
-		switch {
-		case flags[key] != "":
-			src, raw = FromFlag, flags[key]
-		case Env[key] != "" && getenv(Env[key]) != "":
-			src, raw = FromEnv, getenv(Env[key])
-		case file != "":
-			src, raw = FromFile, file
-		}
-		if src != FromDefault {
-			if err := apply(raw); err != nil {
-				errs = append(errs, fmt.Errorf("%s (from the %s): %v", key, src, err))
-				src = FromDefault
-			}
-		}
-		eff.Values = append(eff.Values, Value{Key: key, Value: shown(), Source: src, Env: Env[key]})
-	}
-	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
-	dur := func(p *time.Duration) func(string) error {
-		return func(v string) error {
-			d, err := duration(v)
-			if err == nil {
-				*p = d
-			}
-			return err
-		}
-	}
-	pick("default_provider", f.DefaultProvider, str(&set.DefaultProvider), func() any { return set.DefaultProvider })
-	pick("default_model", f.DefaultModel, str(&set.DefaultModel), func() any { return set.DefaultModel })
-	pick("permission_mode", f.PermissionMode, str(&set.PermissionMode), func() any { return set.PermissionMode })
-	pick("sandbox_permission_mode", f.SandboxPermissionMode, str(&set.SandboxPermissionMode), func() any { return set.SandboxPermissionMode })
-	fileSlots := ""
-	if f.MaxSlots > 0 {
-		fileSlots = strconv.Itoa(f.MaxSlots)
-	}
-	pick("max_slots", fileSlots, func(v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("%q is not a positive number", v)
-		}
-		eff.MaxSlots = n
-		return nil
-	}, func() any { return eff.MaxSlots })
-	set.Pools = map[string]int{supervisor.DefaultPool: eff.MaxSlots}
-	poolsSrc := FromDefault
-	if len(f.Pools) > 0 {
-		maps.Copy(set.Pools, f.Pools)
-		poolsSrc = FromFile
-	}
-	eff.Values = append(eff.Values, Value{Key: "pools", Value: maps.Clone(set.Pools), Source: poolsSrc})
-	pick("turn_timeout", f.TurnTimeout, dur(&set.TurnTimeout), func() any { return set.TurnTimeout.String() })
-	retrySrc := FromDefault
-	if r := f.Retry; r != nil {
-		retrySrc = FromFile
-		if r.Limit > 0 {
-			set.RetryLimit = r.Limit
-		}
-		if d, _ := duration(r.Window); d > 0 {
-			set.RetryWindow = d
-		}
-		if d, _ := duration(r.Base); d > 0 {
-			set.RetryBase = d
-		}
-	}
-	eff.Values = append(eff.Values, Value{Key: "retry", Source: retrySrc,
-		Value: map[string]any{"limit": set.RetryLimit, "window": set.RetryWindow.String(), "base": set.RetryBase.String()}})
-	pick("approval_timeout", f.ApprovalTimeout, dur(&set.ApprovalTimeout), func() any { return set.ApprovalTimeout.String() })
-	notifySrc := FromDefault
+	r := &resolver{flags: flags, getenv: getenv, eff: Effective{MaxSlots: 4}}
+	r.pick("default_provider", f.DefaultProvider, setString(&set.DefaultProvider), func() any { return set.DefaultProvider })
+	r.pick("default_model", f.DefaultModel, setString(&set.DefaultModel), func() any { return set.DefaultModel })
+	r.pick("permission_mode", f.PermissionMode, setString(&set.PermissionMode), func() any { return set.PermissionMode })
+	r.pick("sandbox_permission_mode", f.SandboxPermissionMode, setString(&set.SandboxPermissionMode), func() any { return set.SandboxPermissionMode })
+	r.pick("max_slots", positiveText(f.MaxSlots), setPositive(&r.eff.MaxSlots), func() any { return r.eff.MaxSlots })
+	set.Pools = map[string]int{supervisor.DefaultPool: r.eff.MaxSlots}
+	maps.Copy(set.Pools, f.Pools)
+	r.fileOnly("pools", len(f.Pools) > 0, maps.Clone(set.Pools))
+	r.pick("turn_timeout", f.TurnTimeout, setDuration(&set.TurnTimeout), func() any { return set.TurnTimeout.String() })
+	r.fileOnly("retry", f.Retry != nil, f.Retry.apply(&set))
+	r.pick("approval_timeout", f.ApprovalTimeout, setDuration(&set.ApprovalTimeout), func() any { return set.ApprovalTimeout.String() })
 	if len(f.NotifyCommand) > 0 {
-		set.Notify, notifySrc = slices.Clone(f.NotifyCommand), FromFile
+		set.Notify = slices.Clone(f.NotifyCommand)
 	}
-	eff.Values = append(eff.Values, Value{Key: "notify_command", Value: set.Notify, Source: notifySrc})
-	fileNotify := ""
-	if f.NotifyConcurrency > 0 {
-		fileNotify = strconv.Itoa(f.NotifyConcurrency)
-	}
-	pick("notify_concurrency", fileNotify, func(v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("%q is not a positive number", v)
-		}
-		set.NotifyConcurrency = n
-		return nil
-	}, func() any { return set.NotifyConcurrency })
-	windowsSrc := FromDefault
+	r.fileOnly("notify_command", len(f.NotifyCommand) > 0, set.Notify)
+	r.pick("notify_concurrency", positiveText(f.NotifyConcurrency), setPositive(&set.NotifyConcurrency), func() any { return set.NotifyConcurrency })
 	if len(f.ContextWindows) > 0 {
-		set.ContextWindows, windowsSrc = map[string]map[string]int{}, FromFile
+		set.ContextWindows = map[string]map[string]int{}
 		for prov, models := range f.ContextWindows {
 			set.ContextWindows[prov] = maps.Clone(models)
 		}
 	}
-	eff.Values = append(eff.Values, Value{Key: "context_windows", Value: set.ContextWindows, Source: windowsSrc})
-	compactSrc := FromDefault
+	r.fileOnly("context_windows", len(f.ContextWindows) > 0, set.ContextWindows)
 	if f.CompactAt > 0 {
-		set.CompactAt, compactSrc = f.CompactAt, FromFile
+		set.CompactAt = f.CompactAt
 	}
-	eff.Values = append(eff.Values, Value{Key: "compact_at", Value: set.CompactAt, Source: compactSrc})
-	limitsSrc := FromDefault
+	r.fileOnly("compact_at", f.CompactAt > 0, set.CompactAt)
+	r.limits(&set, f)
+	if err := set.Check(); err != nil {
+		r.errs = append(r.errs, err)
+	}
+	r.eff.Settings = set
+	return r.eff, errors.Join(r.errs...)
+}
+
+// resolver gathers, for Resolve, each value in force with where it came
+// from, and the errors of the values that do not parse.
+type resolver struct {
+	flags  map[string]string
+	getenv func(string) string
+	eff    Effective
+	errs   []error
+}
+
+// pick sets one value: the flag, else the environment, else the file
+// (its text, "" for none), else the default. apply parses and sets it;
+// shown is the value in force, as Effective lists it.
+func (r *resolver) pick(key, file string, apply func(string) error, shown func() any) {
+	src, raw := FromDefault, ""
+	switch {
+	case r.flags[key] != "":
+		src, raw = FromFlag, r.flags[key]
+	case Env[key] != "" && r.getenv(Env[key]) != "":
+		src, raw = FromEnv, r.getenv(Env[key])
+	case file != "":
+		src, raw = FromFile, file
+	}
+	if src != FromDefault {
+		if err := apply(raw); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("%s (from the %s): %v", key, src, err))
+			src = FromDefault
+		}
+	}
+	r.eff.Values = append(r.eff.Values, Value{Key: key, Value: shown(), Source: src, Env: Env[key]})
+}
+
+// fileOnly lists a value that only the file sets, shown as it is in force.
+func (r *resolver) fileOnly(key string, fromFile bool, shown any) {
+	src := FromDefault
+	if fromFile {
+		src = FromFile
+	}
+	r.eff.Values = append(r.eff.Values, Value{Key: key, Value: shown, Source: src})
+}
+
+// limits sets the sandbox's resource limits, for all agents and per pool,
+// from the file.
+func (r *resolver) limits(set *supervisor.Settings, f *File) {
+	fromFile := false
 	if f.Limits != nil {
 		l, err := f.Limits.limits()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("limits (from the file): %v", err))
+			r.errs = append(r.errs, fmt.Errorf("limits (from the file): %v", err))
 		} else {
-			set.Limits, limitsSrc = l, FromFile
+			set.Limits, fromFile = l, true
 		}
 	}
 	shown := map[string]any{"memory": "none", "pids": "none", "cpu_weight": "none"}
@@ -399,24 +377,68 @@ func Resolve(f *File, getenv func(string) string, flags map[string]string) (Effe
 	if w := set.Limits.CPUWeight; w > 0 {
 		shown["cpu_weight"] = w
 	}
-	eff.Values = append(eff.Values, Value{Key: "limits", Value: shown, Source: limitsSrc})
-	if len(f.PoolLimits) > 0 {
-		set.PoolLimits = map[string]fsstore.Limits{}
-		for pool, pl := range f.PoolLimits {
-			l, err := pl.limits()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("pool_limits of %q (from the file): %v", pool, err))
-				continue
-			}
-			set.PoolLimits[pool] = l
+	r.fileOnly("limits", fromFile, shown)
+	if len(f.PoolLimits) == 0 {
+		return
+	}
+	set.PoolLimits = map[string]fsstore.Limits{}
+	for pool, pl := range f.PoolLimits {
+		l, err := pl.limits()
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("pool_limits of %q (from the file): %v", pool, err))
+			continue
 		}
-		eff.Values = append(eff.Values, Value{Key: "pool_limits", Value: f.PoolLimits, Source: FromFile})
+		set.PoolLimits[pool] = l
 	}
-	if err := set.Check(); err != nil {
-		errs = append(errs, err)
+	r.fileOnly("pool_limits", true, f.PoolLimits)
+}
+
+// apply sets the retry policy of set from r (nil: the defaults stay) and
+// returns it as Effective lists it.
+func (r *Retry) apply(set *supervisor.Settings) map[string]any {
+	if r != nil {
+		if r.Limit > 0 {
+			set.RetryLimit = r.Limit
+		}
+		if d, _ := duration(r.Window); d > 0 {
+			set.RetryWindow = d
+		}
+		if d, _ := duration(r.Base); d > 0 {
+			set.RetryBase = d
+		}
 	}
-	eff.Settings = set
-	return eff, errors.Join(errs...)
+	return map[string]any{"limit": set.RetryLimit, "window": set.RetryWindow.String(), "base": set.RetryBase.String()}
+}
+
+func setString(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
+
+func setDuration(p *time.Duration) func(string) error {
+	return func(v string) error {
+		d, err := duration(v)
+		if err == nil {
+			*p = d
+		}
+		return err
+	}
+}
+
+func setPositive(p *int) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a positive number", v)
+		}
+		*p = n
+		return nil
+	}
+}
+
+// positiveText is n as the file's text for pick: "" (none) unless positive.
+func positiveText(n int) string {
+	if n > 0 {
+		return strconv.Itoa(n)
+	}
+	return ""
 }
 
 // located adds the line and column of a decoding error.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/internal/jsontext"
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/provider"
-	"github.com/substrat/substrat/supervisor/api"
 )
 
 // describe turns a watch event into a line of the agent's stream, and
@@ -28,7 +28,7 @@ func describe(e Event) (line, now string) {
 		case provider.ChunkToolResult:
 			return "← " + text, ""
 		case provider.ChunkDenied:
-			tool := api.Visible(ch.Tool)
+			tool := termtext.Row(ch.Tool)
 			return "✗ " + tool + " denied: " + text, "✗ " + tool + " denied"
 		}
 		if text == "" {
@@ -41,7 +41,7 @@ func describe(e Event) (line, now string) {
 			OK   bool   `json:"ok"`
 		}
 		json.Unmarshal(e.Data, &d)
-		d.Tool = api.Visible(d.Tool)
+		d.Tool = termtext.Row(d.Tool)
 		if d.OK {
 			return "tool " + d.Tool, "⚙ " + d.Tool
 		}
@@ -58,7 +58,7 @@ func describe(e Event) (line, now string) {
 			Text string `json:"text"`
 		}
 		json.Unmarshal(e.Data, &d)
-		return "✉ from " + api.Visible(d.From) + ": " + oneLine(d.Text), ""
+		return "✉ from " + termtext.Row(d.From) + ": " + oneLine(d.Text), ""
 	case fsstore.EvState:
 		var d fsstore.StateChange
 		json.Unmarshal(e.Data, &d)
@@ -96,14 +96,14 @@ func describe(e Event) (line, now string) {
 	}
 	data := oneLine(string(jsontext.Readable(e.Data)))
 	if data == "" || data == "null" {
-		return api.Visible(e.Type), ""
+		return termtext.Row(e.Type), ""
 	}
-	return fmt.Sprintf("%s %s", api.Visible(e.Type), data), ""
+	return fmt.Sprintf("%s %s", termtext.Row(e.Type), data), ""
 }
 
 // oneLine keeps the first line of s, without surrounding blanks, at most
 // 300 characters, with what could drive the terminal escaped
-// (api.Visible): the text is an agent's.
+// (termtext.Row): the text is an agent's.
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
@@ -112,5 +112,5 @@ func oneLine(s string) string {
 	if r := []rune(s); len(r) > 300 {
 		s = string(r[:300]) + "…"
 	}
-	return api.Visible(s)
+	return termtext.Row(s)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/charmbracelet/bubbles/textinput"
@@ -325,7 +326,7 @@ func (m *Model) markLost(err error) {
 	m.up = false
 	m.lost = "connection refused"
 	if err != nil {
-		m.lost, _, _ = strings.Cut(api.Visible(err.Error()), " (") // the reason, without the socket's path
+		m.lost, _, _ = strings.Cut(termtext.Row(err.Error()), " (") // the reason, without the socket's path
 	}
 }
 
@@ -380,7 +381,7 @@ func (m *Model) applyEvents(batch eventsMsg) {
 // done says how an action went, for the status line.
 func done(a Action, err error) string {
 	if err != nil {
-		return fmt.Sprintf("%s failed: %s", a.Kind, api.Visible(err.Error()))
+		return fmt.Sprintf("%s failed: %s", a.Kind, termtext.Row(err.Error()))
 	}
 	if a.Kind == ActReadInbox {
 		return "inbox marked read"

@@ -9,6 +9,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 )
 
@@ -153,7 +154,7 @@ func (m *Model) fetchPart() tea.Cmd {
 func (m *Model) approvalsChanged() {
 	if m.answering() && m.shownApproval() == nil {
 		m.mode = modeApprovals
-		m.flash, m.flashAt = fmt.Sprintf("request %s no longer waits: not answered from here", api.Visible(m.confirm.ID)), m.now()
+		m.flash, m.flashAt = fmt.Sprintf("request %s no longer waits: not answered from here", termtext.Row(m.confirm.ID)), m.now()
 	}
 }
 
@@ -165,7 +166,7 @@ func (m *Model) applyPart(r partMsg) {
 		m.want(r.asked...)
 		m.needInbox, m.needAppr = m.needInbox || r.withInbox, m.needAppr || r.withAppr
 		if ae := (*api.Error)(nil); errors.As(r.err, &ae) { // the daemon answered: it is there
-			m.flash, m.flashAt = "refresh failed: "+api.Visible(ae.Error()), m.now()
+			m.flash, m.flashAt = "refresh failed: "+termtext.Row(ae.Error()), m.now()
 			return
 		}
 		m.markLost(r.err)

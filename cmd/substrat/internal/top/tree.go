@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/substrat/substrat/fsstore"
@@ -77,18 +78,18 @@ func (t *tree) update(a api.AgentInfo) (shape bool) {
 }
 
 // visible escapes, in what top shows of an agent, whatever could drive
-// the terminal (api.Visible): names and reasons can be an agent's text.
+// the terminal (termtext.Row): names and reasons can be an agent's text.
 func visible(a *api.AgentInfo) {
 	for _, f := range []*string{&a.Name, &a.Path, &a.Provider, &a.Model, &a.StateReason, &a.DiskInvalid, &a.Workspace, &a.Pool, &a.Dir} {
-		*f = api.Visible(*f)
+		*f = termtext.Row(*f)
 	}
 	a.Children = slices.Clone(a.Children)
 	for i := range a.Children {
-		a.Children[i] = api.Visible(a.Children[i])
+		a.Children[i] = termtext.Row(a.Children[i])
 	}
 	if a.Parked != nil {
 		p := *a.Parked
-		p.Reason = api.Visible(p.Reason)
+		p.Reason = termtext.Row(p.Reason)
 		a.Parked = &p
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
 
 	"github.com/charmbracelet/bubbles/help"
@@ -233,10 +234,10 @@ func (m *Model) detailPane() []string {
 	perm := "…"
 	if s := m.detail.Inspect.Session; s != nil && m.detailOf == a.ID {
 		if s.WorkDir != "" {
-			where = api.Visible(s.WorkDir) + ", no sandbox"
+			where = termtext.Row(s.WorkDir) + ", no sandbox"
 		}
 		if s.Permissions != nil {
-			perm = api.Visible(s.Permissions.Mode)
+			perm = termtext.Row(s.Permissions.Mode)
 		}
 	}
 	if a.Workspace != "" {
@@ -262,7 +263,7 @@ func (m *Model) detailPane() []string {
 	if i := m.approvalOf(a.ID); i >= 0 {
 		ap := m.snap.Approvals[i]
 		out = append(out, m.styles.bad.Render(fmt.Sprintf("approval %s waits: %s %s (v shows it whole; a/d there answer)",
-			api.Visible(ap.ID), api.Visible(ap.Tool), api.InputSummary(ap.Input, 60))))
+			termtext.Row(ap.ID), termtext.Row(ap.Tool), api.InputSummary(ap.Input, 60))))
 	}
 	return append(out, tail(m.lines(a.ID), h-len(out))...)
 }
@@ -299,7 +300,7 @@ func (m *Model) inbox(h int) []string {
 		if msg.Message == nil {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), api.Visible(msg.FromName), oneLine(msg.Text)))
+		out = append(out, fmt.Sprintf("%s  %s: %s", msg.SentAt.Local().Format("15:04:05"), termtext.Row(msg.FromName), oneLine(msg.Text)))
 	}
 	return tail(out, h)
 }
@@ -333,7 +334,7 @@ func (m *Model) approvalLines() []string {
 		approver = "its parent"
 	}
 	text := api.InputText(a.Input)
-	out := []string{m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", api.Visible(a.ID), api.Visible(a.Agent), api.Visible(a.Tool), len(text),
+	out := []string{m.styles.title.Render(fmt.Sprintf("%s  %s wants %s, %d bytes; %s answers until %s", termtext.Row(a.ID), termtext.Row(a.Agent), termtext.Row(a.Tool), len(text),
 		approver, a.Deadline.Local().Format("15:04:05")))}
 	return append(out, wrap(text, max(m.width, 10))...)
 }
@@ -365,7 +366,7 @@ func (m *Model) answering() bool { return m.mode == modeConfirm && m.back == mod
 func (m *Model) approvalOf(id string) int {
 	a := m.tree.byID[id]
 	for i := range m.snap.Approvals {
-		if a != nil && api.Visible(m.snap.Approvals[i].Agent) == a.Path {
+		if a != nil && termtext.Row(m.snap.Approvals[i].Agent) == a.Path {
 			return i
 		}
 	}
@@ -377,7 +378,7 @@ func (m *Model) approvalOf(id string) int {
 func (m *Model) doing(a *api.AgentInfo) string {
 	if i := m.approvalOf(a.ID); i >= 0 {
 		ap := m.snap.Approvals[i]
-		return "approve? " + api.Visible(ap.Tool) + " " + api.InputSummary(ap.Input, 200)
+		return "approve? " + termtext.Row(ap.Tool) + " " + api.InputSummary(ap.Input, 200)
 	}
 	if a.Parked != nil {
 		return parkedFor(a)
@@ -422,7 +423,7 @@ func (m *Model) footer() string {
 	case modeConfirm:
 		if a := m.shownApproval(); m.back == modeApprovals && a != nil {
 			return m.styles.bad.Render(fmt.Sprintf("%s %s's %s (%d bytes, above)? y to confirm, any other key cancels",
-				m.confirm.Kind, api.Visible(a.Agent), api.Visible(a.Tool), len(api.InputText(a.Input))))
+				m.confirm.Kind, termtext.Row(a.Agent), termtext.Row(a.Tool), len(api.InputText(a.Input))))
 		}
 		return m.styles.bad.Render(fmt.Sprintf("%s %s? y to confirm, any other key cancels", m.confirm.Kind, m.selName()))
 	}
