@@ -63,6 +63,7 @@ func (c *Core) Inspect(ref string) (api.InspectResult, error) {
 	}
 	res := api.InspectResult{Agent: c.infoLocked(n), Session: n.s().Clone()}
 	c.mu.Unlock()
+	res.LimitsInForce = c.limitsOf(res.Session)
 	if msgs, _, err := n.agent.Pending(); err == nil {
 		res.Pending = len(msgs)
 	}

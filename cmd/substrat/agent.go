@@ -392,6 +392,7 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 		if s.Limits != nil {
 			row("limits", s.Limits.String())
 		}
+		row("limits in force", limitsInForce(res.LimitsInForce))
 		row("executor", executorShown(s.Executor))
 	}
 	row("state", fmt.Sprintf("%s (session %s)", shownState(a), a.SessionState))
@@ -436,6 +437,22 @@ func (c *AgentInspectCmd) Run(g *Globals) error {
 	row("instructions", oneLine(s.Instructions, 100))
 	row("dir", a.Dir)
 	return tw.Flush()
+}
+
+// limitsInForce lists the limits a process of the agent gets (zero: none
+// of that kind), "" if none at all.
+func limitsInForce(l fsstore.Limits) string {
+	var parts []string
+	if l.MemoryBytes > 0 {
+		parts = append(parts, "memory "+fsstore.FormatBytes(l.MemoryBytes))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", l.Pids))
+	}
+	if l.CPUWeight > 0 {
+		parts = append(parts, fmt.Sprintf("cpu weight %d", l.CPUWeight))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func oneLine(s string, max int) string {

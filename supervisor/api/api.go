@@ -68,6 +68,10 @@ type InspectResult struct {
 	Agent   AgentInfo        `json:"agent"`
 	Session *fsstore.Session `json:"session"`
 	Pending int              `json:"pending_messages"`
+	// LimitsInForce are the resource limits its processes get: its own,
+	// else its pool's, else the daemon's defaults, field by field; zero
+	// is no limit.
+	LimitsInForce fsstore.Limits `json:"limits_in_force"`
 }
 
 // SendResult is the final result of agent.send.

@@ -392,3 +392,19 @@ func TestApprovalsView(t *testing.T) {
 		t.Error("esc did not go back to the tree")
 	}
 }
+
+// TestDetailShowsExecutor: the selected agent's pane says where its
+// executor is, when it has one, and shows a hostile model name escaped.
+func TestDetailShowsExecutor(t *testing.T) {
+	f := newFake()
+	f.snap.Agents[0].Executor = "ssh://build1"
+	f.snap.Agents[0].Model = "sonnet\x1b[2J"
+	m := run(t, f)
+	frame := m.View()
+	if !strings.Contains(frame, "executor ssh://build1") {
+		t.Errorf("no executor in the pane:\n%s", frame)
+	}
+	if strings.Contains(frame, "\x1b[2J") || !strings.Contains(frame, `sonnet\u001b[2J`) {
+		t.Errorf("the model name is not escaped:\n%s", frame)
+	}
+}

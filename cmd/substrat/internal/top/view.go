@@ -243,7 +243,11 @@ func (m *Model) detailPane() []string {
 	if a.Workspace != "" {
 		where = "sandbox of workspace " + a.Workspace
 	}
-	out = append(out, fmt.Sprintf("%s · %s · permissions %s · pool %s", strings.TrimSpace(a.Provider+" "+a.Model), where, perm, a.Pool))
+	who := termtext.Row(strings.TrimSpace(a.Provider + " " + a.Model))
+	if a.Executor != "" {
+		who += " · executor " + termtext.Row(a.Executor)
+	}
+	out = append(out, fmt.Sprintf("%s · %s · permissions %s · pool %s", who, termtext.Row(where), perm, termtext.Row(a.Pool)))
 	kids := a.Children // their names
 	figures := fmt.Sprintf("turns %d · tokens %s in / %s out · $%.4f · pending %d", a.Counters.Turns, count(a.Counters.InputTokens),
 		count(a.Counters.OutputTokens), a.Counters.CostUSD, a.Pending)
