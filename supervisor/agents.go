@@ -90,6 +90,18 @@ func (c *Core) createAgent(p api.CreateParams, parent *node) (n *node, existed b
 	return n, false, nil
 }
 
+// firstOf returns the node of ns with the smallest id whose session
+// matches, or nil.
+func firstOf(ns []*node, match func(*fsstore.Session) bool) *node {
+	var first *node
+	for _, n := range ns {
+		if match(n.s()) && (first == nil || n.id() < first.id()) {
+			first = n
+		}
+	}
+	return first
+}
+
 // reserveName finds where a new agent of p goes (*parent, resolved from
 // p.Parent if nil) and reserves p.Name among its siblings, in the node
 // holding the reservations (the parent, or c.roots for a root), which it
@@ -107,8 +119,17 @@ func (c *Core) reserveName(p *api.CreateParams, parent **node) (holder, twin *no
 			return nil, nil, err
 		}
 	}
-	siblings := c.rootsLocked()
+	var siblings []*node
 	holder = c.roots // roots reserve their names here
+	if *parent == nil {
+		// Every root, in no order (a create must not sort the tree):
+		// the checks below pick the smallest id where several match.
+		for _, n := range c.nodes {
+			if pid := n.s().ParentID; pid == "" || c.nodes[pid] == nil {
+				siblings = append(siblings, n)
+			}
+		}
+	}
 	if pa := *parent; pa != nil {
 		switch {
 		case pa.terminated():
@@ -123,15 +144,13 @@ func (c *Core) reserveName(p *api.CreateParams, parent **node) (holder, twin *no
 			}
 		}
 	}
-	for _, s := range siblings {
-		if p.SpawnKey != "" && s.s().SpawnKey == p.SpawnKey {
-			return nil, s, nil
+	if p.SpawnKey != "" {
+		if twin := firstOf(siblings, func(s *fsstore.Session) bool { return s.SpawnKey == p.SpawnKey }); twin != nil {
+			return nil, twin, nil
 		}
 	}
-	for _, s := range siblings {
-		if s.s().Name == p.Name {
-			return nil, nil, api.Errorf(api.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
-		}
+	if s := firstOf(siblings, func(s *fsstore.Session) bool { return s.Name == p.Name }); s != nil {
+		return nil, nil, api.Errorf(api.CodeConflict, "an agent named %q already exists there (%s)", p.Name, s.id())
 	}
 	if holder.reserved[p.Name] {
 		return nil, nil, api.Errorf(api.CodeConflict, "an agent named %q is being created there", p.Name)

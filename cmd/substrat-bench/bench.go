@@ -148,6 +148,14 @@ type benchOp struct {
 	SQLiteNSerial *benchRate `json:"sqlite_n_one_conn,omitempty"`
 	SQLiteRatio1  float64    `json:"sqlite_ratio_1,omitempty"`
 	SQLiteRatioN  float64    `json:"sqlite_ratio_n,omitempty"`
+
+	// CeilingN is the same operation through Substrat with N agents and
+	// every fsync and syncfs made a no-op: the most that any batching of
+	// fsyncs could reach with this on-disk format on this file system
+	// (what is left is the names created, the writes and the CPU).
+	// CeilingSQLiteRatioN is it over SQLiteN.
+	CeilingN            *benchRate `json:"ceiling_n,omitempty"`
+	CeilingSQLiteRatioN float64    `json:"ceiling_sqlite_ratio_n,omitempty"`
 }
 
 type benchRecovery struct {

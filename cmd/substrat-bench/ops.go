@@ -350,6 +350,19 @@ func (b *benchRun) substratOps() error {
 				})
 				return r, err
 			}})
+			if workers > 1 && s.target {
+				row.CeilingN = &benchRate{}
+				cs = append(cs, contender{fmt.Sprintf("ceiling:  %-42s %2d agents, no fsync", s.label, workers), row.CeilingN, func(i int) (benchRate, error) {
+					home := filepath.Join(b.dir, "ops", fmt.Sprintf("ceiling-%s-%d-%d", s.name, workers, i))
+					defer b.cleanup(home)
+					f, done, err := s.setup(b, home, noSyncFS{fsstore.OS{}}, workers, per)
+					if err != nil {
+						return benchRate{}, err
+					}
+					defer done()
+					return b.measure(workers, slice, f)
+				}})
+			}
 			if sqlBackend != nil && s.target {
 				// With many writers, both a connection each and one
 				// shared connection; the better one counts.
@@ -415,6 +428,10 @@ func (b *benchRun) substratOps() error {
 			}
 			row.SQLiteRatio1 = ratio(row.Substrat1.OpsPerSec, row.SQLite1.OpsPerSec)
 			row.SQLiteRatioN = ratio(row.SubstratN.OpsPerSec, row.SQLiteN.OpsPerSec)
+			if row.CeilingN != nil {
+				row.CeilingN.FsyncsPerSec = 0
+				row.CeilingSQLiteRatioN = ratio(row.CeilingN.OpsPerSec, row.SQLiteN.OpsPerSec)
+			}
 		}
 		b.res.Ops = append(b.res.Ops, row)
 	}

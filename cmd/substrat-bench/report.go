@@ -225,8 +225,12 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 		}
 		t.add(op.Label, num(op.SubstratN.OpsPerSec), num(op.SubstratN.FsyncsPerSec), x(op.LimitRatioN), v1,
 			opt(op.BareN), x(op.BareRatioN), opt(op.SQLiteN), x(op.SQLiteRatioN), v2)
+		if op.CeilingN != nil {
+			t.add("  the same, every fsync a no-op: the ceiling", num(op.CeilingN.OpsPerSec), "0", "-", "", "", "", "", x(op.CeilingSQLiteRatioN), "")
+		}
 	}
 	t.write(w)
+	fmt.Fprintln(w, "  ceiling: what no batching of fsyncs can pass with this on-disk format here (the names made, the writes, the CPU).")
 	fmt.Fprintf(w, "  limit: write+fsync with %d writers, in fsyncs/s (limit(1): with 1 writer). bare: the operation's own system calls\n", n)
 	fmt.Fprintf(w, "  made directly, without Substrat. SQLite with %d writers: the better of %d connections and one shared connection.\n", n, n)
 	if !r.HasSQLite {
