@@ -189,11 +189,12 @@ func (c *Core) Send(p api.SendParams) (*fsstore.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.deliver(&fsstore.Message{From: fsstore.User, FromName: fsstore.User, Kind: fsstore.KindMessage, Text: p.Text}, n)
+	return c.send(&fsstore.Message{From: fsstore.User, FromName: fsstore.User, Kind: fsstore.KindMessage, Text: p.Text}, n)
 }
 
-// deliver publishes m in n's inbox and marks n runnable.
-func (c *Core) deliver(m *fsstore.Message, to *node) (*fsstore.Message, error) {
+// send puts m in n's inbox (fsstore.Publish) and marks n runnable. (A
+// message is delivered later, when a turn takes it: deliverTurn.)
+func (c *Core) send(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	if strings.TrimSpace(m.Text) == "" {
 		return nil, api.Errorf(api.CodeInvalidParams, "message text is empty")
 	}

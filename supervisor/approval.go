@@ -190,7 +190,7 @@ func (c *Core) askApprover(n *node, req fsstore.Approval) error {
 	if to == nil {
 		return c.sendUserAs(m, api.NotifyApproval, n)
 	}
-	_, err := c.deliver(m, to)
+	_, err := c.send(m, to)
 	return err
 }
 

@@ -144,7 +144,7 @@ func (t *turnTools) findOrAsk(key string, call approvalCall) (req fsstore.Approv
 		return req, nil, true, err
 	}
 	if err := c.askApprover(n, req); err != nil {
-		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)
+		c.log.Error("approval request not sent", "agent", n.id(), "request", req.ID, "err", err)
 	}
 	return req, answer, false, nil
 }
@@ -168,7 +168,7 @@ func (c *Core) tellApproverAgain(n *node, req fsstore.Approval) {
 		return
 	}
 	if err := c.askApprover(n, req); err != nil {
-		c.log.Error("approval request not delivered", "agent", n.id(), "request", req.ID, "err", err)
+		c.log.Error("approval request not sent", "agent", n.id(), "request", req.ID, "err", err)
 	}
 }
 

@@ -114,8 +114,8 @@ func (c *Core) notifyTransition(n *node, from, to fsstore.AgentState, hops int) 
 		}
 		text := fmt.Sprintf("[subscription %s] %s went %s -> %s", h.s.ID, name, from, to)
 		m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text, Hops: hops}
-		if _, err := c.deliver(m, h.sub); err != nil {
-			c.log.Warn("subscription notice not delivered", "subscriber", h.sub.id(), "err", err)
+		if _, err := c.send(m, h.sub); err != nil {
+			c.log.Warn("subscription notice not sent", "subscriber", h.sub.id(), "err", err)
 			continue
 		}
 		if h.s.Once {
@@ -182,8 +182,8 @@ func (c *Core) Tick(now time.Time) {
 			text += fmt.Sprintf(" (due %s ago)", late.Round(time.Second))
 		}
 		m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
-		if _, err := c.deliver(m, d.n); err != nil {
-			c.log.Warn("reminder not delivered", "agent", d.n.id(), "err", err)
+		if _, err := c.send(m, d.n); err != nil {
+			c.log.Warn("reminder not sent", "agent", d.n.id(), "err", err)
 			continue
 		}
 		done := fsstore.ReminderDone{ID: d.r.ID, Reason: "fired"}
@@ -258,7 +258,7 @@ func (c *Core) enforceBudget(a *node) {
 	text := reason + fmt.Sprintf(". Its subtree is suspended and gated. Raise the budget (substrat agent budget %s --tokens N) and ungate it (substrat agent ungate %s --recursive) to continue.", path, path)
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {
-		if _, err := c.deliver(m, parent); err == nil {
+		if _, err := c.send(m, parent); err == nil {
 			return
 		}
 	}

@@ -282,7 +282,7 @@ func TestPingPongGuard(t *testing.T) {
 	mustCreate(t, c, api.CreateParams{Name: "b"})
 	m := &fsstore.Message{From: nodeOf(t, c, "b").id(), FromName: "b", Kind: fsstore.KindMessage, Hops: DefaultMaxHops,
 		Text: `!send_message {"recipient":"b","text":"again"}`}
-	if _, err := c.deliver(m, nodeOf(t, c, "a")); err != nil {
+	if _, err := c.send(m, nodeOf(t, c, "a")); err != nil {
 		t.Fatal(err)
 	}
 	var out []provider.Chunk

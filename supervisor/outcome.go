@@ -76,7 +76,7 @@ func (c *Core) SendAndAwait(p api.SendParams) (m *fsstore.Message, outcome <-cha
 	}
 	m = &fsstore.Message{ID: c.store.NewID(), From: fsstore.User, FromName: fsstore.User, Kind: fsstore.KindMessage, Text: p.Text}
 	ch, cancel := c.outcomes.await(m.ID)
-	if _, err := c.deliver(m, n); err != nil {
+	if _, err := c.send(m, n); err != nil {
 		cancel()
 		return nil, nil, nil, err
 	}

@@ -121,7 +121,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 				continue
 			}
 			m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: RecoveryPrompt}
-			if _, err := c.deliver(m, r); err != nil {
+			if _, err := c.send(m, r); err != nil {
 				return nil, fmt.Errorf("recover %s: %w", r.s().Name, err)
 			}
 			rep.Resumed = append(rep.Resumed, api.RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})

@@ -164,17 +164,17 @@ func (t *turnTools) message(ctx context.Context, kind, text string) (*fsstore.Me
 	return &fsstore.Message{ID: id, From: t.n.id(), FromName: t.n.s().Name, Kind: kind, Text: text, Hops: t.hops + 1}, nil
 }
 
-// deliver delivers m to an agent (to) or, with to nil, to USER, once: a
+// send puts m in the inbox of an agent (to) or, with to nil, USER's, once: a
 // call run again (its effect journaled, not finished) first looks for
 // m's id in the recipient's inbox.
-func (t *turnTools) deliver(ctx context.Context, m *fsstore.Message, to *node) error {
+func (t *turnTools) send(ctx context.Context, m *fsstore.Message, to *node) error {
 	if again(ctx) && t.c.hasMessage(to, m.ID) {
 		return nil
 	}
 	if to == nil {
 		return t.c.sendUser(m)
 	}
-	_, err := t.c.deliver(m, to)
+	_, err := t.c.send(m, to)
 	return err
 }
 
@@ -304,7 +304,7 @@ func (t *turnTools) spawnAgent(ctx context.Context, call provider.ToolCall, a sp
 	// child's id, so a spawn re-executed after a crash sends it once.
 	if !t.c.hasMessage(child, child.id()) {
 		m := &fsstore.Message{ID: child.id(), From: t.n.id(), FromName: parent.Name, Kind: fsstore.KindMessage, Text: a.Instructions}
-		if _, err := t.c.deliver(m, child); err != nil {
+		if _, err := t.c.send(m, child); err != nil {
 			return "", err
 		}
 	}
@@ -348,7 +348,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall, a s
 			// An agent whose parent left the live tree is no root.
 			return "", fmt.Errorf("only root agents may message USER; send to your parent instead")
 		}
-		if err := t.deliver(ctx, m, nil); err != nil {
+		if err := t.send(ctx, m, nil); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("sent to USER (message %s)", m.ID), nil
@@ -363,7 +363,7 @@ func (t *turnTools) sendMessage(ctx context.Context, call provider.ToolCall, a s
 	if last := t.lastFrom[to.id()]; last != "" {
 		m.Kind, m.ReplyTo = fsstore.KindReply, last
 	}
-	if err := t.deliver(ctx, m, to); err != nil {
+	if err := t.send(ctx, m, to); err != nil {
 		return "", err
 	}
 	if m.ReplyTo != "" {
@@ -396,7 +396,7 @@ func (t *turnTools) broadcast(ctx context.Context, call provider.ToolCall, a bro
 		if err != nil {
 			return "", err
 		}
-		if err := t.deliver(ctx, m, s); err != nil {
+		if err := t.send(ctx, m, s); err != nil {
 			return "", fmt.Errorf("after sending to %s: %w", strings.Join(names, ", "), err)
 		}
 		names = append(names, s.s().Name)
@@ -426,7 +426,7 @@ func (t *turnTools) poke(ctx context.Context, call provider.ToolCall, a pokeArgs
 	if err != nil {
 		return "", err
 	}
-	if err := t.deliver(ctx, m, to); err != nil {
+	if err := t.send(ctx, m, to); err != nil {
 		return "", err
 	}
 	return "poked " + to.s().Name, nil
@@ -503,7 +503,7 @@ func (t *turnTools) complete(ctx context.Context, call provider.ToolCall, a comp
 	if parent == nil && !(again(ctx) && t.c.hasMessage(nil, m.ID)) {
 		err = t.c.sendUserAs(m, api.NotifyCompleted, nil) // a root's result
 	} else if parent != nil {
-		err = t.deliver(ctx, m, parent)
+		err = t.send(ctx, m, parent)
 	}
 	if err != nil {
 		return "", err

@@ -405,7 +405,7 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 	}
 	m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: text}
 	if parent != nil && !parent.terminated() {
-		_, err := c.deliver(m, parent)
+		_, err := c.send(m, parent)
 		return err
 	}
 	return c.sendUser(m)
