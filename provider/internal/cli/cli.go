@@ -71,7 +71,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -509,159 +508,16 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		procCancel()
 		untrack()
 	}
-	var (
-		final       *Final
-		compactions []provider.Compaction
-		texts       []string // the streamed text, for a final line without any
-		readErr     error
-		lines       int
-		last        []byte
-		size        int
-	)
-	for final == nil && readErr == nil {
-		b, err := pr.Line()
-		switch {
-		case ctx.Err() != nil:
-			readErr = ctx.Err()
-			continue
-		case errors.Is(err, io.EOF):
-		case errors.Is(err, proc.ErrLineTooLong):
-			readErr = fmt.Errorf("%w: line %d is longer than %d bytes (starts %s)", provider.ErrProtocol, lines+1, s.p.spec.MaxLine, proc.Quote(b, lineQuote))
-			continue
-		case err != nil:
-			readErr = fmt.Errorf("reading the output: %w", err)
-			continue
-		}
-		if err != nil {
-			break // EOF
-		}
-		lines++
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
-		last = b
-		l, err := s.p.spec.Parse(bytes.TrimSpace(b))
-		if err != nil {
-			readErr = fmt.Errorf("%w: line %d: %v: %s", provider.ErrProtocol, lines, err, proc.Quote(b, lineQuote))
-			continue
-		}
-		if l.SessionID != "" && l.SessionID != s.ID() {
-			if err := s.learn(l.SessionID); err != nil {
-				readErr = err
-				continue
-			}
-		}
-		for _, ch := range l.Chunks {
-			if ch.Text == "" {
-				continue
-			}
-			if size += len(ch.Text); size > maxTurnText {
-				readErr = fmt.Errorf("%w: more than %d bytes of output in one turn", provider.ErrProtocol, maxTurnText)
-				break
-			}
-			if turn.Output != nil {
-				turn.Output(ch)
-			}
-			if ch.Kind == provider.ChunkText {
-				texts = append(texts, ch.Text)
-			}
-		}
-		compactions = append(compactions, l.Compactions...)
-		final = l.Final
-	}
+	r := s.read(ctx, pr, turn)
 	var waitErr error
-	if ok := readErr == nil && final != nil && final.Err == nil; ok && unlink() {
+	if ok := r.err == nil && r.final != nil && r.final.Err == nil; ok && unlink() {
 		s.finishLater(pr, s.p.spec.ExitGrace, finished)
 	} else {
 		unlink()
 		waitErr = pr.Finish(0)
 		finished()
 	}
-	stderr := ""
-	if tail := pr.Stderr(stderrQuote); tail != "" {
-		stderr = "; stderr: " + tail
-	}
-	switch {
-	case ctx.Err() != nil:
-		return provider.TurnResult{}, fmt.Errorf("%w%s", ctx.Err(), stderr)
-	case readErr != nil:
-		return provider.TurnResult{}, fmt.Errorf("%w%s", readErr, stderr)
-	case final == nil:
-		status := "exited"
-		if waitErr != nil {
-			status = waitErr.Error()
-		}
-		lastLine := "(none)"
-		if last != nil {
-			lastLine = proc.Quote(last, lineQuote)
-		}
-		err := fmt.Errorf("%s %s without a result (%d lines read, last %s)%s", filepath.Base(c.Path), status, lines, lastLine, stderr)
-		if retry.IsOverloaded(stderr + lastLine) {
-			return provider.TurnResult{}, &retry.Transient{Err: err}
-		}
-		return provider.TurnResult{}, err
-	case final.Err != nil:
-		return provider.TurnResult{}, final.Err
-	}
-	if final.Text == "" { // a CLI whose last line carries no text: what it said
-		final.Text = strings.Join(texts, s.p.spec.TextSeparator)
-	}
-	usage, err := s.turnUsage(final)
-	if err != nil {
-		return provider.TurnResult{}, err
-	}
-	return provider.TurnResult{Text: final.Text, Usage: usage, Compactions: compactions}, nil
-}
-
-// turnUsage returns the turn's own usage: for the running totals a CLI
-// reports, the difference from the last ones seen, which it then saves.
-// Only once saved are they remembered: if saving fails, the turn fails,
-// and the next turn's difference counts this one's usage too. When the
-// last totals are not known (a session that began before Substrat kept
-// them), the running parts of this turn's usage are unknown, and its
-// totals become the base of the next.
-func (s *session) turnUsage(f *Final) (provider.Usage, error) {
-	u := f.Usage
-	if !f.CumulativeTokens && !f.CumulativeCost {
-		return u, nil
-	}
-	s.mu.Lock()
-	id, known := s.id, s.totals
-	s.mu.Unlock()
-	var last Totals
-	if known != nil {
-		last = *known
-	}
-	next := last
-	if f.CumulativeTokens && !u.TokensUnknown {
-		next.InputTokens, next.OutputTokens = u.InputTokens, u.OutputTokens
-		switch {
-		case known == nil:
-			u.InputTokens, u.OutputTokens, u.TokensUnknown = 0, 0, true
-		case u.InputTokens < last.InputTokens || u.OutputTokens < last.OutputTokens:
-			// The CLI's count started over: taken whole.
-		default:
-			u.InputTokens -= last.InputTokens
-			u.OutputTokens -= last.OutputTokens
-		}
-	}
-	if f.CumulativeCost && !u.CostUnknown {
-		next.CostUSD = u.CostUSD
-		switch {
-		case known == nil:
-			u.CostUSD, u.CostUnknown = 0, true
-		case u.CostUSD < last.CostUSD:
-		default:
-			u.CostUSD -= last.CostUSD
-		}
-	}
-	if err := s.save(id, &next); err != nil {
-		return provider.Usage{}, fmt.Errorf("saving the usage totals: %w", err)
-	}
-	s.mu.Lock()
-	s.totals = &next
-	s.mu.Unlock()
-	return u, nil
+	return s.outcome(ctx, c.Path, pr, r, waitErr)
 }
 
 // Suspend returns the session's blob once the last turn's process has
