@@ -21,7 +21,6 @@ import (
 //
 // With dir "" it only tells whether op has a bare form (a non-nil result).
 func (b *benchRun) bareFactory(op, dir string, workers, perWorker int) benchFactory {
-	line, msg, snap := b.pay.Line, b.pay.Message, b.pay.Session
 	if dir == "" {
 		switch op {
 		case "create", "send", "deliver", "append":
@@ -34,129 +33,157 @@ func (b *benchRun) bareFactory(op, dir string, workers, perWorker int) benchFact
 	}
 	switch op {
 	case "create":
-		// All workers create in one agents/, as agents of one home do.
-		agents := filepath.Join(dir, "agents")
-		if err := os.Mkdir(agents, 0o700); err != nil {
-			return func(int) (func() error, func(), error) { return nil, nil, err }
-		}
-		return func(w int) (func() error, func(), error) {
-			i := 0
-			return func() error {
-				i++
-				name := fmt.Sprintf("%d-%d", w, i)
-				tmp, final := filepath.Join(agents, ".tmp-"+name), filepath.Join(agents, name)
-				inbox := filepath.Join(tmp, "inbox")
-				for _, d := range []string{tmp, inbox, filepath.Join(inbox, "tmp"), filepath.Join(inbox, "new"), filepath.Join(inbox, "cur")} {
-					if err := os.Mkdir(d, 0o700); err != nil {
-						return err
-					}
-				}
-				if err := createSync(filepath.Join(tmp, "events.jsonl"), line); err != nil {
-					return err
-				}
-				if err := createSync(filepath.Join(tmp, "session.json"), snap); err != nil {
-					return err
-				}
-				for _, d := range []string{inbox, tmp} {
-					if err := syncDir(d); err != nil {
-						return err
-					}
-				}
-				if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
-					return err
-				}
-				return syncDir(agents)
-			}, nil, nil
-		}
+		return b.bareCreate(dir, workers, perWorker)
 	case "send":
-		return func(w int) (func() error, func(), error) {
-			inbox := filepath.Join(dir, strconv.Itoa(w))
-			for _, d := range []string{inbox, filepath.Join(inbox, "tmp"), filepath.Join(inbox, "new")} {
-				if err := os.Mkdir(d, 0o700); err != nil {
-					return nil, nil, err
-				}
-			}
-			return func() error {
-				id := fsstore.NewID() + ".json"
-				tmp, dst := filepath.Join(inbox, "tmp", id), filepath.Join(inbox, "new", id)
-				if err := createSync(tmp, msg); err != nil {
-					return err
-				}
-				if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
-					return err
-				}
-				return syncDir(filepath.Join(inbox, "new"))
-			}, nil, nil
-		}
+		return b.bareSend(dir, workers, perWorker)
 	case "deliver":
-		ids := make([][]string, workers)
-		var g errgroup.Group
-		g.SetLimit(8)
-		for w := range workers {
-			g.Go(func() error {
-				inbox := filepath.Join(dir, strconv.Itoa(w))
-				for _, d := range []string{inbox, filepath.Join(inbox, "new"), filepath.Join(inbox, "cur")} {
-					if err := os.Mkdir(d, 0o700); err != nil {
-						return err
-					}
-				}
-				for range perWorker {
-					id := fsstore.NewID() + ".json"
-					if err := os.WriteFile(filepath.Join(inbox, "new", id), msg, 0o600); err != nil {
-						return err
-					}
-					ids[w] = append(ids[w], id)
-				}
-				return nil
-			})
-		}
-		err := g.Wait()
-		if err == nil {
-			err = syncFS(dir)
-		}
-		if err != nil {
-			return func(int) (func() error, func(), error) { return nil, nil, err }
-		}
-		return func(w int) (func() error, func(), error) {
-			inbox := filepath.Join(dir, strconv.Itoa(w))
-			f, err := os.OpenFile(filepath.Join(inbox, "events.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-			if err != nil {
-				return nil, nil, err
-			}
-			i := 0
-			return func() error {
-				if i >= len(ids[w]) {
-					return errWorkerDone
-				}
-				id := ids[w][i]
-				i++
-				// As a turn delivers: an event line, fsynced, then a hard
-				// link into cur/ (the new/ name is swept later; cur/ is
-				// fsynced with the next snapshot).
-				if _, err := f.Write(line); err != nil {
-					return err
-				}
-				if err := f.Sync(); err != nil {
-					return err
-				}
-				return os.Link(filepath.Join(inbox, "new", id), filepath.Join(inbox, "cur", id))
-			}, func() { f.Close() }, nil
-		}
+		return b.bareDeliver(dir, workers, perWorker)
 	case "append":
-		return func(w int) (func() error, func(), error) {
-			f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%d.jsonl", w)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-			if err != nil {
-				return nil, nil, err
-			}
-			return func() error {
-				if _, err := f.Write(line); err != nil {
-					return err
-				}
-				return f.Sync()
-			}, func() { f.Close() }, nil
-		}
+		return b.bareAppend(dir, workers, perWorker)
 	}
 	return nil
+}
+
+// bareCreate: all workers create in one agents/, as agents of one home do: a
+// directory built under a temporary name (inbox/ and its tmp, new and cur,
+// events.jsonl and session.json, each fsynced), then renamed into place.
+func (b *benchRun) bareCreate(dir string, workers, perWorker int) benchFactory {
+	line, snap := b.pay.Line, b.pay.Session
+	// All workers create in one agents/, as agents of one home do.
+	agents := filepath.Join(dir, "agents")
+	if err := os.Mkdir(agents, 0o700); err != nil {
+		return func(int) (func() error, func(), error) { return nil, nil, err }
+	}
+	return func(w int) (func() error, func(), error) {
+		i := 0
+		return func() error {
+			i++
+			name := fmt.Sprintf("%d-%d", w, i)
+			tmp, final := filepath.Join(agents, ".tmp-"+name), filepath.Join(agents, name)
+			inbox := filepath.Join(tmp, "inbox")
+			for _, d := range []string{tmp, inbox, filepath.Join(inbox, "tmp"), filepath.Join(inbox, "new"), filepath.Join(inbox, "cur")} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					return err
+				}
+			}
+			if err := createSync(filepath.Join(tmp, "events.jsonl"), line); err != nil {
+				return err
+			}
+			if err := createSync(filepath.Join(tmp, "session.json"), snap); err != nil {
+				return err
+			}
+			for _, d := range []string{inbox, tmp} {
+				if err := syncDir(d); err != nil {
+					return err
+				}
+			}
+			if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil {
+				return err
+			}
+			return syncDir(agents)
+		}, nil, nil
+	}
+}
+
+// bareSend: a message file in inbox/tmp, fsynced, renamed into inbox/new
+// without overwriting, then new/ fsynced.
+func (b *benchRun) bareSend(dir string, workers, perWorker int) benchFactory {
+	msg := b.pay.Message
+	return func(w int) (func() error, func(), error) {
+		inbox := filepath.Join(dir, strconv.Itoa(w))
+		for _, d := range []string{inbox, filepath.Join(inbox, "tmp"), filepath.Join(inbox, "new")} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				return nil, nil, err
+			}
+		}
+		return func() error {
+			id := fsstore.NewID() + ".json"
+			tmp, dst := filepath.Join(inbox, "tmp", id), filepath.Join(inbox, "new", id)
+			if err := createSync(tmp, msg); err != nil {
+				return err
+			}
+			if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+				return err
+			}
+			return syncDir(filepath.Join(inbox, "new"))
+		}, nil, nil
+	}
+}
+
+// bareDeliver: perWorker messages prepared in each worker's inbox/new; each
+// is delivered as a turn delivers it.
+func (b *benchRun) bareDeliver(dir string, workers, perWorker int) benchFactory {
+	line, msg := b.pay.Line, b.pay.Message
+	ids := make([][]string, workers)
+	var g errgroup.Group
+	g.SetLimit(8)
+	for w := range workers {
+		g.Go(func() error {
+			inbox := filepath.Join(dir, strconv.Itoa(w))
+			for _, d := range []string{inbox, filepath.Join(inbox, "new"), filepath.Join(inbox, "cur")} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					return err
+				}
+			}
+			for range perWorker {
+				id := fsstore.NewID() + ".json"
+				if err := os.WriteFile(filepath.Join(inbox, "new", id), msg, 0o600); err != nil {
+					return err
+				}
+				ids[w] = append(ids[w], id)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	if err == nil {
+		err = syncFS(dir)
+	}
+	if err != nil {
+		return func(int) (func() error, func(), error) { return nil, nil, err }
+	}
+	return func(w int) (func() error, func(), error) {
+		inbox := filepath.Join(dir, strconv.Itoa(w))
+		f, err := os.OpenFile(filepath.Join(inbox, "events.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, nil, err
+		}
+		i := 0
+		return func() error {
+			if i >= len(ids[w]) {
+				return errWorkerDone
+			}
+			id := ids[w][i]
+			i++
+			// As a turn delivers: an event line, fsynced, then a hard
+			// link into cur/ (the new/ name is swept later; cur/ is
+			// fsynced with the next snapshot).
+			if _, err := f.Write(line); err != nil {
+				return err
+			}
+			if err := f.Sync(); err != nil {
+				return err
+			}
+			return os.Link(filepath.Join(inbox, "new", id), filepath.Join(inbox, "cur", id))
+		}, func() { f.Close() }, nil
+	}
+}
+
+// bareAppend: a line appended to each worker's log, then fsynced.
+func (b *benchRun) bareAppend(dir string, workers, perWorker int) benchFactory {
+	line := b.pay.Line
+	return func(w int) (func() error, func(), error) {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%d.jsonl", w)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() error {
+			if _, err := f.Write(line); err != nil {
+				return err
+			}
+			return f.Sync()
+		}, func() { f.Close() }, nil
+	}
 }
 
 // createSync creates name exclusively, writes data and fsyncs it.

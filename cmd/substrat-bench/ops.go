@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -157,60 +155,7 @@ func (b *benchRun) opSpecs() []*benchOpSpec {
 		},
 	}, {
 		name: "deliver", label: "deliver message (event, new/ -> cur/)", path: "Agent.Commit(Delivered) + Agent.MarkDelivered", target: true, prepared: true,
-		setup: func(b *benchRun, home string, fsys fsstore.FS, workers, perWorker int) (benchFactory, func(), error) {
-			st, err := fsstore.Open(home, fsstore.Options{FS: fsys})
-			if err != nil {
-				return nil, nil, err
-			}
-			as, err := storeAgents(st, workers)
-			if err != nil {
-				return nil, nil, err
-			}
-			// The messages to deliver are written without fsync, then
-			// flushed once: the fixture is not what is measured.
-			ids := make([][]string, workers)
-			var g errgroup.Group
-			g.SetLimit(8)
-			for w, a := range as {
-				ids[w] = make([]string, perWorker)
-				g.Go(func() error {
-					for i := range ids[w] {
-						m := &fsstore.Message{From: fsstore.User, FromName: fsstore.User, To: a.ID(), Kind: fsstore.KindMessage, Text: benchText}
-						m.ID = fsstore.NewID()
-						if err := fsstore.Publish(noSyncFS{fsstore.OS{}}, a.Files().Inbox(), m); err != nil {
-							return err
-						}
-						ids[w][i] = m.ID
-					}
-					return nil
-				})
-			}
-			if err := g.Wait(); err != nil {
-				closeAgents(as)()
-				return nil, nil, err
-			}
-			if err := syncFS(home); err != nil {
-				closeAgents(as)()
-				return nil, nil, err
-			}
-			return func(w int) (func() error, func(), error) {
-				i := 0
-				return func() error {
-					if i >= len(ids[w]) {
-						return errWorkerDone
-					}
-					// As a turn delivers: the message_delivered event
-					// makes it durable, then the link into cur/ (whose
-					// fsync the next snapshot makes).
-					batch := ids[w][i : i+1]
-					i++
-					if _, err := as[w].Commit(fsstore.Delivered{IDs: batch}); err != nil {
-						return err
-					}
-					return as[w].MarkDelivered(batch)
-				}, nil, nil
-			}, closeAgents(as), nil
-		},
+		setup: setupDeliver,
 	}, {
 		name: "turn", label: "full turn: send + turn (script provider)", path: "Core.Send + Core.RunTurn",
 		setup: func(b *benchRun, home string, fsys fsstore.FS, workers, _ int) (benchFactory, func(), error) {
@@ -282,165 +227,66 @@ func (b *benchRun) calibrate(s *benchOpSpec) (float64, error) {
 	return float64(n.Load()) / float64(ops-1), nil
 }
 
-// substratOps measures each operation with 1 agent and with Workers
-// agents at once: as bare system calls, through Substrat, and on SQLite,
-// back to back so that they see the same machine. With Rounds > 1 each
-// figure is split into that many slices, run in alternating order, so that
-// neither side always runs in the wake of the other.
-func (b *benchRun) substratOps() error {
-	n, d := b.cfg.Workers, b.cfg.Duration
-	rounds := max(b.cfg.OpRounds, 1)
-	slice := d / time.Duration(rounds)
-	// An operation on prepared messages (deliver) gets as many as the
-	// append rate would use up in a slice, at most MaxPrepared in all
-	// (each is a file to create first); a worker that runs out stops, and
-	// as they all have the same number they stop at about the same time.
-	appendRate := map[int]float64{}
-	for _, s := range b.opSpecs() {
-		fsyncs, err := b.calibrate(s)
-		if err != nil {
-			return fmt.Errorf("%s: calibrate: %w", s.label, err)
-		}
-		row := &benchOp{Name: s.name, Label: s.label, CodePath: s.path, FsyncsPerOp: fsyncs, Target: s.target}
-		for _, workers := range []int{1, n} {
-			per := 0
-			if s.prepared {
-				per = min(perWorker(1.2*appendRate[workers], slice, workers), max(b.cfg.MaxPrepared/rounds/workers, 4))
-			}
-			type contender struct {
-				what string
-				out  *benchRate
-				run  func(i int) (benchRate, error)
-			}
-			var cs []contender
-			if b.bareFactory(s.name, "", 0, 0) != nil {
-				r := &benchRate{}
-				if workers == 1 {
-					row.Bare1 = r
-				} else {
-					row.BareN = r
-				}
-				cs = append(cs, contender{fmt.Sprintf("bare:     %-42s %2d writers", s.label, workers), r, func(i int) (benchRate, error) {
-					base := filepath.Join(b.dir, "ops", fmt.Sprintf("bare-%s-%d-%d", s.name, workers, i))
-					defer b.cleanup(base)
-					var r benchRate
-					err := b.profiled(fmt.Sprintf("bare-%s-%d-%d", s.name, workers, i), func() (err error) {
-						r, err = b.measure(workers, slice, b.bareFactory(s.name, base, workers, per))
-						return err
-					})
-					return r, err
-				}})
-			}
-			sub := &row.Substrat1
-			if workers > 1 {
-				sub = &row.SubstratN
-			}
-			cs = append(cs, contender{fmt.Sprintf("substrat: %-42s %2d agents ", s.label, workers), sub, func(i int) (benchRate, error) {
-				home := filepath.Join(b.dir, "ops", fmt.Sprintf("%s-%d-%d", s.name, workers, i))
-				defer b.cleanup(home)
-				f, done, err := s.setup(b, home, fsstore.OS{}, workers, per)
-				if err != nil {
-					return benchRate{}, err
-				}
-				defer done()
-				var r benchRate
-				err = b.profiled(fmt.Sprintf("substrat-%s-%d-%d", s.name, workers, i), func() (err error) {
-					r, err = b.measure(workers, slice, f)
-					return err
-				})
-				return r, err
-			}})
-			if workers > 1 && s.target {
-				row.CeilingN = &benchRate{}
-				cs = append(cs, contender{fmt.Sprintf("ceiling:  %-42s %2d agents, no fsync", s.label, workers), row.CeilingN, func(i int) (benchRate, error) {
-					home := filepath.Join(b.dir, "ops", fmt.Sprintf("ceiling-%s-%d-%d", s.name, workers, i))
-					defer b.cleanup(home)
-					f, done, err := s.setup(b, home, noSyncFS{fsstore.OS{}}, workers, per)
-					if err != nil {
-						return benchRate{}, err
-					}
-					defer done()
-					return b.measure(workers, slice, f)
-				}})
-			}
-			if sqlBackend != nil && s.target {
-				// With many writers, both a connection each and one
-				// shared connection; the better one counts.
-				conns := []int{1}
-				if workers > 1 {
-					conns = []int{workers, 1}
-				}
-				for _, c := range conns {
-					r := &benchRate{}
-					switch {
-					case workers == 1:
-						row.SQLite1 = r
-					case c == 1:
-						row.SQLiteNSerial = r
-					default:
-						row.SQLiteNConns = r
-					}
-					cs = append(cs, contender{fmt.Sprintf("sqlite:   %-42s %2d writers, %d conns", s.label, workers, c), r, func(i int) (benchRate, error) {
-						return b.sqliteMeasure(s.name, workers, c, per, slice, i)
-					}})
-				}
-			}
-			for i := range rounds {
-				order := slices.Clone(cs)
-				if i%2 == 1 {
-					slices.Reverse(order)
-				}
-				for _, c := range order {
-					r, err := c.run(i)
-					if err != nil {
-						return fmt.Errorf("%s: %w", strings.Join(strings.Fields(c.what), " "), err)
-					}
-					c.out.Ops += r.Ops
-					c.out.Seconds += r.Seconds
-				}
-			}
-			for _, c := range cs {
-				if c.out.Seconds > 0 {
-					c.out.OpsPerSec = float64(c.out.Ops) / c.out.Seconds
-				}
-				c.out.FsyncsPerSec = c.out.OpsPerSec * fsyncs
-				b.progress("%s %9.0f ops/s", c.what, c.out.OpsPerSec)
-			}
-			if s.name == "append" {
-				appendRate[workers] = sub.OpsPerSec
-			}
-		}
-		for _, r := range []*benchRate{row.SQLite1, row.SQLiteN, row.SQLiteNConns, row.SQLiteNSerial} {
-			if r != nil {
-				r.FsyncsPerSec = 0 // SQLite's fsyncs are its own
-			}
-		}
-		row.LimitRatio1 = ratio(row.Substrat1.FsyncsPerSec, b.res.Disk.Fsync1.OpsPerSec)
-		row.LimitRatioN = ratio(row.SubstratN.FsyncsPerSec, b.res.Disk.FsyncN.OpsPerSec)
-		if row.Bare1 != nil {
-			row.BareRatio1 = ratio(row.Substrat1.OpsPerSec, row.Bare1.OpsPerSec)
-			row.BareRatioN = ratio(row.SubstratN.OpsPerSec, row.BareN.OpsPerSec)
-		}
-		if row.SQLite1 != nil {
-			row.SQLiteN = row.SQLiteNConns
-			if row.SQLiteNSerial.OpsPerSec > row.SQLiteN.OpsPerSec {
-				row.SQLiteN = row.SQLiteNSerial
-			}
-			row.SQLiteRatio1 = ratio(row.Substrat1.OpsPerSec, row.SQLite1.OpsPerSec)
-			row.SQLiteRatioN = ratio(row.SubstratN.OpsPerSec, row.SQLiteN.OpsPerSec)
-			if row.CeilingN != nil {
-				row.CeilingN.FsyncsPerSec = 0
-				row.CeilingSQLiteRatioN = ratio(row.CeilingN.OpsPerSec, row.SQLiteN.OpsPerSec)
-			}
-		}
-		b.res.Ops = append(b.res.Ops, row)
-	}
-	return nil
-}
-
 // cleanup removes a measurement's directory and flushes the file system,
 // so that the next measurement does not pay for this one's writes.
 func (b *benchRun) cleanup(dir string) {
 	os.RemoveAll(dir)
 	syncFS(b.dir)
+}
+
+// setupDeliver prepares the deliver operation: workers agents with
+// perWorker messages each in inbox/new.
+func setupDeliver(b *benchRun, home string, fsys fsstore.FS, workers, perWorker int) (benchFactory, func(), error) {
+	st, err := fsstore.Open(home, fsstore.Options{FS: fsys})
+	if err != nil {
+		return nil, nil, err
+	}
+	as, err := storeAgents(st, workers)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The messages to deliver are written without fsync, then
+	// flushed once: the fixture is not what is measured.
+	ids := make([][]string, workers)
+	var g errgroup.Group
+	g.SetLimit(8)
+	for w, a := range as {
+		ids[w] = make([]string, perWorker)
+		g.Go(func() error {
+			for i := range ids[w] {
+				m := &fsstore.Message{From: fsstore.User, FromName: fsstore.User, To: a.ID(), Kind: fsstore.KindMessage, Text: benchText}
+				m.ID = fsstore.NewID()
+				if err := fsstore.Publish(noSyncFS{fsstore.OS{}}, a.Files().Inbox(), m); err != nil {
+					return err
+				}
+				ids[w][i] = m.ID
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		closeAgents(as)()
+		return nil, nil, err
+	}
+	if err := syncFS(home); err != nil {
+		closeAgents(as)()
+		return nil, nil, err
+	}
+	return func(w int) (func() error, func(), error) {
+		i := 0
+		return func() error {
+			if i >= len(ids[w]) {
+				return errWorkerDone
+			}
+			// As a turn delivers: the message_delivered event
+			// makes it durable, then the link into cur/ (whose
+			// fsync the next snapshot makes).
+			batch := ids[w][i : i+1]
+			i++
+			if _, err := as[w].Commit(fsstore.Delivered{IDs: batch}); err != nil {
+				return err
+			}
+			return as[w].MarkDelivered(batch)
+		}, nil, nil
+	}, closeAgents(as), nil
 }
