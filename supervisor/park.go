@@ -62,7 +62,8 @@ func (c *Core) parkTurn(n *node, msgs []*fsstore.Message, rl *provider.RateLimit
 		live.Stop()
 	}
 	c.log.Warn("agent parked: its provider's limit", "agent", n.id(), "until", until, "reason", rl.Reason)
-	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: fmt.Sprintf("parked until %s: %s; the message is kept and its turn runs then",
+	// Told once the park is on record.
+	defer c.outcomes.settle(messageIDs(msgs), Outcome{Failed: fmt.Sprintf("parked until %s: %s; the message is kept and its turn runs then",
 		until.Local().Format("15:04:05"), rl.Reason)})
 	if n.s().SessionState == fsstore.SessionActive {
 		if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended, Reason: "parked"}); err != nil {

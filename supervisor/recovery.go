@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/substrat/substrat/supervisor/api"
 
@@ -31,12 +32,59 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	if r := c.host.Reap(); r != nil {
 		rep.Reaped = r
 	}
+	nodes, err := c.loadTree(ctx, rep)
+	if err != nil {
+		return nil, err
+	}
+	var cut []*node // agents whose turn the stop cut short, in id order
+	for _, n := range sortedNodes(nodes) {
+		if CutShort(n.s()) {
+			cut = append(cut, n)
+		}
+		if err := c.recoverAgent(n, rep); err != nil {
+			return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
+		}
+	}
+	// Step 7: a root whose turn the stop cut short is told so, with the
+	// messages of that turn, which it reads again; children resume on
+	// demand. A root that never took a turn, or that ended its last one,
+	// has nothing to resume and is not sent a (paid) prompt.
+	if unclean {
+		for _, r := range cut {
+			if r.terminated() || r.s().ParentID != "" {
+				continue
+			}
+			m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: RecoveryPrompt}
+			if _, err := c.send(m, r); err != nil {
+				return nil, fmt.Errorf("recover %s: %w", r.s().Name, err)
+			}
+			rep.Resumed = append(rep.Resumed, api.RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})
+		}
+	}
+	// Step 8.
+	rep.FinishedAt = c.clock.Now().UTC()
+	rep.DurationMS = rep.FinishedAt.Sub(rep.StartedAt).Milliseconds()
+	data, err := jsontext.MarshalIndent(rep, "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := fsstore.ReplaceFile(c.store.FS(), c.store.Layout().Recovery(), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	c.signal()
+	if unclean {
+		c.notifyUnread()
+	}
+	return rep, nil
+}
 
-	// Steps 2-4: sweep, repair torn tails, load and replay, orphans. A
-	// session.json that cannot be read (a bad hand edit made while the
-	// daemon was stopped, or refused while it ran) is rebuilt from a valid
-	// events.jsonl, as fsck --repair does; the old file is kept as
-	// session.json.N.broken and the finding says so.
+// loadTree is recovery's steps 2-4: sweep, repair torn tails, load and
+// replay, orphans; it puts the agents in the tree and returns them, and
+// adds its findings to rep. A session.json that cannot be read (a bad
+// hand edit made while the daemon was stopped, or refused while it ran)
+// is rebuilt from a valid events.jsonl, as fsck --repair does; the old
+// file is kept as session.json.N.broken and the finding says so.
+func (c *Core) loadTree(ctx context.Context, rep *api.Report) ([]*node, error) {
 	res, err := c.store.Scan(ctx, fsstore.ScanOptions{Repair: true, RebuildSnapshots: true})
 	if err != nil {
 		return nil, err
@@ -58,6 +106,7 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, a := range res.Agents {
 		c.insertLocked(a)
 	}
@@ -66,83 +115,55 @@ func (c *Core) Recover(ctx context.Context, unclean bool) (*api.Report, error) {
 	for _, n := range c.nodes {
 		nodes = append(nodes, n)
 	}
-	c.mu.Unlock()
 	rep.Agents = len(nodes)
+	return nodes, nil
+}
 
-	var cut []*node // agents whose turn the stop cut short, in id order
-	for _, n := range sortedNodes(nodes) {
-		if CutShort(n.s()) {
-			cut = append(cut, n)
-		}
-		// Step 5: no provider process survived, so ACTIVE is stale.
-		if n.s().SessionState == fsstore.SessionActive {
-			if err := c.commit(n, fsstore.StateChange{SessionState: fsstore.SessionSuspended,
-				Reason: RecoveredReason + "the daemon stopped while the session was active"}); err != nil {
-				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
-			}
-			rep.Suspended = append(rep.Suspended, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
-		}
-		if n.s().AgentState == fsstore.AgentBusy {
-			if err := c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle,
-				Reason: RecoveredReason + "a turn was cut short; its messages are delivered again"}); err != nil {
-				return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
-			}
-		}
-		// Step 6: what is still in inbox/new (and not in cur/) is
-		// undelivered. The scan counted it as it loaded the agent, so
-		// the inbox is not listed again; the turn reads it. A message
-		// that arrived since is noticed as any other: the daemon's sends
-		// mark their recipient, the watcher the inboxes it is told of.
-		// (Delivered names left in new/ are swept at turn ends.)
-		if pending := n.agent.PendingAtLoad(); pending > 0 && !n.terminated() {
-			c.mu.Lock()
-			n.mail = true
-			c.mu.Unlock()
-			rep.Redelivered = append(rep.Redelivered, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
-		}
-		rep.Parked, rep.Limited = c.governed(n, rep.Parked, rep.Limited)
-		// Agents from before working directories and permission
-		// settings get the ones they run with, recorded.
-		if err := c.migrateWork(n); err != nil {
-			return nil, fmt.Errorf("recover %s: %w", c.pathOf(n), err)
-		}
-		if n.agent.SnapshotSeq() != n.s().LastSeq {
-			c.snapshot(n)
+// recoverAgent is recovery's steps 5 and 6 for one agent: what the stop
+// left ACTIVE or BUSY is put back (one commit), and what waits in its
+// inbox is noticed; then its governance, migrations and snapshot.
+func (c *Core) recoverAgent(n *node, rep *api.Report) error {
+	// Step 5: no provider process survived, so ACTIVE is stale; and a
+	// BUSY agent's turn was cut short.
+	var ch fsstore.StateChange
+	var why []string
+	if n.s().SessionState == fsstore.SessionActive {
+		ch.SessionState = fsstore.SessionSuspended
+		why = append(why, "the daemon stopped while the session was active")
+		rep.Suspended = append(rep.Suspended, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Detail: "ACTIVE -> SUSPENDED"})
+	}
+	if n.s().AgentState == fsstore.AgentBusy {
+		ch.AgentState = fsstore.AgentIdle
+		why = append(why, "a turn was cut short; its messages are delivered again")
+	}
+	if len(why) > 0 {
+		ch.Reason = RecoveredReason + strings.Join(why, "; ")
+		if err := c.commit(n, ch); err != nil {
+			return err
 		}
 	}
-
-	// Step 7: a root whose turn the stop cut short is told so, with the
-	// messages of that turn, which it reads again; children resume on
-	// demand. A root that never took a turn, or that ended its last one,
-	// has nothing to resume and is not sent a (paid) prompt.
-	if unclean {
-		for _, r := range cut {
-			if r.terminated() || r.s().ParentID != "" {
-				continue
-			}
-			m := &fsstore.Message{From: fsstore.System, FromName: fsstore.System, Kind: fsstore.KindSystem, Text: RecoveryPrompt}
-			if _, err := c.send(m, r); err != nil {
-				return nil, fmt.Errorf("recover %s: %w", r.s().Name, err)
-			}
-			rep.Resumed = append(rep.Resumed, api.RecoveredAgent{ID: r.id(), Path: c.pathOf(r), Detail: "recovery prompt queued"})
-		}
+	// Step 6: what is still in inbox/new (and not in cur/) is
+	// undelivered. The scan counted it as it loaded the agent, so the
+	// inbox is not listed again; the turn reads it. A message that
+	// arrived since is noticed as any other: the daemon's sends mark
+	// their recipient, the watcher the inboxes it is told of. (Delivered
+	// names left in new/ are swept at turn ends.)
+	if pending := n.agent.PendingAtLoad(); pending > 0 && !n.terminated() {
+		c.mu.Lock()
+		n.mail = true
+		c.mu.Unlock()
+		rep.Redelivered = append(rep.Redelivered, api.RecoveredAgent{ID: n.id(), Path: c.pathOf(n), Messages: pending})
 	}
-
-	// Step 8.
-	rep.FinishedAt = c.clock.Now().UTC()
-	rep.DurationMS = rep.FinishedAt.Sub(rep.StartedAt).Milliseconds()
-	data, err := jsontext.MarshalIndent(rep, "  ")
-	if err != nil {
-		return nil, err
+	rep.Parked, rep.Limited = c.governed(n, rep.Parked, rep.Limited)
+	// Agents from before working directories and permission settings get
+	// the ones they run with, recorded.
+	if err := c.migrateWork(n); err != nil {
+		return err
 	}
-	if err := fsstore.ReplaceFile(c.store.FS(), c.store.Layout().Recovery(), append(data, '\n')); err != nil {
-		return nil, err
+	if n.agent.SnapshotSeq() != n.s().LastSeq {
+		c.snapshot(n)
 	}
-	c.signal()
-	if unclean {
-		c.notifyUnread()
-	}
-	return rep, nil
+	return nil
 }
 
 // CutShort reports whether s, as its events leave it after a stop, was in

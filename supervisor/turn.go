@@ -340,7 +340,9 @@ func (c *Core) turnFailed(ctx context.Context, n *node, msgs []*fsstore.Message,
 	}
 	c.log.Warn("turn failed", "agent", n.id(), "name", n.s().Name, "err", cause)
 	pending := len(msgs)
-	c.outcomes.settle(messageIDs(msgs), Outcome{Failed: "turn failed: " + cause.Error()})
+	// The clients waiting for the turn are told once it is on record (a
+	// client that reads the log next finds the turn_failed event).
+	defer c.outcomes.settle(messageIDs(msgs), Outcome{Failed: "turn failed: " + cause.Error()})
 	cancelled := ctx.Err() != nil && errors.Is(cause, context.Canceled)
 	now := c.clock.Now()
 	set := c.settings()
