@@ -55,54 +55,68 @@ func (f *FS) Clone() *FS {
 func (f *FS) Crash(r *rand.Rand) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-
-	// The kernel writes back dirty directories on its own schedule: with r,
-	// some directories' volatile entries reached the disk before the
-	// crash. (Without r, none did: the least that is promised.)
-	// Write-back is journaled, as on ext4: a rename reaches the disk whole,
-	// so write-back never drops the old name of a file or directory that
-	// is still linked elsewhere (only an fsync of its directory does).
 	if r != nil {
-		linked := map[*inode]bool{}
-		var mark func(n *inode)
-		mark = func(n *inode) {
-			for _, c := range n.entries {
-				if !linked[c] {
-					linked[c] = true
-					if c.dir {
-						mark(c)
-					}
-				}
-			}
-		}
-		mark(f.root)
-		var flush func(n *inode)
-		flush = func(n *inode) {
-			for _, k := range slices.Sorted(mapKeys(n.entries)) {
-				if c := n.entries[k]; c.dir {
-					flush(c)
-				}
-			}
-			if r.IntN(4) == 0 {
-				d := copyEntries(n.entries)
-				for k, c := range n.durable {
-					if d[k] == nil && linked[c] {
-						d[k] = c
-					}
-				}
-				n.durable = d
-			}
-		}
-		flush(f.root)
+		f.writeBackLocked(r)
 	}
+	tears := f.bootLocked(f.oneNamePerDirLocked(r), r)
+	f.limit, f.crashed = -1, false
+	return tears
+}
 
-	// A directory has one name in a real file system: resolve directories
-	// reachable by two durable names, in a deterministic order.
-	type ref struct {
-		parent *inode
-		name   string
+// writeBackLocked is the kernel writing back dirty directories on its own
+// schedule: some directories' volatile entries reached the disk before
+// the crash. (Crash without r skips it: none did, the least that is
+// promised.) Write-back is journaled, as on ext4: a rename reaches the
+// disk whole, so write-back never drops the old name of a file or
+// directory that is still linked elsewhere (only an fsync of its
+// directory does).
+func (f *FS) writeBackLocked(r *rand.Rand) {
+	linked := map[*inode]bool{}
+	var mark func(n *inode)
+	mark = func(n *inode) {
+		for _, c := range n.entries {
+			if !linked[c] {
+				linked[c] = true
+				if c.dir {
+					mark(c)
+				}
+			}
+		}
 	}
-	refs := map[*inode][]ref{}
+	mark(f.root)
+	var flush func(n *inode)
+	flush = func(n *inode) {
+		for _, k := range slices.Sorted(mapKeys(n.entries)) {
+			if c := n.entries[k]; c.dir {
+				flush(c)
+			}
+		}
+		if r.IntN(4) == 0 {
+			d := copyEntries(n.entries)
+			for k, c := range n.durable {
+				if d[k] == nil && linked[c] {
+					d[k] = c
+				}
+			}
+			n.durable = d
+		}
+	}
+	flush(f.root)
+}
+
+// dirRef is a name of a directory: its parent and the entry.
+type dirRef struct {
+	parent *inode
+	name   string
+}
+
+// oneNamePerDirLocked returns the durable names to drop so that each
+// directory keeps one: in a real file system a directory has one name,
+// and a crash can find one reachable by two (a rename whose two sides
+// reached the disk apart). Which stays is deterministic: with r, drawn;
+// without, the volatile name if it is durable, else the first.
+func (f *FS) oneNamePerDirLocked(r *rand.Rand) map[dirRef]bool {
+	refs := map[*inode][]dirRef{}
 	var order []*inode
 	walked := map[*inode]bool{}
 	var walk func(n *inode)
@@ -119,12 +133,12 @@ func (f *FS) Crash(r *rand.Rand) []string {
 			if len(refs[c]) == 0 {
 				order = append(order, c)
 			}
-			refs[c] = append(refs[c], ref{n, k})
+			refs[c] = append(refs[c], dirRef{n, k})
 			walk(c)
 		}
 	}
 	walk(f.root)
-	drop := map[ref]bool{}
+	drop := map[dirRef]bool{}
 	for _, d := range order {
 		rs := refs[d]
 		if len(rs) < 2 {
@@ -149,7 +163,13 @@ func (f *FS) Crash(r *rand.Rand) []string {
 			}
 		}
 	}
+	return drop
+}
 
+// bootLocked is the machine starting again: the tree of durable names
+// (less drop), each file's data as a crash left it (tear), and returns
+// how the unsynced writes tore.
+func (f *FS) bootLocked(drop map[dirRef]bool, r *rand.Rand) []string {
 	var tears []string
 	seen := map[*inode]*inode{}
 	var boot func(n *inode, path string) *inode
@@ -162,7 +182,7 @@ func (f *FS) Crash(r *rand.Rand) []string {
 		if n.dir {
 			c.entries, c.durable = map[string]*inode{}, map[string]*inode{}
 			for _, k := range slices.Sorted(mapKeys(n.durable)) {
-				if drop[ref{n, k}] {
+				if drop[dirRef{n, k}] {
 					continue
 				}
 				x := boot(n.durable[k], path+"/"+k)
@@ -178,7 +198,6 @@ func (f *FS) Crash(r *rand.Rand) []string {
 		return c
 	}
 	f.root = boot(f.root, "")
-	f.limit, f.crashed = -1, false
 	return tears
 }
 
