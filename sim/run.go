@@ -444,31 +444,14 @@ func crashAt(o Options, actions []Action, j crashJob, cont bool, ref *Facts) (st
 	}
 
 	// A crash during recovery, then another recovery: recovery must be
-	// safe to interrupt. (Its persist points are not in a replayable
-	// order, since the scan runs in parallel.)
+	// safe to interrupt.
 	if recOps > 0 {
-		k2 := r.Int64N(recOps)
-		pre.SetClock(clock.Now)
-		pre.CrashAfter(pre.Ops() + k2)
-		start(pre, clock, NewIDs(clock.Now, o.Seed^0x51, j.ids+2<<20), true, nil) // fails at the crash, or not
-		tears := pre.Crash(r)
-		w2, err := start(pre, clock, NewIDs(clock.Now, o.Seed^0x52, j.ids+3<<20), true, nil)
-		if err != nil {
-			return fail(fmt.Sprintf("a crash after %d of recovery's %d persist points, then recovery failed: %v", k2, recOps, err))
-		}
-		rec2, err := ReadFacts(pre, Home)
-		if err != nil {
-			return fail("reading the home recovered twice: " + err.Error())
-		}
-		when := fmt.Sprintf("after a crash during recovery (at its persist point %d of %d, tearing %v) and a second recovery", k2+1, recOps, tears)
-		checkAcked(&p, when, acked, rec2)
-		var q problems
-		checkRecovered(&q, written, rec2, w2, acked)
-		for _, x := range q {
-			p.add("%s: %s", when, x)
+		q, fatal := crashRecovery(o, j, pre, clock, r, recOps, written, acked)
+		if fatal != "" {
+			return fail(fatal)
 		}
 		st.DoubleCrashes = 1
-		if len(p) > 0 {
+		if p = append(p, q...); len(p) > 0 {
 			return st, failIf(f, p)
 		}
 	}
@@ -488,6 +471,34 @@ func crashAt(o Options, actions []Action, j crashJob, cont bool, ref *Facts) (st
 	checkHealthy(&p, "at the end of the run after the crash", w, false, acked)
 	checkDual(&p, acked, end, ref)
 	return st, failIf(f, p)
+}
+
+// crashRecovery crashes pre, the home as the crash of job j left it, at
+// a drawn one of recovery's recOps persist points (which are not in a
+// replayable order, since the scan runs in parallel), recovers it again,
+// and checks it. fatal says why it could not be checked.
+func crashRecovery(o Options, j crashJob, pre *FS, clock *Clock, r *rand.Rand, recOps int64, written, acked *Facts) (p problems, fatal string) {
+	k2 := r.Int64N(recOps)
+	pre.SetClock(clock.Now)
+	pre.CrashAfter(pre.Ops() + k2)
+	start(pre, clock, NewIDs(clock.Now, o.Seed^0x51, j.ids+2<<20), true, nil) // fails at the crash, or not
+	tears := pre.Crash(r)
+	w2, err := start(pre, clock, NewIDs(clock.Now, o.Seed^0x52, j.ids+3<<20), true, nil)
+	if err != nil {
+		return nil, fmt.Sprintf("a crash after %d of recovery's %d persist points, then recovery failed: %v", k2, recOps, err)
+	}
+	rec2, err := ReadFacts(pre, Home)
+	if err != nil {
+		return nil, "reading the home recovered twice: " + err.Error()
+	}
+	when := fmt.Sprintf("after a crash during recovery (at its persist point %d of %d, tearing %v) and a second recovery", k2+1, recOps, tears)
+	checkAcked(&p, when, acked, rec2)
+	var q problems
+	checkRecovered(&q, written, rec2, w2, acked)
+	for _, x := range q {
+		p.add("%s: %s", when, x)
+	}
+	return p, ""
 }
 
 func failIf(f *Failure, p problems) *Failure {
