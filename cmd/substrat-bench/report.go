@@ -160,6 +160,36 @@ func (t benchTable) write(w io.Writer) {
 }
 
 func writeBenchReport(w io.Writer, r *benchResult) {
+	writeBenchHeader(w, r)
+	writeOpsReport(w, r)
+	writeRecoveryReport(w, r)
+	writeDaemonReport(w, r)
+	writeCLIReport(w, r)
+	writeParking(w, r.Parking) // park.go
+	writeScaleReport(w, r)     // scale.go
+	writeTargets(w, r)
+}
+
+// num is a figure with thousands separated; x a ratio ("-" for none);
+// opt a rate's ops/s ("-" for none).
+func num(v float64) string { return thousands(v) }
+
+func x(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func opt(rt *benchRate) string {
+	if rt == nil {
+		return "-"
+	}
+	return num(rt.OpsPerSec)
+}
+
+// writeBenchHeader writes what ran, and on what machine and disk.
+func writeBenchHeader(w io.Writer, r *benchResult) {
 	m := r.Machine
 	mode := "full run"
 	if r.Quick {
@@ -175,21 +205,11 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "disk:    %s, %s on %s (%s), %s, %s free; bench dir %s\n", m.Device, m.FSType, m.Mount, m.MountOps, m.Size, m.Avail, m.Dir)
 	fmt.Fprintf(w, "SQLite:  %s\n", r.SQLite)
 	fmt.Fprintln(w, "The page cache is warm throughout; every fsync reaches the device.")
-	n := r.Workers
-	num := func(v float64) string { return thousands(v) }
-	x := func(v float64) string {
-		if v == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f", v)
-	}
-	opt := func(rt *benchRate) string {
-		if rt == nil {
-			return "-"
-		}
-		return num(rt.OpsPerSec)
-	}
+}
 
+// writeOpsReport writes the disk's limits and the operations' figures.
+func writeOpsReport(w io.Writer, r *benchResult) {
+	n := r.Workers
 	fmt.Fprintln(w)
 	d := r.Disk
 	var t benchTable
@@ -237,8 +257,12 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "  SQLite %s.\n", sqliteMissing)
 	}
 
+}
+
+// writeRecoveryReport writes the start-up recovery figures.
+func writeRecoveryReport(w io.Writer, r *benchResult) {
 	fmt.Fprintln(w)
-	t = nil
+	var t benchTable
 	t.add("START-UP RECOVERY (warm cache, best of rounds)", "read every file", "Core.Recover", "x read", "<=2x", "read+list dirs", "x read+list")
 	for _, rc := range r.Recovery {
 		t.add(fmt.Sprintf("%s agents x %d events (%.0f MB)", thousands(float64(rc.Agents)), rc.Events, float64(rc.Bytes)/1e6),
@@ -249,8 +273,12 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 	fmt.Fprintln(w, "  read: session.json and events.jsonl of every agent; read+list also lists the directories a scan must list")
 	fmt.Fprintln(w, "  (the agent dir, inbox/tmp, inbox/new) and stats inbox/cur. Both with as many workers as the scan.")
 
+}
+
+// writeDaemonReport writes the real daemon's latencies, RSS and start.
+func writeDaemonReport(w io.Writer, r *benchResult) {
 	fmt.Fprintln(w)
-	t = nil
+	var t benchTable
 	t.add("DAEMON (the real binary, script provider)", "p50", "p99", "n", "target")
 	t.add("agent send, waiting for the turn (RPC round trip)", fmt.Sprintf("%.1f ms", r.RPC.P50MS), fmt.Sprintf("%.1f ms", r.RPC.P99MS),
 		strconv.Itoa(r.RPC.N), "-")
@@ -265,9 +293,13 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 		thousands(float64(r.RSS.Agents)), r.RSS.RSSMB, r.RSS.PeakMB, pass(r.RSS.RSSMB <= 150))
 	fmt.Fprintf(w, "daemon start with %s agents, until it answers: %.0f ms\n", thousands(float64(r.RSS.Agents)), r.RSS.StartMS)
 
+}
+
+// writeCLIReport writes the agent CLIs' turns, if any ran.
+func writeCLIReport(w io.Writer, r *benchResult) {
 	if len(r.CLIs) > 0 {
 		fmt.Fprintln(w)
-		t = nil
+		var t benchTable
 		t.add("CLI TURNS (the real CLI, a loopback fake API)", "n", "bare p50", "its result at", "bare+MCP p50", "Substrat p50", "x bare", "<=1.1x",
 			"x bare+MCP", "RSS bare", "RSS Substrat")
 		var skipped []string
@@ -291,10 +323,10 @@ func writeBenchReport(w io.Writer, r *benchResult) {
 		fmt.Fprintln(w, "  to a real daemon, which ends the turn at the result line and lets the CLI exit in the background. The three alternate.")
 		fmt.Fprintln(w, "  RSS: the sum of the peaks of the CLI's processes in one turn (through Substrat, its MCP server and containment included).")
 	}
-	writeParking(w, r.Parking) // park.go
+}
 
-	writeScaleReport(w, r) // scale.go
-
+// writeTargets writes each target's verdict.
+func writeTargets(w io.Writer, r *benchResult) {
 	counts := map[string]int{}
 	for _, t := range r.Targets {
 		counts[t.Verdict]++
