@@ -205,7 +205,7 @@ func (c *Core) commit(n *node, data fsstore.Payload) error {
 	if n.turn != nil {
 		hops = n.turn.hops + 1
 	}
-	c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: typ, Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
+	c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: api.WatchType(typ), Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
 	c.mu.Unlock()
 	if to := sess.AgentState; to != from {
 		c.notifyTransition(n, from, to, hops)
