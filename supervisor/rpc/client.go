@@ -53,6 +53,14 @@ func Call[P, R any](ctx context.Context, c *Client, m api.Method[P, R], p P) (R,
 	return r, err
 }
 
+// CallRaw is Call for a caller that wants the result's JSON text, which
+// decodes as an R: its size, or to pass it on as it came.
+func CallRaw[P, R any](ctx context.Context, c *Client, m api.Method[P, R], p P) (json.RawMessage, error) {
+	var r json.RawMessage
+	err := c.do(ctx, m.Name, params(p), nil, &r)
+	return r, err
+}
+
 // Stream makes the streaming call m with params p, calls onFrame with
 // each frame (nil: frames are skipped), and returns the final result. An
 // error of onFrame ends the call with it.
