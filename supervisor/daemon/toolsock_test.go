@@ -88,10 +88,10 @@ func TestToolSocket(t *testing.T) {
 		params any
 		code   string
 	}{
-		{"tool.call", api.ToolCallParams{Agent: b.ID, Call: api.ToolRequest{ID: "k2", Name: "list_children"}}, api.CodeInvalidParams},
-		{"agent.list", nil, api.CodeUnknownMethod},
-		{"agent.create", api.CreateParams{Name: "x"}, api.CodeUnknownMethod},
-		{"daemon.stop", nil, api.CodeUnknownMethod},
+		{api.ToolCall.Name, api.ToolCallParams{Agent: b.ID, Call: api.ToolRequest{ID: "k2", Name: "list_children"}}, api.CodeInvalidParams},
+		{api.AgentList.Name, nil, api.CodeUnknownMethod},
+		{api.AgentCreate.Name, api.CreateParams{Name: "x"}, api.CodeUnknownMethod},
+		{api.DaemonStop.Name, nil, api.CodeUnknownMethod},
 	} {
 		err := callRaw(ctx, cl, m.method, m.params)
 		var re *api.Error
