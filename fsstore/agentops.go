@@ -29,7 +29,12 @@ func (s *Store) HasMessage(to, id string) bool {
 // SweepDelivered removes from the agent's inbox/new the messages already
 // delivered (see the package function), and returns how many.
 func (a *Agent) SweepDelivered(now time.Time) (int, error) {
-	return SweepDelivered(a.store.fs, a.files.Inbox(), now)
+	// No name leaves new/ before its link in cur/ is durable.
+	return sweepDelivered(a.store.fs, a.files.Inbox(), now, func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.syncDeliveredLocked()
+	})
 }
 
 // AppendTranscript adds text to the agent's transcript.txt, the readable

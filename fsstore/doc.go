@@ -100,9 +100,12 @@
 //     request, pending or answered, instead of a new one.
 //
 // It is only ever replaced whole: a temporary file ".session.json<digits>"
-// is written in the same directory and fsynced, exchanged with
-// session.json in one atomic step (renameat2 RENAME_EXCHANGE), and the
-// directory is fsynced. A reader sees the old file or the new one, never a
+// is written in the same directory and fsynced, and exchanged with
+// session.json in one atomic step (renameat2 RENAME_EXCHANGE). The
+// directory is not fsynced after the exchange: events.jsonl is the record,
+// and a crash that loses the exchange leaves the older session.json, from
+// which the log is replayed (a session.json is never ahead of the log,
+// whose events are durable first). A reader sees the old file or the new one, never a
 // mix. The file that comes out of the exchange is checked: if it is not
 // the one the daemon last wrote or adopted, it is a hand edit that landed
 // in between, and it is put back at once (with any newer edit renamed
@@ -273,9 +276,13 @@
 // overwrites, and fsyncs new/; only then is the sender answered. A message
 // left in tmp/ was never acknowledged and is removed by the next scan.
 // A message is delivered when the turn that took it has ended: a
-// "message_delivered" event naming it is appended to the log, then the
-// message is linked into inbox/cur/ (and cur/ fsynced); its name in new/
-// stays for ten minutes (DeliveredGrace) and is then removed. A message in
+// "message_delivered" event naming it is appended to the log (in the same
+// write and fsync as the turn's "turn" event), then the message is linked
+// into inbox/cur/. That link is not fsynced at once: the event is what
+// makes the delivery durable, and cur/ is fsynced before the next
+// session.json is written (and before a name is swept from new/), so that
+// a link a crash loses is always one that an event after last_seq
+// records (see below). Its name in new/ stays for ten minutes (DeliveredGrace) and is then removed. A message in
 // new/ that is also in cur/ is delivered. The grace is for backups: rsync
 // lists cur/ before new/, so a message delivered while rsync runs is still
 // found in the copy's new/. Whatever is in new/ and not in cur/ after a

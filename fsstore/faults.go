@@ -32,10 +32,15 @@ const (
 	// a batch's renames are published, and acknowledged, before the
 	// files they name are durable.
 	BugNoBarrier
+	// BugSnapshotBeforeCurSync makes Snapshot skip the fsync of
+	// inbox/cur that makes MarkDelivered's links durable (store.go,
+	// syncDeliveredLocked): a snapshot past a delivery can outlive the
+	// delivery's link, and a later sweep remove the message's last name.
+	BugSnapshotBeforeCurSync
 )
 
 // Bugs lists the bugs PlantBug can plant.
-var Bugs = []Bug{BugNoDirSyncAfterRename, BugAckBeforeSync, BugOverwritingPublish, BugNoTornTailRepair, BugNoBarrier}
+var Bugs = []Bug{BugNoDirSyncAfterRename, BugAckBeforeSync, BugOverwritingPublish, BugNoTornTailRepair, BugNoBarrier, BugSnapshotBeforeCurSync}
 
 func (b Bug) String() string {
 	switch b {
@@ -51,6 +56,8 @@ func (b Bug) String() string {
 		return "no-torn-tail-repair"
 	case BugNoBarrier:
 		return "no-barrier"
+	case BugSnapshotBeforeCurSync:
+		return "snapshot-before-cur-sync"
 	}
 	return "unknown"
 }

@@ -208,9 +208,25 @@ func (l *Log) Append(typ string, data any) (Event, error) {
 // appendData is Append of data already marshalled (compact JSON, nil for
 // none), building the line in eb. It returns the seq and time of the event.
 func (l *Log) appendData(typ string, data []byte, eb *eventBuf) (uint64, time.Time, error) {
-	if typ == "" {
-		// DecodeEvent refuses such a line: it would be corruption.
-		return 0, time.Time{}, wrap("append", l.path, invalidf("event without a type"), "")
+	return l.appendRecords([]record{{typ, data}}, eb)
+}
+
+// record is an event to append: its type and its data, marshalled.
+type record struct {
+	typ  string
+	data []byte
+}
+
+// appendRecords appends the events rs in one write and makes them durable
+// with one fsync, building the lines in eb. It returns the seq of the last
+// one and their time. A crash may keep a prefix of them, as it may keep a
+// prefix of separate appends.
+func (l *Log) appendRecords(rs []record, eb *eventBuf) (uint64, time.Time, error) {
+	for _, r := range rs {
+		if r.typ == "" {
+			// DecodeEvent refuses such a line: it would be corruption.
+			return 0, time.Time{}, wrap("append", l.path, invalidf("event without a type"), "")
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -220,14 +236,18 @@ func (l *Log) appendData(typ string, data []byte, eb *eventBuf) (uint64, time.Ti
 	if err := l.reopenLocked(); err != nil {
 		return 0, time.Time{}, err
 	}
-	seq, ts := l.lastSeq+1, l.now().UTC()
-	line, err := appendEventLine(eb.line[:0], seq, ts, typ, data)
-	if err != nil {
-		return 0, time.Time{}, wrap("append", l.path, err, "")
+	seq, ts := l.lastSeq, l.now().UTC()
+	line := eb.line[:0]
+	for _, r := range rs {
+		seq++
+		var err error
+		if line, err = appendEventLine(line, seq, ts, r.typ, r.data); err != nil {
+			return 0, time.Time{}, wrap("append", l.path, err, "")
+		}
 	}
 	eb.line = line
 	if _, err := l.f.Write(line); err != nil {
-		// Cut off whatever part of the line reached the file, so that a
+		// Cut off whatever part of the lines reached the file, so that a
 		// later append does not follow garbage.
 		if terr := l.f.Truncate(l.size); terr != nil {
 			l.failLocked(err)

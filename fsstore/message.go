@@ -245,14 +245,22 @@ const DeliveredGrace = 10 * time.Minute
 // SweepDelivered removes it later. A message already gone from new/ is
 // skipped.
 func MarkDelivered(fsys FS, b Inbox, ids []string) error {
+	if err := linkDelivered(fsys, b, ids); err != nil {
+		return err
+	}
+	if err := fsys.SyncDir(b.Sub(InboxCur)); err != nil {
+		return wrap("deliver", b.Sub(InboxCur), err, "")
+	}
+	return nil
+}
+
+// linkDelivered is MarkDelivered without the fsync of cur/.
+func linkDelivered(fsys FS, b Inbox, ids []string) error {
 	for _, id := range ids {
 		err := fsys.Link(b.Path(InboxNew, id), b.Path(InboxCur, id))
 		if err != nil && !errors.Is(err, errNotExist) && !errors.Is(err, errExist) {
 			return wrap("deliver", b.Path(InboxNew, id), err, "")
 		}
-	}
-	if err := fsys.SyncDir(b.Sub(InboxCur)); err != nil {
-		return wrap("deliver", b.Sub(InboxCur), err, "")
 	}
 	return nil
 }
@@ -261,6 +269,12 @@ func MarkDelivered(fsys FS, b Inbox, ids []string) error {
 // cur/) more than DeliveredGrace before now, and fsyncs new/ if it removed
 // any. It removes no data: cur/ holds the same file.
 func SweepDelivered(fsys FS, b Inbox, now time.Time) (int, error) {
+	return sweepDelivered(fsys, b, now, func() error { return nil })
+}
+
+// sweepDelivered is SweepDelivered, calling first once before it removes
+// the first name.
+func sweepDelivered(fsys FS, b Inbox, now time.Time, first func() error) (int, error) {
 	entries, err := fsys.ReadDir(b.Sub(InboxNew))
 	if err != nil {
 		return 0, wrap("sweep inbox", b.Sub(InboxNew), err, "")
@@ -274,6 +288,12 @@ func SweepDelivered(fsys FS, b Inbox, now time.Time) (int, error) {
 		fi, err := fsys.Stat(b.Path(InboxCur, id))
 		if err != nil || now.Sub(changeTime(fi)) < DeliveredGrace {
 			continue
+		}
+		if first != nil {
+			if err := first(); err != nil {
+				return 0, err
+			}
+			first = nil
 		}
 		if err := fsys.Remove(b.Path(InboxNew, id)); err == nil {
 			removed++

@@ -1,6 +1,7 @@
 package fsstore
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -405,6 +406,9 @@ type Agent struct {
 	sess    *Session
 	snapSeq uint64            // last_seq of the session.json on disk
 	snapSum [sha256.Size]byte // hash of the session.json last written or read
+	// curUnsynced: MarkDelivered linked messages into inbox/cur that no
+	// fsync of cur/ has made durable yet (syncDeliveredLocked).
+	curUnsynced bool
 }
 
 // newAgent makes the Agent of a loaded or created directory; events is
@@ -429,31 +433,47 @@ func (a *Agent) Session() *Session {
 	return a.sess.Clone()
 }
 
-// Commit appends the event p makes to the log and applies it to the
-// session. It returns the new session once the event is durable. An event
-// that would make the session invalid is refused before anything is
-// written.
-func (a *Agent) Commit(p Payload) (*Session, error) {
-	typ := p.EventType()
+// Commit appends the events ps make to the log, in one write, and applies
+// them to the session in order. It returns the new session once they are
+// durable (one fsync for all of them). An event that would make the
+// session invalid is refused before anything is written. A crash keeps a
+// prefix of them, as it would of separate commits: give several events to
+// one Commit only where each prefix is a state recovery handles.
+func (a *Agent) Commit(ps ...Payload) (*Session, error) {
+	if len(ps) == 0 {
+		return nil, wrap("commit", a.files.Events(), invalidf("no event"), "")
+	}
 	eb := getEventBuf()
 	defer eb.release()
-	raw, err := eb.encodeData(p)
-	if err != nil {
-		return nil, wrap("commit", a.files.Events(), invalidf("%v", err), "")
+	recs := make([]record, len(ps))
+	for i, p := range ps {
+		raw, err := eb.encodeData(p)
+		if err != nil {
+			return nil, wrap("commit", a.files.Events(), invalidf("%v", err), "")
+		}
+		if i < len(ps)-1 {
+			raw = bytes.Clone(raw) // eb's, until its next use
+		}
+		recs[i] = record{p.EventType(), raw}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// A history event leaves the session as it is but for last_seq and
 	// updated_at: there is nothing to apply or validate.
 	next := a.sess
-	if changesSession(typ) {
-		n, err := apply(a.sess, Event{Seq: a.log.LastSeq() + 1, Time: a.store.now(), Type: typ, Data: raw}, p)
+	seq, now := a.log.LastSeq(), a.store.now()
+	for i, p := range ps {
+		seq++
+		if !changesSession(recs[i].typ) {
+			continue
+		}
+		n, err := apply(next, Event{Seq: seq, Time: now, Type: recs[i].typ, Data: recs[i].data}, p)
 		if err != nil {
 			return nil, wrap("commit", a.files.Events(), err, "")
 		}
 		next = n
 	}
-	seq, ts, err := a.log.appendData(typ, raw, eb)
+	seq, ts, err := a.log.appendRecords(recs, eb)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +486,13 @@ func (a *Agent) Commit(p Payload) (*Session, error) {
 }
 
 // Snapshot replaces session.json with the current session if it is behind,
-// durably (atomic rename, then directory fsync).
+// by atomic rename, after the links into inbox/cur that MarkDelivered made
+// are durable.
+//
+// The rename itself is not fsynced: the log is the record, and a crash
+// that loses the rename leaves the older session.json, from which the
+// load replays the log. (The links must be durable first because the load
+// finishes only the deliveries of the events after the snapshot.)
 //
 // It never overwrites a session.json that changed on disk since this Agent
 // last wrote or read it (a hand edit not yet adopted): it returns
@@ -474,6 +500,9 @@ func (a *Agent) Commit(p Payload) (*Session, error) {
 func (a *Agent) Snapshot() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.syncDeliveredLocked(); err != nil {
+		return err
+	}
 	if a.snapSeq == a.sess.LastSeq {
 		return nil
 	}
@@ -482,11 +511,7 @@ func (a *Agent) Snapshot() error {
 		return err
 	}
 	path := a.files.Session()
-	err = replaceSnapshot(a.store.fs, path, data, a.snapSum)
-	if serr := a.store.fs.SyncDir(a.files.Dir); err == nil {
-		err = serr
-	}
-	if err != nil {
+	if err := replaceSnapshot(a.store.fs, path, data, a.snapSum); err != nil {
 		return wrap("snapshot", path, err, "")
 	}
 	a.snapSeq, a.snapSum = a.sess.LastSeq, sha256.Sum256(data)
@@ -556,9 +581,33 @@ func (a *Agent) Pending() ([]*Message, []BadMessage, error) {
 	return ReadInbox(a.store.fs, a.files.Inbox(), InboxNew)
 }
 
-// MarkDelivered moves messages from inbox/new to inbox/cur, durably.
+// MarkDelivered links messages from inbox/new into inbox/cur, after the
+// caller committed their message_delivered event. The links are not
+// fsynced here: the event made the delivery durable, and until the next
+// snapshot the load replays that event and finishes a delivery whose link
+// a crash lost (FindUnfinishedDelivery). So Snapshot, and SweepDelivered
+// before it removes a name from new/, fsync cur/ first.
 func (a *Agent) MarkDelivered(ids []string) error {
-	return MarkDelivered(a.store.fs, a.files.Inbox(), ids)
+	if err := linkDelivered(a.store.fs, a.files.Inbox(), ids); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.curUnsynced = true
+	a.mu.Unlock()
+	return nil
+}
+
+// syncDeliveredLocked makes the links MarkDelivered made durable.
+func (a *Agent) syncDeliveredLocked() error {
+	if !a.curUnsynced || planted(BugSnapshotBeforeCurSync) { // planted bug (faults.go)
+		return nil
+	}
+	cur := a.files.Inbox().Sub(InboxCur)
+	if err := a.store.fs.SyncDir(cur); err != nil {
+		return wrap("deliver", cur, err, "")
+	}
+	a.curUnsynced = false
+	return nil
 }
 
 // Close closes the agent's log.

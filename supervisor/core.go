@@ -172,40 +172,45 @@ func (c *Core) linkChildrenLocked() {
 	}
 }
 
-// commit appends an event for n and publishes it to subscribers. State
-// changes are checked against the transition tables first, and agent state
-// changes are told to the agents subscribed to them.
-func (c *Core) commit(n *node, data fsstore.Payload) error {
-	typ := data.EventType()
+// commit appends events for n, in one durable write, and publishes them
+// to subscribers. State changes are checked against the transition tables
+// first (each against n's state before the commit: give at most one), and
+// agent state changes are told to the agents subscribed to them.
+func (c *Core) commit(n *node, ps ...fsstore.Payload) error {
 	c.mu.Lock()
 	from := n.s().AgentState
-	if ch, ok := data.(fsstore.StateChange); ok {
-		if err := checkTransition(n.s(), ch); err != nil {
-			c.mu.Unlock()
-			return api.Errorf(api.CodeConflict, "%v", err)
+	for _, p := range ps {
+		if ch, ok := p.(fsstore.StateChange); ok {
+			if err := checkTransition(n.s(), ch); err != nil {
+				c.mu.Unlock()
+				return api.Errorf(api.CodeConflict, "%v", err)
+			}
 		}
 	}
 	c.mu.Unlock()
-	sess, err := n.agent.Commit(data)
+	sess, err := n.agent.Commit(ps...)
 	if err != nil {
-		c.log.Error("commit failed", "agent", n.agent.ID(), "type", typ, "err", err)
+		c.log.Error("commit failed", "agent", n.agent.ID(), "type", ps[0].EventType(), "events", len(ps), "err", err)
 		return storeErr(err)
 	}
 	c.mu.Lock()
 	n.state.Store(sess)
-	switch d := data.(type) {
-	case fsstore.Subscription, fsstore.Unsubscribed:
-		c.indexSubsLocked(n)
-	case fsstore.Spawned:
-		if n.spawnKeys != nil && d.SpawnKey != "" {
-			n.spawnKeys[d.SpawnKey] = d.ChildID
-		}
-	}
 	hops := 0
 	if n.turn != nil {
 		hops = n.turn.hops + 1
 	}
-	c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: api.WatchType(typ), Seq: sess.LastSeq, Time: sess.UpdatedAt, Data: data})
+	for i, p := range ps {
+		switch d := p.(type) {
+		case fsstore.Subscription, fsstore.Unsubscribed:
+			c.indexSubsLocked(n)
+		case fsstore.Spawned:
+			if n.spawnKeys != nil && d.SpawnKey != "" {
+				n.spawnKeys[d.SpawnKey] = d.ChildID
+			}
+		}
+		seq := sess.LastSeq - uint64(len(ps)-1-i)
+		c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: api.WatchType(p.EventType()), Seq: seq, Time: sess.UpdatedAt, Data: p})
+	}
 	c.mu.Unlock()
 	if to := sess.AgentState; to != from {
 		c.notifyTransition(n, from, to, hops)

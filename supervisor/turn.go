@@ -167,7 +167,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 			FromName: fsstore.System, Kind: fsstore.KindSystem, Text: note})
 	}
 	text := RenderPrompt(c.promptTag(), shown)
-	res, err := c.runTurn(ctx, n, live, text, tools)
+	res, rec, err := c.runTurn(ctx, n, live, text, tools)
 	if err != nil {
 		return msgs, err
 	}
@@ -175,13 +175,16 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 		return msgs, nil // the turn failed, and turnFailed dealt with it
 	}
 	c.publishBranch(n.s())
-	ids, err := c.deliverTurn(n, msgs, tools)
+	end, done := c.turnEnd(n, tools)
+	ids, err := c.deliverTurn(n, msgs, tools, rec, end...)
 	if err != nil {
 		return msgs, err
 	}
 	c.forgetEffects(n, tools.turnKey)
-	if err := c.endTurn(n, tools); err != nil {
-		return msgs, err
+	if done {
+		if err := c.terminateHeld(n, n.s().StateReason); err != nil {
+			return msgs, err
+		}
 	}
 	c.snapshot(n)
 	c.transcript(n, text, res.Text, res.Compactions)
@@ -217,10 +220,11 @@ func (c *Core) beginTurn(n *node, tools *turnTools) error {
 }
 
 // runTurn sends the prompt to the live session, streaming its output to
-// watchers and recording the tools the provider's own rules refused. A
-// failed turn goes to turnFailed, and runTurn returns a nil result and
-// turnFailed's error.
-func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, error) {
+// watchers and recording the tools the provider's own rules refused and
+// its compactions. It returns the turn's record, for deliverTurn to commit
+// with the delivery. A failed turn goes to turnFailed, and runTurn
+// returns a nil result and turnFailed's error.
+func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prompt string, tools *turnTools) (*provider.TurnResult, fsstore.TurnRecord, error) {
 	var denied []fsstore.ToolDenied // tools the provider's own rules refused
 	var kept outputLog              // what the turn event keeps of the output
 	instructions := n.s().Instructions
@@ -248,11 +252,11 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 	c.mu.Unlock()
 	for _, d := range refused {
 		if cerr := c.commit(n, d); cerr != nil {
-			return nil, cerr
+			return nil, fsstore.TurnRecord{}, cerr
 		}
 	}
 	if err != nil {
-		return nil, c.turnFailed(ctx, n, tools.prompt(), err)
+		return nil, fsstore.TurnRecord{}, c.turnFailed(ctx, n, tools.prompt(), err)
 	}
 	// Its compactions, then its counters (their usage includes that of the
 	// summary requests).
@@ -260,7 +264,7 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 		if err := c.commit(n, fsstore.Compaction{Provider: n.s().Provider, Reason: cp.Reason,
 			Replaced: cp.Replaced, FirstTurn: cp.FirstTurn, LastTurn: cp.LastTurn, Dropped: cp.Dropped, Summary: cp.Summary,
 			TokensBefore: cp.TokensBefore, TokensAfter: cp.TokensAfter, Window: res.ContextWindow}); err != nil {
-			return nil, err
+			return nil, fsstore.TurnRecord{}, err
 		}
 	}
 	c.mu.Lock()
@@ -269,24 +273,25 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 		ContextTokens: int64(res.ContextTokens), ContextWindow: int64(res.ContextWindow)}}.Keep(tools.prompt(), kept.parts)
 	rec.Cut += kept.cut
 	c.mu.Unlock()
-	if err := c.commit(n, rec); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return &res, rec, nil
 }
 
-// deliverTurn delivers the prompt's messages and those check_inbox handed
-// over, and returns their ids. The log first, then the inbox; a crash
-// between the two leaves the messages in inbox/new under a
-// message_delivered event, and the next scan finishes the delivery
-// (fsstore FindUnfinishedDelivery).
-func (c *Core) deliverTurn(n *node, msgs []*fsstore.Message, tools *turnTools) ([]string, error) {
+// deliverTurn records the turn (rec), delivers the prompt's messages and
+// those check_inbox handed over, records end (the events that end the
+// turn, turnEnd's), and returns the ids delivered. The log first, all in
+// one write and one fsync; then the inbox. A crash before the delivery
+// event is durable leaves a turn whose messages are taken again; one
+// after it leaves the messages in inbox/new under a message_delivered
+// event, and the next scan finishes the delivery (fsstore
+// FindUnfinishedDelivery). So the links into cur/ need no fsync of their
+// own: the event is what makes the delivery durable.
+func (c *Core) deliverTurn(n *node, msgs []*fsstore.Message, tools *turnTools, rec fsstore.TurnRecord, end ...fsstore.Payload) ([]string, error) {
 	ids := make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		ids = append(ids, m.ID)
 	}
 	ids = append(ids, tools.checkedIDs()...)
-	if err := c.commit(n, fsstore.Delivered{IDs: ids}); err != nil {
+	if err := c.commit(n, append([]fsstore.Payload{rec, fsstore.Delivered{IDs: ids}}, end...)...); err != nil {
 		return ids, err
 	}
 	if err := n.agent.MarkDelivered(ids); err != nil {
@@ -301,27 +306,26 @@ func (c *Core) deliverTurn(n *node, msgs []*fsstore.Message, tools *turnTools) (
 	return ids, nil
 }
 
-// endTurn leaves n TERMINATED (it completed), WAITING (a request it sent
-// awaits a reply) or IDLE.
-func (c *Core) endTurn(n *node, tools *turnTools) error {
+// turnEnd returns the events that end n's turn: WAITING if a request it
+// sent awaits a reply, else IDLE. If it completed (done), there are none:
+// the caller terminates it (terminateHeld).
+func (c *Core) turnEnd(n *node, tools *turnTools) (end []fsstore.Payload, done bool) {
 	c.mu.Lock()
-	done := n.terminated()
+	done = n.terminated()
 	waiting := n.s().WaitingFor
 	c.mu.Unlock()
-	if requests := tools.requestsSent(); len(requests) > 0 && !done {
+	if done {
+		return nil, true
+	}
+	if requests := tools.requestsSent(); len(requests) > 0 {
 		waiting = addWaiting(waiting, requests)
-		if err := c.commit(n, fsstore.Waiting{IDs: waiting}); err != nil {
-			return err
-		}
+		end = append(end, fsstore.Waiting{IDs: waiting})
 	}
-	switch {
-	case done:
-		return c.terminateHeld(n, n.s().StateReason)
-	case len(waiting) > 0:
+	if len(waiting) > 0 {
 		// A request is outstanding: WAITING until the reply wakes it.
-		return c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentWaiting})
+		return append(end, fsstore.StateChange{AgentState: fsstore.AgentWaiting}), false
 	}
-	return c.commit(n, fsstore.StateChange{AgentState: fsstore.AgentIdle})
+	return append(end, fsstore.StateChange{AgentState: fsstore.AgentIdle}), false
 }
 
 // turnFailed handles a turn that did not finish: the messages stay in the

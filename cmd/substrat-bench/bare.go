@@ -119,6 +119,10 @@ func (b *benchRun) bareFactory(op, dir string, workers, perWorker int) benchFact
 		}
 		return func(w int) (func() error, func(), error) {
 			inbox := filepath.Join(dir, strconv.Itoa(w))
+			f, err := os.OpenFile(filepath.Join(inbox, "events.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+			if err != nil {
+				return nil, nil, err
+			}
 			i := 0
 			return func() error {
 				if i >= len(ids[w]) {
@@ -126,13 +130,17 @@ func (b *benchRun) bareFactory(op, dir string, workers, perWorker int) benchFact
 				}
 				id := ids[w][i]
 				i++
-				// As fsstore.MarkDelivered: a hard link into cur/ (the new/
-				// name is swept later), then cur/ is fsynced.
-				if err := os.Link(filepath.Join(inbox, "new", id), filepath.Join(inbox, "cur", id)); err != nil {
+				// As a turn delivers: an event line, fsynced, then a hard
+				// link into cur/ (the new/ name is swept later; cur/ is
+				// fsynced with the next snapshot).
+				if _, err := f.Write(line); err != nil {
 					return err
 				}
-				return syncDir(filepath.Join(inbox, "cur"))
-			}, nil, nil
+				if err := f.Sync(); err != nil {
+					return err
+				}
+				return os.Link(filepath.Join(inbox, "new", id), filepath.Join(inbox, "cur", id))
+			}, func() { f.Close() }, nil
 		}
 	case "append":
 		return func(w int) (func() error, func(), error) {

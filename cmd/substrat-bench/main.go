@@ -13,9 +13,11 @@
 //
 //	create agent   Core.CreateAgent     5: events.jsonl, session.json, inbox/, the agent dir, agents/
 //	send message   Core.Send            2: the message in inbox/tmp, then inbox/new after the rename
-//	deliver        Agent.MarkDelivered  1: inbox/cur after the hard link (new/ is swept later)
+//	deliver        Agent.Commit+Mark... 1: the message_delivered event; the link into inbox/cur is
+//	                                    fsynced with the next snapshot (new/ is swept later)
 //	append event   Agent.Commit         1: events.jsonl
-//	full turn      Core.Send+RunTurn    8: send 2, deliver 1, the turn's events, session.json and its dir
+//	full turn      Core.Send+RunTurn    6: send 2; BUSY; the turn's record, delivery and IDLE in one
+//	                                    write; inbox/cur; session.json
 //
 // These are the counts of an operation alone. Creates and sends that run
 // at once share them (group commit, fsstore/group.go): a batch makes its
