@@ -3,6 +3,13 @@
 // recovery report and the agent tools' specs. The core (package
 // supervisor) speaks these types; cmd, the daemon and the providers' tests
 // import this package, not the daemon.
+//
+// Each method is described once, in methods.go, by a typed descriptor
+// (Method[P, R], or StreamMethod[P, F, R] for one that sends frames):
+// package rpc's Call, Stream and Handle take a descriptor, so a caller or
+// a handler with the wrong params, frames or result does not compile. The
+// package is data only: it links no code that runs processes
+// (scripts/check-deps.sh).
 package api
 
 import (
