@@ -27,6 +27,14 @@ for root in ./supervisor ./supervisor/api ./sim; do
   done
 done
 
+# The wire contract is data: supervisor/api links no code that runs
+# processes (os/exec, at any depth) and not the workspace store, whose
+# types it carries as its own (api.Workspace; workspace converts).
+bad=$(go list -deps ./supervisor/api | grep -E "^(os/exec|$mod/supervisor/workspace)$" || true)
+if [ -n "$bad" ]; then
+  echo "supervisor/api must not link:"; echo "$bad"; exit 1
+fi
+
 # Arrows run down: no provider imports the daemon (supervisor) but for
 # its wire contract (supervisor/api), except in tests, and the bench
 # program is the only user of SQLite.

@@ -149,8 +149,8 @@ func (c *chaos) load(ctx context.Context, seed uint64) {
 			c.names++
 			name := fmt.Sprintf("r%d", c.names)
 			c.mu.Unlock()
-			var info api.AgentInfo
-			if err := cl.Call(ctx, "agent.create", api.CreateParams{Name: name}, &info); err != nil {
+			info, err := rpc.Call(ctx, cl, api.AgentCreate, api.CreateParams{Name: name})
+			if err != nil {
 				if isConnErr(err) {
 					return
 				}
@@ -168,8 +168,7 @@ func (c *chaos) load(ctx context.Context, seed uint64) {
 		if r.IntN(40) == 0 {
 			text += fmt.Sprintf("\n!spawn_agent {\"name\":\"k%d\",\"instructions\":\"hello\"}", r.Uint32())
 		}
-		var res api.SendResult
-		err := cl.Call(ctx, "agent.send", map[string]any{"ref": ids[i], "text": text}, &res)
+		res, err := rpc.Stream(ctx, cl, api.AgentSend, api.SendMessageParams{Ref: ids[i], Text: text}, nil)
 		if err != nil {
 			if isConnErr(err) {
 				return
@@ -196,8 +195,8 @@ func (c *chaos) verify(when string) {
 		c.t.Fatalf("%s: dial: %v", when, err)
 	}
 	defer cl.Close()
-	var list []api.AgentInfo
-	if err := cl.Call(context.Background(), "agent.list", struct{}{}, &list); err != nil {
+	list, err := rpc.Call(context.Background(), cl, api.AgentList, api.ListParams{})
+	if err != nil {
 		c.t.Fatalf("%s: agent.list: %v", when, err)
 	}
 	live := map[string]bool{}

@@ -214,7 +214,7 @@ func (c *Core) send(m *fsstore.Message, to *node) (*fsstore.Message, error) {
 	c.mu.Lock()
 	to.mail = true
 	to.pending++
-	c.publishLocked(api.WatchEvent{Agent: to.id(), Name: to.s().Name, Type: "message", Time: m.SentAt,
+	c.publishLocked(api.WatchEvent{Agent: to.id(), Name: to.s().Name, Type: api.WatchMessage, Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	answered := m.ReplyTo != "" && slices.Contains(to.s().WaitingFor, m.ReplyTo)
 	rest := slices.DeleteFunc(slices.Clone(to.s().WaitingFor), func(id string) bool { return id == m.ReplyTo })
@@ -250,7 +250,7 @@ func (c *Core) sendUserAs(m *fsstore.Message, kind string, about *node) error {
 		return storeErr(err)
 	}
 	c.mu.Lock()
-	c.publishLocked(api.WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: "message", Time: m.SentAt,
+	c.publishLocked(api.WatchEvent{Agent: fsstore.User, Name: fsstore.User, Type: api.WatchMessage, Time: m.SentAt,
 		Data: map[string]string{"id": m.ID, "from": m.FromName, "text": m.Text}})
 	c.mu.Unlock()
 	c.notify(c.messageNote(m, kind, about))

@@ -57,7 +57,7 @@ func (c *Core) Archive(ctx context.Context, ref string) ([]api.AgentInfo, error)
 			if p := c.nodes[x.s().ParentID]; p != nil {
 				p.children = removeString(p.children, x.id())
 			}
-			c.publishLocked(api.WatchEvent{Agent: x.id(), Name: x.s().Name, Type: "archived", Time: c.clock.Now().UTC()})
+			c.publishLocked(api.WatchEvent{Agent: x.id(), Name: x.s().Name, Type: api.WatchArchived, Time: c.clock.Now().UTC()})
 			c.mu.Unlock()
 		}
 		c.release(x)

@@ -209,7 +209,7 @@ func (c *Core) commit(n *node, ps ...fsstore.Payload) error {
 			}
 		}
 		seq := sess.LastSeq - uint64(len(ps)-1-i)
-		c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: p.EventType(), Seq: seq, Time: sess.UpdatedAt, Data: p})
+		c.publishLocked(api.WatchEvent{Agent: sess.ID, Name: sess.Name, Type: api.WatchType(p.EventType()), Seq: seq, Time: sess.UpdatedAt, Data: p})
 	}
 	c.mu.Unlock()
 	if to := sess.AgentState; to != from {

@@ -35,7 +35,7 @@ func (c *Core) FollowEvents(ctx context.Context, p api.EventsParams, fn func(fss
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case w := <-sub.C:
-			if w.Type == "detached" || w.Type == "archived" {
+			if w.Type == api.WatchDetached || w.Type == api.WatchArchived {
 				return res, nil
 			}
 			if w.Seq == 0 || w.Seq <= p.After {
@@ -71,7 +71,7 @@ func (c *Core) FollowEvents(ctx context.Context, p api.EventsParams, fn func(fss
 
 // logEvent is the event of the log a published WatchEvent stands for.
 func logEvent(w api.WatchEvent) (fsstore.Event, error) {
-	e := fsstore.Event{Seq: w.Seq, Time: w.Time, Type: w.Type}
+	e := fsstore.Event{Seq: w.Seq, Time: w.Time, Type: string(w.Type)}
 	if w.Data != nil {
 		raw, err := json.Marshal(w.Data)
 		if err != nil {

@@ -28,7 +28,7 @@ func (c *Core) notify(n api.Notification) {
 	}
 	n.Text = clip(n.Text, api.MaxNotifyText)
 	c.mu.Lock()
-	c.publishLocked(api.WatchEvent{Agent: api.NotifyTopic, Name: n.AgentName, Type: n.Kind, Time: n.Time, Data: n})
+	c.publishLocked(api.WatchEvent{Agent: api.NotifyTopic, Name: n.AgentName, Type: api.WatchType(n.Kind), Time: n.Time, Data: n})
 	c.mu.Unlock()
 	c.host.Notify(c.settings().Notify, n)
 }

@@ -74,7 +74,53 @@ func (c *Core) SendAndAwait(p api.SendParams) (m *fsstore.Message, outcome <-cha
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m = &fsstore.Message{ID: c.store.NewID(), From: fsstore.User, FromName: fsstore.User, Kind: fsstore.KindMessage, Text: p.Text}
+	return c.sendAndAwait(n, p.Text)
+}
+
+// Sending is a message of USER's that SendWatched sent, and the turn
+// that takes it.
+type Sending struct {
+	Message *fsstore.Message
+	// Agent is the id of the agent the ref named.
+	Agent string
+	// Sub has the agent's events from before the message was delivered.
+	Sub *Subscription
+	// Outcome receives the outcome of the turn that takes the message.
+	Outcome <-chan Outcome
+	cancel  func()
+}
+
+// Close stops waiting for the outcome and ends the subscription.
+func (s *Sending) Close() {
+	s.cancel()
+	s.Sub.Close()
+}
+
+// SendWatched is SendAndAwait for a client that follows the turn
+// (agent.send with wait): it resolves p.To once, subscribes to that
+// agent's events, then sends. Close the Sending when done.
+func (c *Core) SendWatched(p api.SendParams) (*Sending, error) {
+	c.mu.Lock()
+	n, err := c.resolveLocked(p.To)
+	id := ""
+	if err == nil {
+		id = n.id()
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	sub := c.Subscribe(id)
+	m, outcome, cancel, err := c.sendAndAwait(n, p.Text)
+	if err != nil {
+		sub.Close()
+		return nil, err
+	}
+	return &Sending{Message: m, Agent: id, Sub: sub, Outcome: outcome, cancel: cancel}, nil
+}
+
+func (c *Core) sendAndAwait(n *node, text string) (m *fsstore.Message, outcome <-chan Outcome, cancel func(), err error) {
+	m = &fsstore.Message{ID: c.store.NewID(), From: fsstore.User, FromName: fsstore.User, Kind: fsstore.KindMessage, Text: text}
 	ch, cancel := c.outcomes.await(m.ID)
 	if _, err := c.send(m, n); err != nil {
 		cancel()

@@ -72,7 +72,7 @@ func (c *Core) reloadAgent(ctx context.Context, n *node, why string) {
 	n.state.Store(a.Session())
 	n.pending = a.PendingAtLoad()
 	n.spawnKeys = nil
-	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: a.Session().Name, Type: "reloaded", Time: c.clock.Now().UTC(),
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: a.Session().Name, Type: api.WatchReloaded, Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": why}})
 	c.mu.Unlock()
 	old.Close()
@@ -117,7 +117,7 @@ func (c *Core) detach(ctx context.Context, n *node) {
 		p.children = removeString(p.children, n.id())
 	}
 	c.indexSubsLocked(stubNode(n.id()))
-	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "detached", Time: c.clock.Now().UTC(),
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: api.WatchDetached, Time: c.clock.Now().UTC(),
 		Data: map[string]string{"reason": "its directory left agents/"}})
 	c.mu.Unlock()
 	n.agent.Close()
@@ -208,7 +208,7 @@ func (c *Core) adopt(id string) {
 		}
 	}
 	slices.Sort(n.children)
-	c.publishLocked(api.WatchEvent{Agent: id, Name: n.s().Name, Type: "adopted", Time: c.clock.Now().UTC()})
+	c.publishLocked(api.WatchEvent{Agent: id, Name: n.s().Name, Type: api.WatchAdopted, Time: c.clock.Now().UTC()})
 	c.mu.Unlock()
 	c.checkInbox(n)
 	c.log.Info("agent directory adopted", "agent", id, "name", n.s().Name)

@@ -195,7 +195,7 @@ func (t *turnTools) CallTool(ctx context.Context, call provider.ToolCall) provid
 		text, err = tl.run(t, ctx, call)
 	}
 	t.c.mu.Lock()
-	t.c.publishLocked(api.WatchEvent{Agent: t.n.id(), Name: t.n.s().Name, Type: "tool", Time: t.c.clock.Now().UTC(),
+	t.c.publishLocked(api.WatchEvent{Agent: t.n.id(), Name: t.n.s().Name, Type: api.WatchTool, Time: t.c.clock.Now().UTC(),
 		Data: map[string]any{"tool": call.Name, "ok": err == nil}})
 	t.c.mu.Unlock()
 	if err != nil {

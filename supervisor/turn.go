@@ -189,7 +189,7 @@ func (c *Core) takeTurn(ctx context.Context, n *node) ([]*fsstore.Message, error
 	c.snapshot(n)
 	c.transcript(n, text, res.Text, res.Compactions)
 	c.mu.Lock()
-	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "turn_done", Time: c.clock.Now().UTC(),
+	c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: api.WatchTurnDone, Time: c.clock.Now().UTC(),
 		Data: map[string]any{"text": res.Text, "usage": res.Usage}})
 	n.failures, n.retryAt = nil, time.Time{}
 	c.mu.Unlock()
@@ -234,7 +234,7 @@ func (c *Core) runTurn(ctx context.Context, n *node, live provider.Session, prom
 			denied = append(denied, fsstore.ToolDenied{Tool: ch.Tool, Reason: ch.Text})
 		}
 		kept.add(ch)
-		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: "output", Time: c.clock.Now().UTC(), Data: ch})
+		c.publishLocked(api.WatchEvent{Agent: n.id(), Name: n.s().Name, Type: api.WatchOutput, Time: c.clock.Now().UTC(), Data: ch})
 		c.mu.Unlock()
 	}
 	set := c.settings()

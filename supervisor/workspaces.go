@@ -107,7 +107,7 @@ func (c *Core) WorkspaceInfo(w *workspace.Workspace) api.WorkspaceInfo {
 	if spec, err := w.Spec(c.store.Layout()); err == nil {
 		root = spec.Root.Host
 	}
-	return api.WorkspaceInfo{Workspace: w, Ref: w.Ref(), Root: root, Users: c.workspaceUsers(w.Scope, w.Name)}
+	return api.WorkspaceInfo{Workspace: w.Wire(), Ref: w.Ref(), Root: root, Users: c.workspaceUsers(w.Scope, w.Name)}
 }
 
 // ListWorkspaces lists every workspace.

@@ -264,14 +264,13 @@ func (b *benchRun) cliTurnsOf(r *benchCLI) error {
 			d.kill()
 		}
 	}()
-	if err := d.call(b.ctx, "agent.create", api.CreateParams{Name: r.Name, Provider: r.Name, Model: "fake-model",
-		Instructions: benchInstructions}, nil); err != nil {
+	if _, err := daemonCall(b.ctx, d, api.AgentCreate, api.CreateParams{Name: r.Name, Provider: r.Name, Model: "fake-model",
+		Instructions: benchInstructions}); err != nil {
 		return fmt.Errorf("agent create: %w", err)
 	}
 	send := func(i int) (time.Duration, error) {
 		t := time.Now()
-		var res api.SendResult
-		err := d.call(b.ctx, "agent.send", map[string]any{"ref": r.Name, "text": fmt.Sprintf("%s %d", benchText, i), "wait": true}, &res)
+		res, err := daemonStream(b.ctx, d, api.AgentSend, api.SendMessageParams{Ref: r.Name, Text: fmt.Sprintf("%s %d", benchText, i), Wait: true})
 		if err == nil && res.Failed != "" {
 			err = errors.New(res.Failed)
 		}

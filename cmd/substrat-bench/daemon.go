@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -51,8 +50,7 @@ func startBenchDaemon(ctx context.Context, exe, home string, timeout time.Durati
 	for {
 		c, err := rpc.Dial(ctx, fsstore.Layout{Home: home}.Socket())
 		if err == nil {
-			var st api.StatusResult
-			err = c.Call(ctx, "daemon.status", nil, &st)
+			_, err = rpc.Call(ctx, c, api.DaemonStatus, struct{}{})
 			c.Close()
 			if err == nil {
 				return d, nil
@@ -77,13 +75,27 @@ func startBenchDaemon(ctx context.Context, exe, home string, timeout time.Durati
 
 func (d *benchDaemon) pid() int { return d.cmd.Process.Pid }
 
-func (d *benchDaemon) call(ctx context.Context, method string, params, result any) error {
+// daemonCall makes the call m on a connection of its own to d.
+func daemonCall[P, R any](ctx context.Context, d *benchDaemon, m api.Method[P, R], p P) (R, error) {
 	c, err := rpc.Dial(ctx, fsstore.Layout{Home: d.home}.Socket())
 	if err != nil {
-		return err
+		var zero R
+		return zero, err
 	}
 	defer c.Close()
-	return c.Call(ctx, method, params, result)
+	return rpc.Call(ctx, c, m, p)
+}
+
+// daemonStream makes the streaming call m on a connection of its own to
+// d, dropping its frames.
+func daemonStream[P, F, R any](ctx context.Context, d *benchDaemon, m api.StreamMethod[P, F, R], p P) (R, error) {
+	c, err := rpc.Dial(ctx, fsstore.Layout{Home: d.home}.Socket())
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	defer c.Close()
+	return rpc.Stream(ctx, c, m, p, nil)
 }
 
 // stop asks the daemon to stop and waits for it; it is killed if it does
@@ -91,7 +103,7 @@ func (d *benchDaemon) call(ctx context.Context, method string, params, result an
 func (d *benchDaemon) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	d.call(ctx, "daemon.stop", nil, nil)
+	daemonCall(ctx, d, api.DaemonStop, struct{}{})
 	select {
 	case err := <-d.done:
 		return err
@@ -120,9 +132,9 @@ func (b *benchRun) daemonLatency() error {
 			d.kill()
 		}
 	}()
-	var info api.AgentInfo
-	if err := d.call(b.ctx, "agent.create", api.CreateParams{Name: "echo", Provider: "script",
-		Instructions: benchInstructions}, &info); err != nil {
+	info, err := daemonCall(b.ctx, d, api.AgentCreate, api.CreateParams{Name: "echo", Provider: "script",
+		Instructions: benchInstructions})
+	if err != nil {
 		return err
 	}
 	send := func(i int) (time.Duration, error) {
@@ -132,9 +144,8 @@ func (b *benchRun) daemonLatency() error {
 			return 0, err
 		}
 		defer c.Close()
-		var res api.SendResult
-		err = c.Stream(b.ctx, "agent.send", map[string]any{"ref": "echo", "text": fmt.Sprintf("ping %d", i), "wait": true},
-			func(json.RawMessage) error { return nil }, &res)
+		res, err := rpc.Stream(b.ctx, c, api.AgentSend, api.SendMessageParams{Ref: "echo", Text: fmt.Sprintf("ping %d", i), Wait: true},
+			func(api.WatchFrame) error { return nil })
 		if err == nil && res.Failed != "" {
 			err = fmt.Errorf("turn failed: %s", res.Failed)
 		}
@@ -205,8 +216,8 @@ func (b *benchRun) handEdits(home string, info api.AgentInfo) (benchLatency, err
 			return 0, false, err
 		}
 		for time.Since(t) < timeout {
-			var res api.InspectResult
-			if err := c.Call(b.ctx, "agent.inspect", map[string]string{"ref": info.ID}, &res); err != nil {
+			res, err := rpc.Call(b.ctx, c, api.AgentInspect, api.RefParams{Ref: info.ID})
+			if err != nil {
 				return 0, false, err
 			}
 			if res.Session != nil && res.Session.Instructions == want {
@@ -258,8 +269,8 @@ func (b *benchRun) rss(home string, agents int) error {
 			d.kill()
 		}
 	}()
-	var st api.StatusResult
-	if err := d.call(b.ctx, "daemon.status", nil, &st); err != nil {
+	st, err := daemonCall(b.ctx, d, api.DaemonStatus, struct{}{})
+	if err != nil {
 		return err
 	}
 	if st.Agents != agents {

@@ -70,12 +70,12 @@ func (b *benchRun) parking() error {
 	}
 	defer d.stop()
 	ctx := b.ctx
-	if err := d.call(ctx, "agent.create", api.CreateParams{Name: "other", Provider: "script", Pool: "other"}, nil); err != nil {
+	if _, err := daemonCall(ctx, d, api.AgentCreate, api.CreateParams{Name: "other", Provider: "script", Pool: "other"}); err != nil {
 		return err
 	}
 	b.progress("parking: creating %d agents", n)
 	for i := range n {
-		if err := d.call(ctx, "agent.create", api.CreateParams{Name: fmt.Sprintf("p%d", i), Provider: "openai"}, nil); err != nil {
+		if _, err := daemonCall(ctx, d, api.AgentCreate, api.CreateParams{Name: fmt.Sprintf("p%d", i), Provider: "openai"}); err != nil {
 			return err
 		}
 	}
@@ -89,14 +89,14 @@ func (b *benchRun) parking() error {
 	mu.Unlock()
 	start := time.Now()
 	for i := range n {
-		if err := d.call(ctx, "agent.send", map[string]any{"ref": fmt.Sprintf("p%d", i), "text": "work", "wait": false}, nil); err != nil {
+		if _, err := daemonStream(ctx, d, api.AgentSend, api.SendMessageParams{Ref: fmt.Sprintf("p%d", i), Text: "work", Wait: false}); err != nil {
 			return err
 		}
 	}
 	res := &benchParking{Agents: n}
 	count := func(pred func(api.AgentInfo) bool) (int, error) {
-		var list []api.AgentInfo
-		if err := d.call(ctx, "agent.list", nil, &list); err != nil {
+		list, err := daemonCall(ctx, d, api.AgentList, api.ListParams{})
+		if err != nil {
 			return 0, err
 		}
 		k := 0
@@ -137,7 +137,7 @@ func (b *benchRun) parking() error {
 			default:
 			}
 			t0 := time.Now()
-			if d.call(ctx, "agent.send", map[string]any{"ref": "other", "text": "hi", "wait": true}, nil) == nil {
+			if _, err := daemonStream(ctx, d, api.AgentSend, api.SendMessageParams{Ref: "other", Text: "hi", Wait: true}); err == nil {
 				others = append(others, time.Since(t0))
 			}
 		}

@@ -102,7 +102,10 @@ func (b *benchRun) scaleOne(n int) (benchScale, error) {
 	defer c.Close()
 	rounds := max(b.cfg.Rounds, 3)
 	var raw json.RawMessage
-	if row.ListMS, err = best(rounds, func() error { return c.Call(b.ctx, api.MethodAgentList, nil, &raw) }); err != nil {
+	if row.ListMS, err = best(rounds, func() (err error) {
+		raw, err = rpc.CallRaw(b.ctx, c, api.AgentList, api.ListParams{})
+		return err
+	}); err != nil {
 		return row, err
 	}
 	row.ListBytes = len(raw)
@@ -117,8 +120,9 @@ func (b *benchRun) scaleOne(n int) (benchScale, error) {
 	}); err != nil {
 		return row, fmt.Errorf("substrat agent list: %w", err)
 	}
-	if row.PageMS, err = best(rounds, func() error {
-		return c.Call(b.ctx, api.MethodAgentQuery, api.ListParams{Ref: ids[0], Limit: 100}, &raw)
+	if row.PageMS, err = best(rounds, func() (err error) {
+		raw, err = rpc.CallRaw(b.ctx, c, api.AgentQuery, api.ListParams{Ref: ids[0], Limit: 100})
+		return err
 	}); err != nil {
 		return row, err
 	}
@@ -130,11 +134,12 @@ func (b *benchRun) scaleOne(n int) (benchScale, error) {
 		shown = append(shown, ids[i%n])
 	}
 	var st json.RawMessage
-	if row.TopRefreshMS, err = best(rounds*10, func() error {
-		if err := c.Call(b.ctx, api.MethodDaemonStatus, nil, &st); err != nil {
+	if row.TopRefreshMS, err = best(rounds*10, func() (err error) {
+		if st, err = rpc.CallRaw(b.ctx, c, api.DaemonStatus, struct{}{}); err != nil {
 			return err
 		}
-		return c.Call(b.ctx, api.MethodAgentQuery, api.ListParams{IDs: shown}, &raw)
+		raw, err = rpc.CallRaw(b.ctx, c, api.AgentQuery, api.ListParams{IDs: shown})
+		return err
 	}); err != nil {
 		return row, err
 	}
@@ -153,14 +158,13 @@ func (b *benchRun) scaleOne(n int) (benchScale, error) {
 // topRead is top's read at its start: the status, then every agent a
 // page of 2,000 at a time.
 func topRead(ctx context.Context, c *rpc.Client) error {
-	var st api.StatusResult
-	if err := c.Call(ctx, api.MethodDaemonStatus, nil, &st); err != nil {
+	if _, err := rpc.Call(ctx, c, api.DaemonStatus, struct{}{}); err != nil {
 		return err
 	}
 	p := api.ListParams{Limit: 2000}
 	for {
-		var page api.ListPage
-		if err := c.Call(ctx, api.MethodAgentQuery, p, &page); err != nil {
+		page, err := rpc.Call(ctx, c, api.AgentQuery, p)
+		if err != nil {
 			return err
 		}
 		if page.Next == "" {

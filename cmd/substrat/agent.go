@@ -13,6 +13,7 @@ import (
 
 	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 
 	"github.com/alecthomas/kong"
 
@@ -108,7 +109,7 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		}
 		p.Model = abs
 	}
-	err = g.call(api.MethodAgentCreate, p, &info)
+	info, err = call(g, api.AgentCreate, p)
 	if err != nil {
 		return err
 	}
@@ -116,8 +117,8 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		return printJSON(info)
 	}
 	fmt.Printf("created %s (%s)\n  dir: %s\n", info.Path, info.ID, info.Dir)
-	var res api.InspectResult
-	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": info.ID}, &res); err == nil && res.Session != nil {
+	res, err := call(g, api.AgentInspect, api.RefParams{Ref: info.ID})
+	if err == nil && res.Session != nil {
 		fmt.Printf("  permissions: %s\n", supervisor.PermissionSummary(res.Session))
 		if l := res.Session.Limits; l != nil {
 			fmt.Printf("  limits: %s\n", l)
@@ -173,8 +174,8 @@ type AgentWakeCmd struct {
 
 // Run wakes the agent and says so.
 func (c *AgentWakeCmd) Run(g *Globals) error {
-	var info api.AgentInfo
-	if err := g.call(api.MethodAgentWake, map[string]string{"ref": c.Ref}, &info); err != nil {
+	info, err := call(g, api.AgentWake, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -214,13 +215,12 @@ func (c *AgentInstructionsCmd) Run(g *Globals) error {
 		if len(text) > maxInstructions {
 			return fail(fmt.Sprintf("the instructions are longer than %d bytes", maxInstructions), "")
 		}
-		var info api.AgentInfo
-		if err := g.call(api.MethodAgentInstructions, api.InstructionsParams{Ref: c.Ref, Instructions: text}, &info); err != nil {
+		if _, err := call(g, api.AgentInstructions, api.InstructionsParams{Ref: c.Ref, Instructions: text}); err != nil {
 			return err
 		}
 	}
-	var res api.InspectResult
-	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+	res, err := call(g, api.AgentInspect, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		if notFound(err) || notRunning(err) {
 			// Not live: an archived agent, read from archive/.
 			if found, aerr := inspectArchived(g, c.Ref); found {
@@ -280,13 +280,12 @@ func (c *AgentPermissionsCmd) Run(g *Globals, k *kong.Context) error {
 		p.DisallowedTools = append([]string{}, splitRules(c.Disallowed)...)
 	}
 	if c.Mode != "" || p.AllowedTools != nil || p.DisallowedTools != nil || c.Approver != "" || c.Wait != "" {
-		var info api.AgentInfo
-		if err := g.call(api.MethodAgentPermissions, p, &info); err != nil {
+		if _, err := call(g, api.AgentPermissions, p); err != nil {
 			return err
 		}
 	}
-	var res api.InspectResult
-	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+	res, err := call(g, api.AgentInspect, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		if notFound(err) {
 			// Not live: an archived agent, read from archive/.
 			if found, aerr := inspectArchived(g, c.Ref); found {
@@ -332,8 +331,7 @@ func (c *AgentListCmd) Run(g *Globals) error {
 	if g.JSON {
 		return printJSON(list)
 	}
-	var st api.StatusResult
-	g.call(api.MethodDaemonStatus, nil, &st)
+	st, _ := call(g, api.DaemonStatus, struct{}{})
 	if len(list) == 0 && len(st.KeptOut) == 0 {
 		fmt.Println(c.none(st.Agents))
 		return nil
@@ -368,37 +366,36 @@ func (c *AgentSendCmd) Run(g *Globals) error {
 		return err
 	}
 	defer cl.Close()
-	var res api.SendResult
 	streamed, stored := false, ""
-	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": c.Message, "wait": !c.NoWait},
+	res, err := rpc.StreamRaw(ctx, cl, api.AgentSend, api.SendMessageParams{Ref: c.Ref, Text: c.Message, Wait: !c.NoWait},
 		func(raw json.RawMessage) error {
 			if g.JSON {
 				printJSONLine(raw)
 				return nil
 			}
 			var e struct {
-				Type      string         `json:"type"`
+				Type      api.WatchType  `json:"type"`
 				Data      provider.Chunk `json:"data"`
 				Count     int            `json:"count"`
 				MessageID string         `json:"message_id"`
 			}
 			if json.Unmarshal(raw, &e) == nil {
 				switch e.Type {
-				case "sent":
+				case api.WatchSent:
 					stored = e.MessageID
-				case "output":
+				case api.WatchOutput:
 					if e.Data.Kind == provider.ChunkDenied {
 						fmt.Printf("[denied] %s: %s\n", termtext.Lines(e.Data.Tool), termtext.Lines(strings.TrimRight(e.Data.Text, "\n")))
 					} else {
 						fmt.Printf("[%s] %s\n", termtext.Lines(string(e.Data.Kind)), termtext.Lines(strings.TrimRight(e.Data.Text, "\n")))
 					}
 					streamed = true
-				case "dropped":
+				case api.WatchDropped:
 					fmt.Printf("[... %d events dropped: this reader fell behind the daemon ...]\n", e.Count)
 				}
 			}
 			return nil
-		}, &res)
+		})
 	if err != nil && ctx.Err() != nil && stored != "" {
 		// Interrupted: the message is stored, and the daemon runs its turn.
 		return &exitError{code: 130, msg: fmt.Sprintf("interrupted; message %s is stored, and its turn goes on in the daemon", stored),
@@ -441,7 +438,7 @@ type AgentAttachCmd struct {
 // Run streams the agent's events until interrupted.
 func (c *AgentAttachCmd) Run(g *Globals) error {
 	chatHint(c.Ref)
-	return follow(g, api.MethodAgentAttach, map[string]string{"ref": c.Ref}, c.Until)
+	return follow(g, api.AgentAttach, api.RefParams{Ref: c.Ref}, c.Until)
 }
 
 // AgentTerminateCmd ends agents.
@@ -456,8 +453,8 @@ func (c *AgentTerminateCmd) Run(g *Globals) error {
 	if err := c.confirm(g, "agent terminate", terminateWhat(c.Ref, c.Recursive)); err != nil {
 		return err
 	}
-	var out []api.AgentInfo
-	if err := g.call(api.MethodAgentTerminate, api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive}, &out); err != nil {
+	out, err := call(g, api.AgentTerminate, api.TerminateParams{Ref: c.Ref, Recursive: c.Recursive})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -483,8 +480,8 @@ func (c *AgentArchiveCmd) Run(g *Globals) error {
 	if err := c.confirm(g, "agent archive", "ends "+c.Ref+" and its whole subtree and moves them to archive/"); err != nil {
 		return err
 	}
-	var out []api.AgentInfo
-	if err := g.call(api.MethodAgentArchive, map[string]string{"ref": c.Ref}, &out); err != nil {
+	out, err := call(g, api.AgentArchive, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -505,8 +502,8 @@ type AgentBudgetCmd struct {
 
 // Run sets the budget.
 func (c *AgentBudgetCmd) Run(g *Globals) error {
-	var a api.AgentInfo
-	if err := g.call(api.MethodAgentBudget, map[string]any{"ref": c.Ref, "tokens": c.Tokens, "cost_usd": c.Cost}, &a); err != nil {
+	a, err := call(g, api.AgentBudget, api.BudgetParams{Ref: c.Ref, Tokens: c.Tokens, CostUSD: c.Cost})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -522,8 +519,8 @@ type gateArgs struct {
 }
 
 func (c *gateArgs) run(g *Globals, op, verb string) error {
-	var out []api.AgentInfo
-	if err := g.call(api.MethodAgentGate, api.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive}, &out); err != nil {
+	out, err := call(g, api.AgentGate, api.GateParams{Ref: c.Ref, Op: op, Recursive: c.Recursive})
+	if err != nil {
 		return err
 	}
 	if g.JSON {

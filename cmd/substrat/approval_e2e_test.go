@@ -77,8 +77,8 @@ func TestApprovalE2E(t *testing.T) {
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	dir := t.TempDir()
 	var lead, w wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Model: model, WorkDir: dir}, &lead)
-	d.mustCall("agent.create", wire.CreateParams{Name: "w", Provider: "claude", Parent: lead.ID, WorkDir: dir,
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "lead", Model: model, WorkDir: dir}, &lead)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "w", Provider: "claude", Parent: lead.ID, WorkDir: dir,
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "60s"}}, &w)
 	exists := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
 
@@ -88,13 +88,13 @@ func TestApprovalE2E(t *testing.T) {
 		t.Fatalf("the allowed command did not run: %q", res.Text)
 	}
 	var info wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "w"}, &info)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "w"}, &info)
 	if ap := info.Session.Approvals; len(ap) != 1 || ap[0].Answer != fsstore.ApprovalAllow || ap[0].By != lead.ID || ap[0].Tool != "Bash" {
 		t.Fatalf("the worker's approvals: %+v", ap)
 	}
 
 	// 2. USER is the approver now, and denies from the CLI.
-	d.mustCall("agent.permissions", wire.PermissionsParams{Ref: "w", Approver: fsstore.ApproverUser}, nil)
+	mustCall(d, wire.AgentPermissions, wire.PermissionsParams{Ref: "w", Approver: fsstore.ApproverUser}, nil)
 	done := make(chan wire.SendResult, 1)
 	go func() { done <- d.send("w", "RUN TWO") }()
 	req := waitApproval(t, d, 1)[0]
@@ -114,19 +114,19 @@ func TestApprovalE2E(t *testing.T) {
 	}
 
 	// 3. Nobody answers: denied when the timeout ends.
-	d.mustCall("agent.permissions", wire.PermissionsParams{Ref: "w", ApprovalTimeout: "2s"}, nil)
+	mustCall(d, wire.AgentPermissions, wire.PermissionsParams{Ref: "w", ApprovalTimeout: "2s"}, nil)
 	if res := d.send("w", "RUN THREE"); !strings.Contains(res.Text, "no answer within 2s") || exists("three.txt") {
 		t.Fatalf("an unanswered request: %q", res.Text)
 	}
 
 	// 4. A kill -9 while a request waits: it is still listed afterwards.
-	d.mustCall("agent.permissions", wire.PermissionsParams{Ref: "w", ApprovalTimeout: "10m"}, nil)
-	d.mustCall("agent.send", map[string]any{"ref": "w", "text": "RUN FOUR", "wait": false}, nil)
+	mustCall(d, wire.AgentPermissions, wire.PermissionsParams{Ref: "w", ApprovalTimeout: "10m"}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "w", Text: "RUN FOUR", Wait: false}, nil)
 	req = waitApproval(t, d, 1)[0]
 	d.kill()
 	d.start()
 	var list []wire.PendingApproval
-	d.mustCall("approval.list", nil, &list)
+	mustCall(d, wire.ApprovalList, struct{}{}, &list)
 	found := false
 	for _, p := range list {
 		found = found || p.ID == req.ID
@@ -144,7 +144,7 @@ func waitApproval(t *testing.T, d *e2eDaemon, n int) []wire.PendingApproval {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var list []wire.PendingApproval
-		d.mustCall("approval.list", nil, &list)
+		mustCall(d, wire.ApprovalList, struct{}{}, &list)
 		if len(list) >= n {
 			return list
 		}

@@ -24,7 +24,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 	bin := lookPath(t, "substrat")
 	d := runDaemon(t, "SUBSTRAT_TURN_TIMEOUT=2s")
 	var solo wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "solo",
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "solo",
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "10m"}}, &solo)
 	events := fsstore.Layout{Home: d.home}.Agent(solo.ID).Events()
 	waits := func() int {
@@ -47,7 +47,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 		}
 	}
 
-	d.mustCall("agent.send", map[string]any{"ref": "solo", "wait": false, "text": `!request_approval {"tool_name":"Bash","input":{"command":"make install"},"tool_use_id":"toolu_1"}` +
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "solo", Wait: false, Text: `!request_approval {"tool_name":"Bash","input":{"command":"make install"},"tool_use_id":"toolu_1"}` +
 		"\n" + `!send_message {"recipient":"USER","text":"installed"}`}, nil)
 	req := waitApproval(t, d, 1)[0]
 	eventually("WAITING in agent list", func() bool { return strings.Contains(agentList(), "WAITING") })
@@ -59,7 +59,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 	eventually("the turn run again to wait", func() bool { return waits() >= 2 })
 	time.Sleep(3 * time.Second)
 	var list []wire.PendingApproval
-	d.mustCall("approval.list", nil, &list)
+	mustCall(d, wire.ApprovalList, struct{}{}, &list)
 	if len(list) != 1 || list[0].ID != req.ID {
 		t.Fatalf("after the restart the requests are %+v, want only %s", list, req.ID)
 	}
@@ -72,7 +72,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 	var inbox []wire.InboxMessage
 	eventually("the turn to finish", func() bool {
 		inbox = nil
-		d.mustCall("inbox.list", map[string]any{"all": true}, &inbox)
+		mustCall(d, wire.InboxList, wire.InboxListParams{All: true}, &inbox)
 		for _, m := range inbox {
 			if m.Text == "installed" {
 				return true
@@ -87,7 +87,7 @@ func TestApprovalAcrossKillE2E(t *testing.T) {
 		}
 	}
 	var info wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "solo"}, &info)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "solo"}, &info)
 	if ap := info.Session.Approvals; asks != 1 || len(ap) != 1 || ap[0].Answer != fsstore.ApprovalAllow {
 		t.Errorf("USER asked %d times; the agent's requests: %+v", asks, ap)
 	}
@@ -112,7 +112,7 @@ func TestApprovalClaudeAcrossKillE2E(t *testing.T) {
 	d := runDaemon(t, claudeEnv(cli, api.URL)...)
 	dir := t.TempDir()
 	var w wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "w", Provider: "claude", WorkDir: dir,
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "w", Provider: "claude", WorkDir: dir,
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "10m"}}, &w)
 	events := fsstore.Layout{Home: d.home}.Agent(w.ID).Events()
 	waits := func() int {
@@ -128,14 +128,14 @@ func TestApprovalClaudeAcrossKillE2E(t *testing.T) {
 		}
 	}
 
-	d.mustCall("agent.send", map[string]any{"ref": "w", "text": "RUN FOUR", "wait": false}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "w", Text: "RUN FOUR", Wait: false}, nil)
 	req := waitApproval(t, d, 1)[0]
 	eventually("WAITING", func() bool { return waits() >= 1 })
 	d.kill()
 	d.start()
 	eventually("the turn run again to wait", func() bool { return waits() >= 2 })
 	var list []wire.PendingApproval
-	d.mustCall("approval.list", nil, &list)
+	mustCall(d, wire.ApprovalList, struct{}{}, &list)
 	if len(list) != 1 || list[0].ID != req.ID {
 		t.Fatalf("after the restart the requests are %+v, want only %s", list, req.ID)
 	}
@@ -144,7 +144,7 @@ func TestApprovalClaudeAcrossKillE2E(t *testing.T) {
 	}
 	eventually("four.txt", func() bool { _, err := os.Stat(filepath.Join(dir, "four.txt")); return err == nil })
 	var info wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "w"}, &info)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "w"}, &info)
 	if ap := info.Session.Approvals; len(ap) != 1 || ap[0].ID != req.ID || ap[0].Answer != fsstore.ApprovalAllow {
 		t.Errorf("the agent's requests: %+v", ap)
 	}

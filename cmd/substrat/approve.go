@@ -40,8 +40,8 @@ func (c *DenyCmd) Run(g *Globals) error {
 }
 
 func answer(g *Globals, p api.AnswerParams) error {
-	var res fsstore.Approval
-	if err := g.call(api.MethodApprovalAnswer, p, &res); err != nil {
+	res, err := call(g, api.ApprovalAnswer, p)
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -67,8 +67,8 @@ type ApprovalsListCmd struct{}
 // Run lists pending approval requests, each input abbreviated to its
 // first line and how much more there is.
 func (ApprovalsListCmd) Run(g *Globals) error {
-	var list []api.PendingApproval
-	if err := g.call(api.MethodApprovalList, nil, &list); err != nil {
+	list, err := call(g, api.ApprovalList, struct{}{})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -106,8 +106,8 @@ type ApprovalsShowCmd struct {
 // one line of JSON (characters that hide text escaped), and for a Bash
 // command its parts as the rules see them.
 func (c *ApprovalsShowCmd) Run(g *Globals) error {
-	var d api.ApprovalDetail
-	if err := g.call(api.MethodApprovalShow, api.ShowApprovalParams{ID: c.ID}, &d); err != nil {
+	d, err := call(g, api.ApprovalShow, api.ShowApprovalParams{ID: c.ID})
+	if err != nil {
 		return err
 	}
 	if g.JSON {

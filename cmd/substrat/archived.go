@@ -19,8 +19,8 @@ type AgentRestoreCmd struct {
 // Run asks the daemon to move the agent and its archived descendants back
 // into agents/.
 func (c *AgentRestoreCmd) Run(g *Globals) error {
-	var out []api.AgentInfo
-	if err := g.call(api.MethodAgentRestore, map[string]string{"ref": c.Ref}, &out); err != nil {
+	out, err := call(g, api.AgentRestore, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	if g.JSON {

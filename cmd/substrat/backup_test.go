@@ -40,9 +40,9 @@ func TestBackupWhileArchiving(t *testing.T) {
 	var ids []string
 	for i := range roots {
 		var a api.AgentInfo
-		d.mustCall("agent.create", api.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
+		mustCall(d, api.AgentCreate, api.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
 		var res api.SendResult
-		d.mustCall("agent.send", map[string]any{"ref": a.ID, "text": strings.Repeat("payload ", 200), "wait": false}, &res)
+		mustStream(d, api.AgentSend, api.SendMessageParams{Ref: a.ID, Text: strings.Repeat("payload ", 200), Wait: false}, &res)
 		agents[a.ID], msgs[res.MessageID] = true, a.ID
 		ids = append(ids, a.ID)
 	}
@@ -74,7 +74,7 @@ func TestBackupWhileArchiving(t *testing.T) {
 			default:
 			}
 			var res []api.AgentInfo
-			d.mustCall("agent.archive", map[string]string{"ref": id}, &res)
+			mustCall(d, api.AgentArchive, api.RefParams{Ref: id}, &res)
 			archived.Add(1)
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -88,10 +88,10 @@ func TestBackupWhileArchiving(t *testing.T) {
 			default:
 			}
 			var a api.AgentInfo
-			d.mustCall("agent.create", api.CreateParams{Name: fmt.Sprintf("n%d", i)}, &a)
+			mustCall(d, api.AgentCreate, api.CreateParams{Name: fmt.Sprintf("n%d", i)}, &a)
 			d.send(a.ID, `!spawn_agent {"name":"kid","instructions":"!complete {\"result\":\"done\"}"}`)
 			var res api.SendResult
-			d.mustCall("agent.send", map[string]any{"ref": a.ID, "text": "more", "wait": false}, &res)
+			mustStream(d, api.AgentSend, api.SendMessageParams{Ref: a.ID, Text: "more", Wait: false}, &res)
 		}
 	}()
 	var ee *exec.ExitError
@@ -155,5 +155,5 @@ func TestBackupWhileArchiving(t *testing.T) {
 	c.start()
 	defer c.kill()
 	var st api.StatusResult
-	c.mustCall("daemon.status", nil, &st)
+	mustCall(c, api.DaemonStatus, struct{}{}, &st)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // AgentChatCmd talks with an agent line by line.
@@ -85,14 +86,13 @@ func (c *AgentChatCmd) turn(g *Globals, v *convo, text string, sigs <-chan os.Si
 		return err
 	}
 	defer cl.Close()
-	var res api.SendResult
 	stored, streamed := "", false
-	err = cl.Stream(ctx, api.MethodAgentSend, map[string]any{"ref": c.Ref, "text": text, "wait": true}, func(raw json.RawMessage) error {
+	res, err := rpc.StreamRaw(ctx, cl, api.AgentSend, api.SendMessageParams{Ref: c.Ref, Text: text, Wait: true}, func(raw json.RawMessage) error {
 		if g.JSON {
 			return printJSONLine(raw)
 		}
 		var e struct {
-			Type      string         `json:"type"`
+			Type      api.WatchType  `json:"type"`
 			Data      provider.Chunk `json:"data"`
 			Count     int            `json:"count"`
 			MessageID string         `json:"message_id"`
@@ -101,17 +101,17 @@ func (c *AgentChatCmd) turn(g *Globals, v *convo, text string, sigs <-chan os.Si
 			return nil
 		}
 		switch e.Type {
-		case "sent": // stored: shown from here on
+		case api.WatchSent: // stored: shown from here on
 			stored = e.MessageID
 			v.line(time.Now(), "< USER", text)
-		case "output":
+		case api.WatchOutput:
 			v.chunk(time.Now(), e.Data, true)
 			streamed = streamed || e.Data.Kind == provider.ChunkText
-		case "dropped":
+		case api.WatchDropped:
 			v.line(time.Now(), "...", fmt.Sprintf("%d events dropped: this reader fell behind the daemon", e.Count))
 		}
 		return nil
-	}, &res)
+	})
 	switch {
 	case err != nil && ctx.Err() != nil && stored != "":
 		fmt.Fprintf(os.Stderr, "interrupted; message %s is stored, and its turn goes on in the daemon ('substrat daemon log %s -f' follows it)\n", stored, c.Ref)

@@ -24,7 +24,7 @@ func TestAgentChatInterruptE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := runDaemon(t)
-	d.mustCall("agent.create", wire.CreateParams{Name: "slow", Model: model, WorkDir: dir}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "slow", Model: model, WorkDir: dir}, nil)
 
 	cmd := exec.Command("substrat", "--home", d.home, "agent", "chat", "slow")
 	stdin, err := cmd.StdinPipe()

@@ -102,7 +102,7 @@ func TestClaudeE2E(t *testing.T) {
 	home := d.home
 
 	var boss wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Instructions: "You are the boss of a test team."}, &boss)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "boss", Provider: "claude", Instructions: "You are the boss of a test team."}, &boss)
 
 	// (a) A plain reply.
 	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
@@ -312,9 +312,9 @@ func TestClaudeE2ESandbox(t *testing.T) {
 	d, api := startE2E(t)
 	layout := fsstore.Layout{Home: d.home}
 
-	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
 	var boss wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab",
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab",
 		Instructions: "You are the boss of a sandboxed team."}, &boss)
 
 	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
@@ -351,7 +351,7 @@ func TestClaudeE2ESandbox(t *testing.T) {
 		t.Fatalf("the child is not in the tree: %+v", d.agents())
 	}
 	var insp wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "boss/helper"}, &insp)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "boss/helper"}, &insp)
 	if insp.Session.Workspace != "USER/lab" {
 		t.Errorf("the child's workspace is %q, want the parent's USER/lab", insp.Session.Workspace)
 	}
@@ -362,11 +362,11 @@ func TestClaudeE2ESandbox(t *testing.T) {
 
 	// Without network the CLI cannot reach its API: the turn fails and
 	// says so, rather than run outside the sandbox.
-	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "offline"}, nil)
-	d.mustCall("agent.create", wire.CreateParams{Name: "hermit", Provider: "claude", Workspace: "offline"}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "offline"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "hermit", Provider: "claude", Workspace: "offline"}, nil)
 	before := len(api.Requests())
 	var res wire.SendResult
-	d.mustCall("agent.send", map[string]any{"ref": "hermit", "text": "hello", "wait": true}, &res)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "hermit", Text: "hello", Wait: true}, &res)
 	if !strings.Contains(res.Failed, "no network access") {
 		t.Errorf("a claude turn in a workspace without network: failed %q, reply %q", res.Failed, res.Text)
 	}

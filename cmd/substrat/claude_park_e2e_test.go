@@ -46,8 +46,8 @@ func TestClaudeUsageLimitParkE2E(t *testing.T) {
 	}))
 	t.Cleanup(front.Close)
 	d := runDaemon(t, append(claudeEnv(cli, front.URL), "ANTHROPIC_API_KEY=", "CLAUDE_CODE_OAUTH_TOKEN=sk-ant-oat01-fake")...)
-	d.mustCall("agent.create", wire.CreateParams{Name: "c", Provider: "claude"}, nil)
-	d.mustCall("agent.send", map[string]any{"ref": "c", "text": "hello", "wait": false}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "c", Provider: "claude"}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "c", Text: "hello", Wait: false}, nil)
 	var parked wire.AgentInfo
 	waitFor(t, "c parked", func() bool { parked = d.agents()["c"]; return parked.Parked != nil })
 	if !parked.Parked.Until.Equal(reset) {

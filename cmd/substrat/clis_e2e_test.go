@@ -24,7 +24,7 @@ func TestCodexGeminiE2E(t *testing.T) {
 	}
 	d := runCodexGeminiDaemon(t, remembered)
 	for _, p := range []string{"codex", "gemini"} {
-		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
+		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
 		if res := d.send(p, "remember MANGO"); res.Text != "noted" {
 			t.Fatalf("%s: first turn %q", p, res.Text)
 		}

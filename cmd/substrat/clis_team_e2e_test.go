@@ -160,9 +160,9 @@ func cliTeam(t *testing.T, name string, cut bool) {
 		env = []string{"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL=" + api.URL}
 	}
 	d := runDaemon(t, append(env, "PATH="+filepath.Dir(toolsBin(t, name))+string(os.PathListSeparator)+os.Getenv("PATH"))...)
-	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "team", Network: true}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "team", Network: true}, nil)
 	var lead wire.AgentInfo
-	d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: "lead", Provider: name, Model: "fake-model", Workspace: "team"}, &lead)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "lead", Provider: name, Model: "fake-model", Workspace: "team"}, &lead)
 	if res := d.send("lead", "build the team"); res.Text != "spawned w1" {
 		t.Fatalf("the lead's first turn: %q", res.Text)
 	}
@@ -197,7 +197,7 @@ func cliTeam(t *testing.T, name string, cut bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var list []wire.AgentInfo
-	d.mustCall(wire.MethodAgentList, nil, &list)
+	mustCall(d, wire.AgentList, wire.ListParams{}, &list)
 	if len(list) != 2 {
 		t.Errorf("%d agents, want the lead and one worker: %+v", len(list), list)
 	}

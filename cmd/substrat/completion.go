@@ -165,11 +165,8 @@ func daemonAgents(home string) []string {
 		return nil
 	}
 	defer c.Close()
-	var list []struct {
-		Path string `json:"path"`
-		Name string `json:"name"`
-	}
-	if err := c.Call(ctx, api.MethodAgentList, nil, &list); err != nil {
+	list, err := rpc.Call(ctx, c, api.AgentList, api.ListParams{})
+	if err != nil {
 		return nil
 	}
 	out := []string{}

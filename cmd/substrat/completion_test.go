@@ -37,7 +37,7 @@ func BenchmarkCompleteAgents(b *testing.B) {
 	d.start()
 	defer d.kill()
 	var st2 api.StatusResult
-	d.mustCall("daemon.status", nil, &st2)
+	mustCall(d, api.DaemonStatus, struct{}{}, &st2)
 	b.Run("daemon", func(b *testing.B) {
 		for b.Loop() {
 			if n := len(daemonAgents(home)); n != 1000 {

@@ -12,6 +12,7 @@ import (
 	"github.com/substrat/substrat/internal/jsontext"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/config"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // ConfigCmd groups the commands of HOME/config.json.
@@ -30,7 +31,7 @@ func (ConfigShowCmd) Run(g *Globals) error {
 	cl, err := g.client(context.Background())
 	if err == nil {
 		defer cl.Close()
-		err = cl.Call(context.Background(), api.MethodConfigShow, nil, &eff)
+		eff.ConfigReport, err = rpc.Call(context.Background(), cl, api.ConfigShow, struct{}{})
 	} else {
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 3 {

@@ -14,8 +14,8 @@ func TestConfirmInATerminal(t *testing.T) {
 	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	var lead api.AgentInfo
-	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)
-	d.mustCall("agent.create", api.CreateParams{Name: "w1", Parent: lead.ID}, &api.AgentInfo{})
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "lead"}, &lead)
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "w1", Parent: lead.ID}, &api.AgentInfo{})
 
 	term := fmt.Sprintf("%s agent terminate lead/w1 --home %s; echo exit=$?", bin, d.home)
 	x := startTmux(t, 120, 24, term+"; "+term+"; sleep 30")

@@ -19,6 +19,7 @@ import (
 	"github.com/substrat/substrat/supervisor/daemon"
 
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/internal/jsontext"
@@ -101,8 +102,7 @@ func (c *DaemonStartCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	var st api.StatusResult
-	g.call(api.MethodDaemonStatus, nil, &st)
+	st, _ := call(g, api.DaemonStatus, struct{}{})
 	if g.JSON {
 		return printJSON(map[string]any{"pid": pid, "home": g.Home, "kept_out": len(st.KeptOut)})
 	}
@@ -171,8 +171,8 @@ func startDaemon(g *Globals, set settingFlags, timeout time.Duration) (int, erro
 			return 0, &exitError{code: 1, msg: fmt.Sprintf("the daemon (pid %d) did not answer within %s", cmd.Process.Pid, timeout),
 				hint: "see " + layout.Log()}
 		case <-tick.C:
-			var st api.StatusResult
-			if err := g.call(api.MethodDaemonStatus, nil, &st); err == nil {
+			st, err := call(g, api.DaemonStatus, struct{}{})
+			if err == nil {
 				cmd.Process.Release()
 				return st.Pid, nil
 			}
@@ -227,7 +227,7 @@ type DaemonStopCmd struct {
 func (c *DaemonStopCmd) Run(g *Globals) error {
 	layout := fsstore.Layout{Home: g.Home}
 	held, pid := daemon.Held(layout.Lock())
-	if err := g.call(api.MethodDaemonStop, nil, nil); err != nil {
+	if _, err := call(g, api.DaemonStop, struct{}{}); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(c.Timeout)
@@ -252,8 +252,8 @@ type DaemonStatusCmd struct{}
 
 // Run prints the status.
 func (DaemonStatusCmd) Run(g *Globals) error {
-	var st api.StatusResult
-	if err := g.call(api.MethodDaemonStatus, nil, &st); err != nil {
+	st, err := call(g, api.DaemonStatus, struct{}{})
+	if err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == 3 && g.JSON {
 			printJSON(map[string]any{"running": false, "home": g.Home})
@@ -294,14 +294,14 @@ type DaemonWatchCmd struct {
 
 // Run streams events until interrupted.
 func (c *DaemonWatchCmd) Run(g *Globals) error {
-	return follow(g, api.MethodDaemonWatch, map[string]string{"ref": c.Agent}, c.Until)
+	return follow(g, api.DaemonWatch, api.RefParams{Ref: c.Agent}, c.Until)
 }
 
 var errUntil = errors.New("until reached")
 
 // follow streams a subscription method until the user interrupts, or
 // until an event of type until has been printed.
-func follow(g *Globals, method string, params any, until string) error {
+func follow(g *Globals, m api.StreamMethod[api.RefParams, api.WatchFrame, struct{}], p api.RefParams, until string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cl, err := g.client(ctx)
@@ -309,7 +309,7 @@ func follow(g *Globals, method string, params any, until string) error {
 		return err
 	}
 	defer cl.Close()
-	err = cl.Stream(ctx, method, params, func(raw json.RawMessage) error {
+	_, err = rpc.StreamRaw(ctx, cl, m, p, func(raw json.RawMessage) error {
 		var e watchLine
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return err
@@ -319,11 +319,11 @@ func follow(g *Globals, method string, params any, until string) error {
 		} else {
 			fmt.Println(e.String())
 		}
-		if until != "" && e.Type == until {
+		if until != "" && string(e.Type) == until {
 			return errUntil
 		}
 		return nil
-	}, nil)
+	})
 	if ctx.Err() != nil || errors.Is(err, errUntil) {
 		return nil
 	}
@@ -333,7 +333,7 @@ func follow(g *Globals, method string, params any, until string) error {
 type watchLine struct {
 	Agent string          `json:"agent"`
 	Name  string          `json:"name"`
-	Type  string          `json:"type"`
+	Type  api.WatchType   `json:"type"`
 	Seq   uint64          `json:"seq"`
 	Time  time.Time       `json:"ts"`
 	Data  json.RawMessage `json:"data"`
@@ -341,7 +341,7 @@ type watchLine struct {
 }
 
 func (w watchLine) String() string {
-	if w.Type == "dropped" {
+	if w.Type == api.WatchDropped {
 		return fmt.Sprintf("[... %d events dropped: this reader fell behind the daemon; daemon log AGENT has them all ...]", w.Count)
 	}
 	data := string(jsontext.Readable(w.Data))

@@ -111,13 +111,13 @@ func (d *demo) startTeam() error {
 	}
 	d.pid = pid
 	d.step("daemon started (pid %d)", pid)
-	if err := d.g.call(api.MethodAgentCreate, api.CreateParams{Name: "lead", Provider: "script",
-		Instructions: "Lead the demo team."}, &d.lead); err != nil {
+	if d.lead, err = call(d.g, api.AgentCreate, api.CreateParams{Name: "lead", Provider: "script",
+		Instructions: "Lead the demo team."}); err != nil {
 		return err
 	}
 	d.step("created root agent %s (%s)", d.lead.Name, d.lead.ID)
-	var sent api.SendResult
-	if err := d.g.call(api.MethodAgentSend, map[string]any{"ref": "lead", "text": demoScript()}, &sent); err != nil {
+	sent, err := stream(d.g, api.AgentSend, api.SendMessageParams{Ref: "lead", Text: demoScript()})
+	if err != nil {
 		return err
 	}
 	d.step("asked lead to spawn %s; message %s is durable", strings.Join(demoWorkers, ", "), sent.MessageID)
@@ -168,11 +168,14 @@ func (d *demo) killAndRestart() error {
 	}
 	d.pid = pid
 	d.step("daemon restarted (pid %d); recovery report:", pid)
-	var rep api.Report
-	if err := d.g.call(api.MethodDaemonRecovery, nil, &rep); err != nil {
+	rep, err := call(d.g, api.DaemonRecovery, struct{}{})
+	if err != nil {
 		return err
 	}
-	printReport(&rep)
+	if rep == nil {
+		rep = &api.Report{}
+	}
+	printReport(rep)
 	return nil
 }
 
@@ -196,8 +199,8 @@ func (d *demo) waitDone() error {
 				idle = a.AgentState == "IDLE"
 			}
 		}
-		var insp api.InspectResult
-		if err := d.g.call(api.MethodAgentInspect, map[string]string{"ref": d.lead.ID}, &insp); err != nil {
+		insp, err := call(d.g, api.AgentInspect, api.RefParams{Ref: d.lead.ID})
+		if err != nil {
 			return err
 		}
 		if done == len(demoWorkers) && idle && insp.Pending == 0 {
@@ -227,7 +230,6 @@ func (d *demo) show() error {
 }
 
 func demoList(g *Globals) ([]api.AgentInfo, error) {
-	var list []api.AgentInfo
-	err := g.call(api.MethodAgentList, nil, &list)
+	list, err := call(g, api.AgentList, api.ListParams{})
 	return list, err
 }

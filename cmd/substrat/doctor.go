@@ -20,9 +20,8 @@ type DoctorCmd struct{}
 // 1) if a check failed.
 func (c *DoctorCmd) Run(g *Globals) error {
 	ctx := context.Background()
-	var rep api.DoctorReport
 	var where string
-	err := g.call(api.MethodDaemonDoctor, struct{}{}, &rep)
+	rep, err := call(g, api.DaemonDoctor, struct{}{})
 	var ee *exitError
 	switch {
 	case err == nil:

@@ -56,7 +56,7 @@ func (d *e2eDaemon) start() {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var st wire.StatusResult
-		if err := d.call("daemon.status", nil, &st); err == nil {
+		if err := e2eCall(d, wire.DaemonStatus, struct{}{}, &st); err == nil {
 			return
 		}
 		select {
@@ -92,21 +92,61 @@ func runDaemon(t *testing.T, env ...string) *e2eDaemon {
 	return d
 }
 
-func (d *e2eDaemon) call(method string, params, result any) error {
+// dial connects to d's socket, for at most a minute.
+func (d *e2eDaemon) dial() (*rpc.Client, context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	c, err := rpc.Dial(ctx, fsstore.Layout{Home: d.home}.Socket())
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return c, ctx, cancel, nil
+}
+
+// e2eCall makes the call m on d and stores its result in *r (r nil:
+// drops it).
+func e2eCall[P, R any](d *e2eDaemon, m wire.Method[P, R], p P, r *R) error {
+	c, ctx, cancel, err := d.dial()
 	if err != nil {
 		return err
 	}
+	defer cancel()
 	defer c.Close()
-	return c.Call(ctx, method, params, result)
+	res, err := rpc.Call(ctx, c, m, p)
+	if err == nil && r != nil {
+		*r = res
+	}
+	return err
 }
 
-func (d *e2eDaemon) mustCall(method string, params, result any) {
+// e2eStream is e2eCall for a streaming method, whose frames it drops.
+func e2eStream[P, F, R any](d *e2eDaemon, m wire.StreamMethod[P, F, R], p P, r *R) error {
+	c, ctx, cancel, err := d.dial()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer c.Close()
+	res, err := rpc.Stream(ctx, c, m, p, nil)
+	if err == nil && r != nil {
+		*r = res
+	}
+	return err
+}
+
+// mustCall is e2eCall that fails the test on an error.
+func mustCall[P, R any](d *e2eDaemon, m wire.Method[P, R], p P, r *R) {
 	d.t.Helper()
-	if err := d.call(method, params, result); err != nil {
-		d.t.Fatalf("%s: %v (daemon output in %s)", method, err, filepath.Join(d.home, "e2e-daemon.out"))
+	if err := e2eCall(d, m, p, r); err != nil {
+		d.t.Fatalf("%s: %v (daemon output in %s)", m.Name, err, filepath.Join(d.home, "e2e-daemon.out"))
+	}
+}
+
+// mustStream is e2eStream that fails the test on an error.
+func mustStream[P, F, R any](d *e2eDaemon, m wire.StreamMethod[P, F, R], p P, r *R) {
+	d.t.Helper()
+	if err := e2eStream(d, m, p, r); err != nil {
+		d.t.Fatalf("%s: %v (daemon output in %s)", m.Name, err, filepath.Join(d.home, "e2e-daemon.out"))
 	}
 }
 
@@ -114,7 +154,7 @@ func (d *e2eDaemon) mustCall(method string, params, result any) {
 func (d *e2eDaemon) send(ref, text string) wire.SendResult {
 	d.t.Helper()
 	var res wire.SendResult
-	d.mustCall("agent.send", map[string]any{"ref": ref, "text": text, "wait": true}, &res)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: ref, Text: text, Wait: true}, &res)
 	if res.Failed != "" {
 		d.t.Fatalf("the turn of %s failed: %s", ref, res.Failed)
 	}
@@ -124,7 +164,7 @@ func (d *e2eDaemon) send(ref, text string) wire.SendResult {
 func (d *e2eDaemon) agents() map[string]wire.AgentInfo {
 	d.t.Helper()
 	var list []wire.AgentInfo
-	d.mustCall("agent.list", nil, &list)
+	mustCall(d, wire.AgentList, wire.ListParams{}, &list)
 	out := map[string]wire.AgentInfo{}
 	for _, a := range list {
 		out[a.Path] = a
@@ -152,7 +192,7 @@ func (d *e2eDaemon) waitFirstTurn(path string) {
 func (d *e2eDaemon) sessionID(id string) string {
 	d.t.Helper()
 	var list []wire.SessionInfo
-	d.mustCall("session.list", nil, &list)
+	mustCall(d, wire.SessionList, struct{}{}, &list)
 	for _, s := range list {
 		if s.ID == id {
 			return s.ProviderSessionID
@@ -168,7 +208,7 @@ func (d *e2eDaemon) waitInbox(want string, within time.Duration) string {
 	deadline := time.Now().Add(within)
 	for {
 		var inbox []wire.InboxMessage
-		d.mustCall("inbox.list", map[string]bool{"all": true}, &inbox)
+		mustCall(d, wire.InboxList, wire.InboxListParams{All: true}, &inbox)
 		found := ""
 		for _, m := range inbox {
 			if strings.Contains(m.Text, want) {
@@ -291,7 +331,7 @@ func runCodexGeminiDaemon(t *testing.T, reply func(conv string) string) *e2eDaem
 	d := runDaemon(t, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
 		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
-	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
 	return d
 }
 

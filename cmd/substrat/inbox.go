@@ -21,8 +21,8 @@ func (c *InboxCmd) Run(g *Globals) error {
 	if c.Follow {
 		return followInbox(g)
 	}
-	var out []api.InboxMessage
-	if err := g.call(api.MethodInboxList, api.InboxListParams{All: c.All}, &out); err != nil {
+	out, err := call(g, api.InboxList, api.InboxListParams{All: c.All})
+	if err != nil {
 		return err
 	}
 	if err := printInbox(g, out); err != nil || c.Peek {
@@ -37,7 +37,8 @@ func (c *InboxCmd) Run(g *Globals) error {
 	if len(shown) == 0 {
 		return nil
 	}
-	return g.call(api.MethodInboxRead, api.InboxReadParams{IDs: shown}, nil)
+	_, err = call(g, api.InboxRead, api.InboxReadParams{IDs: shown})
+	return err
 }
 
 func printInbox(g *Globals, out []api.InboxMessage) error {

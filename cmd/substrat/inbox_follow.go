@@ -12,6 +12,7 @@ import (
 
 	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // followInbox streams the notifications (inbox.follow) until interrupted:
@@ -86,7 +87,7 @@ func followOnce(ctx context.Context, g *Globals, cur *followCursor, connected fu
 		return err
 	}
 	defer cl.Close()
-	return cl.Stream(ctx, api.MethodInboxFollow, api.FollowParams{Since: cur.since}, func(raw json.RawMessage) error {
+	_, err = rpc.StreamRaw(ctx, cl, api.InboxFollow, api.FollowParams{Since: cur.since}, func(raw json.RawMessage) error {
 		var n api.Notification
 		if err := json.Unmarshal(raw, &n); err != nil {
 			return err
@@ -111,13 +112,14 @@ func followOnce(ctx context.Context, g *Globals, cur *followCursor, connected fu
 		}
 		fmt.Println(notificationLine(n))
 		return nil
-	}, nil)
+	})
+	return err
 }
 
 // notificationLine is how a notification reads in the terminal; what an
 // agent wrote has its control characters shown, not obeyed.
 func notificationLine(n api.Notification) string {
-	if n.Kind == "dropped" {
+	if n.Kind == api.NotifyDropped {
 		return "[... notifications dropped: this reader fell behind; substrat inbox --all has every message ...]"
 	}
 	who := n.AgentPath

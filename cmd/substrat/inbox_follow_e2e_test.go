@@ -21,7 +21,7 @@ import (
 func TestInboxFollowE2E(t *testing.T) {
 	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
-	d.mustCall("agent.create", wire.CreateParams{Name: "r"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "r"}, nil)
 	follow := func(args ...string) (lines chan string, ready chan struct{}) {
 		cmd := exec.Command(bin, append([]string{"inbox", "--follow", "--home", d.home}, args...)...)
 		out, _ := cmd.StdoutPipe()

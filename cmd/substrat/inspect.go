@@ -19,8 +19,8 @@ type AgentInspectCmd struct {
 
 // Run prints the agent.
 func (c *AgentInspectCmd) Run(g *Globals) error {
-	var res api.InspectResult
-	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+	res, err := call(g, api.AgentInspect, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		if notFound(err) {
 			// Not live: an archived agent, read from archive/.
 			if found, aerr := inspectArchived(g, c.Ref); found {

@@ -52,14 +52,14 @@ func TestInstructionsReachEveryCLI(t *testing.T) {
 		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
 		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
 	d := runDaemon(t, env...)
-	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
 	for _, p := range []string{"claude", "codex", "gemini"} {
-		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box",
+		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box",
 			Instructions: "You are INSTR-ALPHA."}, nil)
 		if res := d.send(p, "first"); res.Text != "saw ALPHA" {
 			t.Fatalf("%s: first turn %q", p, res.Text)
 		}
-		d.mustCall(wire.MethodAgentInstructions, wire.InstructionsParams{Ref: p, Instructions: "You are INSTR-BETA now."}, nil)
+		mustCall(d, wire.AgentInstructions, wire.InstructionsParams{Ref: p, Instructions: "You are INSTR-BETA now."}, nil)
 		if res := d.send(p, "second"); res.Text != "saw BETA" {
 			t.Errorf("%s: the turn after the change %q, want the new instructions only", p, res.Text)
 		}

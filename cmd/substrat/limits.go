@@ -32,13 +32,12 @@ func (c *AgentLimitsCmd) Run(g *Globals) error {
 		return err
 	}
 	if p.MemoryBytes != nil || p.Pids != nil || p.CPUWeight != nil {
-		var info api.AgentInfo
-		if err := g.call(api.MethodAgentLimits, p, &info); err != nil {
+		if _, err := call(g, api.AgentLimits, p); err != nil {
 			return err
 		}
 	}
-	var res api.InspectResult
-	if err := g.call(api.MethodAgentInspect, map[string]string{"ref": c.Ref}, &res); err != nil {
+	res, err := call(g, api.AgentInspect, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	var l fsstore.Limits

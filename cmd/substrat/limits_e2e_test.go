@@ -95,7 +95,7 @@ func TestLimitsE2E(t *testing.T) {
 	d.start()
 	t.Cleanup(d.kill)
 	var st wire.StatusResult
-	d.mustCall("daemon.status", nil, &st)
+	mustCall(d, wire.DaemonStatus, struct{}{}, &st)
 	if st.Limits == nil {
 		t.Fatal("daemon.status says nothing of limits")
 	}
@@ -106,13 +106,13 @@ func TestLimitsE2E(t *testing.T) {
 	dir := t.TempDir()
 	mem256 := int64(256 << 20)
 	var h, b, calm wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "hog", Model: hog, WorkDir: dir, Limits: &fsstore.Limits{MemoryBytes: mem256}}, &h)
-	d.mustCall("agent.create", wire.CreateParams{Name: "bomb", Model: bomb, WorkDir: dir, Limits: &fsstore.Limits{Pids: 64}}, &b)
-	d.mustCall("agent.create", wire.CreateParams{Name: "calm", Model: ok, WorkDir: dir, Limits: &fsstore.Limits{MemoryBytes: mem256, Pids: 64}}, &calm)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "hog", Model: hog, WorkDir: dir, Limits: &fsstore.Limits{MemoryBytes: mem256}}, &h)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "bomb", Model: bomb, WorkDir: dir, Limits: &fsstore.Limits{Pids: 64}}, &b)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "calm", Model: ok, WorkDir: dir, Limits: &fsstore.Limits{MemoryBytes: mem256, Pids: 64}}, &calm)
 
 	// The limit is recorded on each, as the created event's session.
 	var info wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "bomb"}, &info)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "bomb"}, &info)
 	if l := info.Session.Limits; l == nil || l.Pids != 64 {
 		t.Fatalf("bomb's limits: %+v", l)
 	}
@@ -122,7 +122,7 @@ func TestLimitsE2E(t *testing.T) {
 		{"bomb", "process limit 64 reached"},
 	} {
 		var res wire.SendResult
-		d.mustCall("agent.send", map[string]any{"ref": c.ref, "text": "go", "wait": true}, &res)
+		mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: c.ref, Text: "go", Wait: true}, &res)
 		if !strings.Contains(res.Failed, c.want) {
 			t.Fatalf("the turn of %s: failed %q, text %q; want the reason %q", c.ref, res.Failed, res.Text, c.want)
 		}
@@ -137,7 +137,7 @@ func TestLimitsE2E(t *testing.T) {
 	for _, ref := range []string{"hog", "bomb"} {
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			d.mustCall("agent.inspect", map[string]string{"ref": ref}, &info)
+			mustCall(d, wire.AgentInspect, wire.RefParams{Ref: ref}, &info)
 			if info.Session.Gated {
 				break
 			}
@@ -180,12 +180,12 @@ func TestLimitsE2E(t *testing.T) {
 	// Limits change with agent.limits (a "limits" event), and the group
 	// goes when the agent ends.
 	none := int64(fsstore.NoLimit)
-	d.mustCall("agent.limits", wire.LimitsParams{Ref: "calm", Pids: &none}, nil)
-	d.mustCall("agent.inspect", map[string]string{"ref": "calm"}, &info)
+	mustCall(d, wire.AgentLimits, wire.LimitsParams{Ref: "calm", Pids: &none}, nil)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "calm"}, &info)
 	if l := info.Session.Limits; l == nil || l.Pids != fsstore.NoLimit || l.MemoryBytes != mem256 {
 		t.Fatalf("calm's limits after agent.limits: %+v", l)
 	}
-	d.mustCall("agent.terminate", map[string]any{"ref": "hog"}, nil)
+	mustCall(d, wire.AgentTerminate, wire.TerminateParams{Ref: "hog"}, nil)
 	if st.Limits.Mechanism == limits.CgroupV1 {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory/substrat", hash, h.ID)); !os.IsNotExist(err) {
 			t.Fatalf("the terminated agent's group is still there: %v", err)
@@ -214,18 +214,18 @@ func TestLimitsE2E(t *testing.T) {
 		}
 	}
 	if strings.TrimSpace(string(left)) != "" {
-		var rep wire.Report
-		d.call("daemon.recovery", nil, &rep)
+		rep := &wire.Report{}
+		e2eCall(d, wire.DaemonRecovery, struct{}{}, &rep)
 		log, _ := os.ReadFile(filepath.Join(d.home, "daemon.log"))
 		t.Fatalf("processes of bomb outlived the kill -9 and the start: %s; reaped %q; log:\n%s", left, rep.Reaped, log)
 	}
 	if r := d.send("calm", "still there?"); r.Text != "approved 0" {
 		t.Fatalf("calm's turn after the restart: %q", r.Text)
 	}
-	d.mustCall("daemon.status", nil, &st)
+	mustCall(d, wire.DaemonStatus, struct{}{}, &st)
 
 	// A clean stop removes every group of the home.
-	d.mustCall("daemon.stop", nil, nil)
+	mustCall(d, wire.DaemonStop, struct{}{}, nil)
 	select {
 	case <-d.done:
 		d.cmd = nil

@@ -54,9 +54,8 @@ func (o *listOptions) query(g *Globals) (api.ListPage, error) {
 	if o.Output == "json" {
 		g.JSON = true
 	}
-	var page api.ListPage
-	err := g.call(api.MethodAgentQuery, api.ListParams{Ref: o.Ref, States: splitList(o.State), Providers: splitList(o.Provider),
-		Limit: o.Limit, After: o.After}, &page)
+	page, err := call(g, api.AgentQuery, api.ListParams{Ref: o.Ref, States: splitList(o.State), Providers: splitList(o.Provider),
+		Limit: o.Limit, After: o.After})
 	return page, err
 }
 

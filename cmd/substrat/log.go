@@ -14,6 +14,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // DaemonLogCmd prints an agent's history.
@@ -137,7 +138,7 @@ func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(j
 		if err == nil {
 			connected = true
 			lost = false
-			err = cl.Stream(ctx, api.MethodAgentEvents, p, func(raw json.RawMessage) error {
+			_, err = rpc.StreamRaw(ctx, cl, api.AgentEvents, p, func(raw json.RawMessage) error {
 				e, err := decodeEvent(raw)
 				if err != nil {
 					return err
@@ -149,7 +150,7 @@ func followLog(ctx context.Context, g *Globals, p api.EventsParams, print func(j
 				print(raw, e)
 				wait = 100 * time.Millisecond
 				return nil
-			}, nil)
+			})
 			cl.Close()
 			if err == nil && p.Follow {
 				fmt.Fprintf(os.Stderr, "%s left agents/ (archived or moved): nothing more to follow\n", p.Ref)

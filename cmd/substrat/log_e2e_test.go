@@ -14,7 +14,7 @@ import (
 // printed: none twice, none lost. It ends when the agent is archived.
 func TestDaemonLogFollowE2E(t *testing.T) {
 	d := runDaemon(t)
-	d.mustCall("agent.create", wire.CreateParams{Name: "pal", WorkDir: t.TempDir()}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "pal", WorkDir: t.TempDir()}, nil)
 	d.send("pal", "first")
 
 	cmd := exec.Command("substrat", "daemon", "log", "pal", "-f", "--home", d.home)
@@ -35,7 +35,7 @@ func TestDaemonLogFollowE2E(t *testing.T) {
 
 	// A clean stop and start: the stream ends with the daemon's error,
 	// and the follower goes on too.
-	d.mustCall("daemon.stop", nil, nil)
+	mustCall(d, wire.DaemonStop, struct{}{}, nil)
 	<-d.done
 	d.cmd = nil
 	d.start()
@@ -44,7 +44,7 @@ func TestDaemonLogFollowE2E(t *testing.T) {
 	lines.waitFor(t, "idle")
 
 	// Archived: the follower has nothing more to follow, and ends.
-	d.mustCall("agent.archive", map[string]string{"ref": "pal"}, nil)
+	mustCall(d, wire.AgentArchive, wire.RefParams{Ref: "pal"}, nil)
 	lines.rest()
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("daemon log -f ended with %v when the agent was archived; stderr: %s", err, stderr.String())

@@ -201,15 +201,29 @@ func (g *Globals) client(ctx context.Context) (*rpc.Client, error) {
 	return c, nil
 }
 
-// call makes one RPC call on a fresh connection.
-func (g *Globals) call(method string, params, result any) error {
+// call makes the call m on a fresh connection to g's daemon.
+func call[P, R any](g *Globals, m api.Method[P, R], p P) (R, error) {
 	ctx := context.Background()
 	c, err := g.client(ctx)
 	if err != nil {
-		return err
+		var zero R
+		return zero, err
 	}
 	defer c.Close()
-	return c.Call(ctx, method, params, result)
+	return rpc.Call(ctx, c, m, p)
+}
+
+// stream makes the streaming call m on a fresh connection to g's daemon,
+// dropping its frames.
+func stream[P, F, R any](g *Globals, m api.StreamMethod[P, F, R], p P) (R, error) {
+	ctx := context.Background()
+	c, err := g.client(ctx)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	defer c.Close()
+	return rpc.Stream(ctx, c, m, p, nil)
 }
 
 // VersionCmd prints the version.

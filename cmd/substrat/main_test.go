@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
@@ -99,7 +100,7 @@ func cmdWaitDaemon(ts *testscript.TestScript, neg bool, args []string) {
 	for time.Now().Before(deadline) {
 		c, err := rpc.Dial(context.Background(), sock)
 		if err == nil {
-			err = c.Call(context.Background(), "daemon.status", nil, nil)
+			_, err = rpc.Call(context.Background(), c, api.DaemonStatus, struct{}{})
 			c.Close()
 			if err == nil {
 				return

@@ -86,14 +86,15 @@ type mcpBridge struct {
 	calls  atomic.Int64 // tool calls made by this process
 }
 
-// call makes one RPC call on a fresh connection.
-func (b *mcpBridge) call(ctx context.Context, method string, params, result any) error {
+// bridgeCall makes the call m on a fresh connection to b's socket.
+func bridgeCall[P, R any](ctx context.Context, b *mcpBridge, m api.Method[P, R], p P) (R, error) {
 	c, err := rpc.Dial(ctx, b.socket)
 	if err != nil {
-		return err
+		var zero R
+		return zero, err
 	}
 	defer c.Close()
-	return c.Call(ctx, method, params, result)
+	return rpc.Call(ctx, c, m, p)
 }
 
 // server fetches the tool list, waiting up to wait for the daemon, and
@@ -102,7 +103,8 @@ func (b *mcpBridge) server(ctx context.Context, wait time.Duration) (*mcp.Server
 	var specs []api.ToolSpec
 	deadline := time.Now().Add(wait)
 	for {
-		err := b.call(ctx, api.MethodToolList, nil, &specs)
+		var err error
+		specs, err = bridgeCall(ctx, b, api.ToolList, struct{}{})
 		if err == nil {
 			break
 		}
@@ -135,13 +137,9 @@ func (b *mcpBridge) handler(name string) mcp.ToolHandler {
 		if id == "" {
 			id = mcpCallID(b.agent, name, args, n)
 		}
-		var res provider.ToolResult
-		err := b.call(ctx, api.MethodToolCall, map[string]any{
-			"agent": b.agent,
-			"call":  provider.ToolCall{ID: id, Name: name, Args: args},
-		}, &res)
+		res, err := bridgeCall(ctx, b, api.ToolCall, api.ToolCallParams{Agent: b.agent, Call: api.ToolRequest{ID: id, Name: name, Args: args}})
 		if err != nil {
-			res = provider.ToolResult{IsError: true, Text: fmt.Sprintf("substrat could not run %s: %v", name, err)}
+			res = api.ToolResult{IsError: true, Text: fmt.Sprintf("substrat could not run %s: %v", name, err)}
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Text}}, IsError: res.IsError}, nil
 	}

@@ -39,36 +39,29 @@ type fakeDaemon struct {
 	handlers map[string]provider.ToolHandler // agent id -> its turn's tools
 }
 
-type toolCallParams struct {
-	Agent string            `json:"agent"`
-	Call  provider.ToolCall `json:"call"`
-}
+type toolCallParams = api.ToolCallParams
 
 func startFakeDaemon(t *testing.T, home string) *fakeDaemon {
 	t.Helper()
 	d := &fakeDaemon{home: home, handlers: map[string]provider.ToolHandler{}}
 	d.srv = rpc.NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	d.srv.Handle("tool.list", func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
+	rpc.Handle(d.srv, api.ToolList, func(ctx context.Context, _ struct{}) ([]api.ToolSpec, error) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return append(supervisor.Tools(), d.extra...), nil
 	})
-	d.srv.Handle("tool.call", func(ctx context.Context, raw json.RawMessage, _ func(any) error) (any, error) {
-		var p toolCallParams
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return nil, err
-		}
+	rpc.Handle(d.srv, api.ToolCall, func(ctx context.Context, p api.ToolCallParams) (api.ToolResult, error) {
 		d.mu.Lock()
 		d.calls = append(d.calls, p)
 		h := d.handlers[p.Agent]
 		d.mu.Unlock()
 		if h != nil {
-			return h.CallTool(ctx, p.Call), nil
+			return api.ToolResult(h.CallTool(ctx, provider.ToolCall(p.Call))), nil
 		}
 		if p.Call.Name == "complete" {
-			return provider.ToolResult{IsError: true, Text: "complete: you have children still running"}, nil
+			return api.ToolResult{IsError: true, Text: "complete: you have children still running"}, nil
 		}
-		return provider.ToolResult{Text: fmt.Sprintf("ran %s with %s", p.Call.Name, p.Call.Args)}, nil
+		return api.ToolResult{Text: fmt.Sprintf("ran %s with %s", p.Call.Name, p.Call.Args)}, nil
 	})
 	ln, err := net.Listen("unix", fsstore.Layout{Home: home}.Socket())
 	if err != nil {

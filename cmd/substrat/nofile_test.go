@@ -39,18 +39,18 @@ func TestLowDescriptorLimit(t *testing.T) {
 	go func() { d.cmd.Wait(); close(d.done) }()
 	t.Cleanup(d.kill)
 	deadline := time.Now().Add(30 * time.Second)
-	for d.call("daemon.status", nil, nil) != nil {
+	for e2eCall(d, api.DaemonStatus, struct{}{}, nil) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("the daemon did not answer")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	var st api.StatusResult
-	d.mustCall("daemon.status", nil, &st)
+	mustCall(d, api.DaemonStatus, struct{}{}, &st)
 	const agents = 2 * limit
 	for i := range agents {
 		var a api.AgentInfo
-		d.mustCall("agent.create", api.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
+		mustCall(d, api.AgentCreate, api.CreateParams{Name: fmt.Sprintf("r%d", i)}, &a)
 		res := d.send(a.ID, `!spawn_agent {"name":"kid","instructions":"!complete {\"result\":\"done\"}"}`)
 		if strings.Contains(res.Text, "error") {
 			t.Fatalf("agent %d: %s", i, res.Text)

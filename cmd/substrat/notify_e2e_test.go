@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
+
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // TestNotifyStatusE2E: `substrat daemon status` shows what notify_command
@@ -36,7 +38,7 @@ func TestNotifyStatusE2E(t *testing.T) {
 			t.Fatalf("config.json not adopted: %s", out)
 		}
 	}
-	d.mustCall("agent.create", map[string]any{"name": "r"}, nil)
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "r"}, nil)
 	d.send("r", `!send_message {"recipient":"USER","text":"all done"}`)
 	var out string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {

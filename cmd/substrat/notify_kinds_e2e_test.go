@@ -70,24 +70,23 @@ func TestNotifyKindsE2E(t *testing.T) {
 
 	hostile := "done \x1b[31mred\x1b[0m <b>&amp; \"quoted\" $(touch /tmp/pwned)\nsecond line"
 	text, _ := json.Marshal(map[string]string{"recipient": "USER", "text": hostile})
-	d.mustCall("agent.create", wire.CreateParams{Name: "r"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "r"}, nil)
 	d.send("r", "!send_message "+string(text))
 
-	d.mustCall("agent.create", wire.CreateParams{Name: "asker", WorkDir: t.TempDir(),
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "asker", WorkDir: t.TempDir(),
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "10m"}}, nil)
-	d.mustCall("agent.send", map[string]any{"ref": "asker", "wait": false,
-		"text": `!request_approval {"tool_name":"Bash","input":{"command":"rm -rf build"}}`}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "asker", Wait: false, Text: `!request_approval {"tool_name":"Bash","input":{"command":"rm -rf build"}}`}, nil)
 
-	d.mustCall("agent.create", wire.CreateParams{Name: "boss"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "boss"}, nil)
 	d.send("boss", `!spawn_agent {"name":"kid","instructions":"wait"}`)
 	waitFor(t, "kid", func() bool { _, ok := d.agents()["boss/kid"]; return ok })
 	d.send("boss", `!gate {"agent_name":"kid"}`)
 
-	d.mustCall("agent.create", wire.CreateParams{Name: "fin"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "fin"}, nil)
 	d.send("fin", `!complete {"result":"all built"}`)
 
-	d.mustCall("agent.create", wire.CreateParams{Name: "w", Provider: "openai"}, nil)
-	d.mustCall("agent.send", map[string]any{"ref": "w", "text": "hello", "wait": false}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "w", Provider: "openai"}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "w", Text: "hello", Wait: false}, nil)
 
 	want := []string{wire.NotifyMessage, wire.NotifyApproval, wire.NotifyGated, wire.NotifyCompleted, wire.NotifyParked, wire.NotifyUnparked}
 	got := map[string]wire.Notification{}
@@ -152,17 +151,17 @@ func TestNotifyKindsE2E(t *testing.T) {
 // it hangs, and the messages are all in USER's inbox.
 func TestNotifyHangNeverBlocksE2E(t *testing.T) {
 	d := daemonWithConfig(t, `{"version": 1, "notify_concurrency": 1, "notify_command": ["sleep", "1000"]}`)
-	d.mustCall("agent.create", wire.CreateParams{Name: "r"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "r"}, nil)
 	for i := range 3 {
 		d.send("r", fmt.Sprintf(`!send_message {"recipient":"USER","text":"note %d"}`, i))
 	}
 	var st wire.StatusResult
-	d.mustCall("daemon.status", nil, &st)
+	mustCall(d, wire.DaemonStatus, struct{}{}, &st)
 	if st.Notify == nil || st.Notify.Running != 1 || st.Notify.Messages != 3 {
 		t.Errorf("daemon status notify: %+v (want the one command still hanging, 3 notifications)", st.Notify)
 	}
 	var inbox []wire.InboxMessage
-	d.mustCall("inbox.list", map[string]any{}, &inbox)
+	mustCall(d, wire.InboxList, wire.InboxListParams{}, &inbox)
 	if len(inbox) != 3 {
 		t.Errorf("USER's inbox has %d messages, want 3", len(inbox))
 	}

@@ -30,7 +30,7 @@ func TestOpenAIContextE2E(t *testing.T) {
 	api.SetWindow(8192)
 	d := runDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model", "OPENAI_CONTEXT_WINDOW=")
 	var a wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "long", Provider: "openai", WorkDir: t.TempDir(), Instructions: "Keep notes."}, &a)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "long", Provider: "openai", WorkDir: t.TempDir(), Instructions: "Keep notes."}, &a)
 	var maxState int64
 	layout := fsstore.Layout{Home: d.home}
 	sessions := filepath.Join(layout.ProviderDir("openai"), "sessions")
@@ -76,7 +76,7 @@ func TestOpenAIContextE2E(t *testing.T) {
 		t.Errorf("the transcript does not say the context was compacted")
 	}
 	var res wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "long"}, &res)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "long"}, &res)
 	if k := res.Agent.Counters; k.ContextWindow != 8192 || k.ContextTokens <= 0 || k.ContextTokens > 8192 || k.Turns != 60 {
 		t.Errorf("counters %+v", k)
 	}

@@ -83,10 +83,10 @@ func TestOpenAITeamE2E(t *testing.T) {
 	d := runDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")
 
 	repo := t.TempDir()
-	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "team"}, nil)
-	d.mustCall("workspace.link", wire.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "team"}, nil)
+	mustCall(d, wire.WorkspaceLink, wire.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
 	var lead wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Provider: "openai", Workspace: "team", Instructions: "ROLE=lead"}, &lead)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "lead", Provider: "openai", Workspace: "team", Instructions: "ROLE=lead"}, &lead)
 	if res := d.send("lead", "Please build the team."); res.Text != "Spawned w1 and w2." {
 		t.Fatalf("the lead's first turn: %q", res.Text)
 	}

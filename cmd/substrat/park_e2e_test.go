@@ -37,9 +37,9 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 	})
 	t.Cleanup(api.Close)
 	d := runDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")
-	d.mustCall("agent.create", wire.CreateParams{Name: "w", Provider: "openai"}, nil)
-	d.mustCall("agent.create", wire.CreateParams{Name: "v", Provider: "openai"}, nil)
-	d.mustCall("agent.send", map[string]any{"ref": "w", "text": "hello", "wait": false}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "w", Provider: "openai"}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "v", Provider: "openai"}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "w", Text: "hello", Wait: false}, nil)
 
 	parked := func(name string) *wire.AgentInfo {
 		a := d.agents()[name]
@@ -63,14 +63,14 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 		t.Fatalf("parked until %v, the reset is %v", w.Parked.Until, until)
 	}
 	// Another agent of the same provider waits for the same reset.
-	d.mustCall("agent.send", map[string]any{"ref": "v", "text": "me too", "wait": false}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "v", Text: "me too", Wait: false}, nil)
 	time.Sleep(300 * time.Millisecond)
 	if parked("v") == nil {
 		t.Errorf("v, of the same provider, is not parked: %+v", d.agents()["v"])
 	}
 
 	var st wire.StatusResult
-	d.mustCall("daemon.status", nil, &st)
+	mustCall(d, wire.DaemonStatus, struct{}{}, &st)
 	if st.Parked["openai"].IsZero() {
 		t.Errorf("daemon status does not show the park: %+v", st.Parked)
 	}
@@ -93,10 +93,8 @@ func TestParkOnRateLimitE2E(t *testing.T) {
 	if v := d.agents()["v"]; v.Counters.Turns != 1 {
 		t.Fatalf("v after the reset: %+v", v)
 	}
-	var inbox []struct {
-		Text string `json:"text"`
-	}
-	d.mustCall("inbox.list", map[string]any{}, &inbox)
+	var inbox []wire.InboxMessage
+	mustCall(d, wire.InboxList, wire.InboxListParams{}, &inbox)
 	var told, resumed bool
 	for _, m := range inbox {
 		told = told || strings.Contains(m.Text, "openai is rate limited until")

@@ -21,8 +21,8 @@ type SessionListCmd struct{}
 
 // Run lists.
 func (SessionListCmd) Run(g *Globals) error {
-	var out []api.SessionInfo
-	if err := g.call(api.MethodSessionList, nil, &out); err != nil {
+	out, err := call(g, api.SessionList, struct{}{})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -41,9 +41,9 @@ type sessionRef struct {
 	Ref string `arg:"" predictor:"agent" help:"The agent: a name, a path or an id."`
 }
 
-func (c *sessionRef) run(g *Globals, method, verb string) error {
-	var a api.AgentInfo
-	if err := g.call(method, map[string]string{"ref": c.Ref}, &a); err != nil {
+func (c *sessionRef) run(g *Globals, m api.Method[api.RefParams, api.AgentInfo], verb string) error {
+	a, err := call(g, m, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -58,14 +58,14 @@ type SessionSuspendCmd struct{ sessionRef }
 
 // Run suspends.
 func (c *SessionSuspendCmd) Run(g *Globals) error {
-	return c.run(g, api.MethodSessionSuspend, "suspended")
+	return c.run(g, api.SessionSuspend, "suspended")
 }
 
 // SessionResumeCmd resumes a session.
 type SessionResumeCmd struct{ sessionRef }
 
 // Run resumes.
-func (c *SessionResumeCmd) Run(g *Globals) error { return c.run(g, api.MethodSessionResume, "resumed") }
+func (c *SessionResumeCmd) Run(g *Globals) error { return c.run(g, api.SessionResume, "resumed") }
 
 // SessionDeleteCmd forgets a session's provider state.
 type SessionDeleteCmd struct {
@@ -78,5 +78,5 @@ func (c *SessionDeleteCmd) Run(g *Globals) error {
 	if err := c.confirm(g, "session delete", "forgets the provider session of "+c.Ref+": its next turn starts a new conversation"); err != nil {
 		return err
 	}
-	return c.run(g, api.MethodSessionDelete, "deleted")
+	return c.run(g, api.SessionDelete, "deleted")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,6 +13,7 @@ import (
 	"github.com/substrat/substrat/bwrap/launch"
 	"github.com/substrat/substrat/internal/termtext"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // AgentShellCmd opens an agent's provider session for the person at the
@@ -43,22 +43,20 @@ func (c *AgentShellCmd) Run(g *Globals) error {
 	var runErr error
 	// The stream holds the agent for as long as it is open: the command
 	// runs inside the callback, and the connection closes after it.
-	err = cl.Stream(context.Background(), api.MethodAgentShell, api.ShellParams{Ref: c.Ref, Args: c.Args}, func(raw json.RawMessage) error {
-		if err := json.Unmarshal(raw, &sc); err != nil {
-			return err
-		}
+	_, err = rpc.Stream(context.Background(), cl, api.AgentShell, api.ShellParams{Ref: c.Ref, Args: c.Args}, func(f api.ShellCommand) error {
+		sc = f
 		if c.DryRun {
 			runErr = printShell(g, sc)
 		} else {
 			runErr = runShell(sc)
 		}
 		return errShellDone
-	}, nil)
+	})
 	cl.Close()
 	if !errors.Is(err, errShellDone) {
 		return err
 	}
-	if err := g.call(api.MethodAgentShellEnd, api.ShellEndParams{Ref: sc.Agent, Ungate: sc.Gated}, nil); err != nil {
+	if _, err := call(g, api.AgentShellEnd, api.ShellEndParams{Ref: sc.Agent, Ungate: sc.Gated}); err != nil {
 		fmt.Fprintf(os.Stderr, "the daemon could not let %s run again (%v); it stays gated: 'substrat agent ungate %s' lets it run\n", sc.Agent, err, sc.Agent)
 	}
 	return runErr

@@ -25,9 +25,9 @@ import (
 func TestAgentShellClaudeE2E(t *testing.T) {
 	needBwrap(t)
 	d, _ := startE2E(t)
-	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
 	var boss wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab"}, &boss)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab"}, &boss)
 	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
 		t.Fatalf("reply %q, want Noted.", res.Text)
 	}
@@ -83,7 +83,7 @@ func TestAgentShellClaudeE2E(t *testing.T) {
 		t.Errorf("the gate events of two shells: %q, want each %q", gates, want)
 	}
 	var insp wire.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "boss"}, &insp)
+	mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "boss"}, &insp)
 	if insp.Session.Gated {
 		t.Errorf("boss is still gated after agent shell")
 	}
@@ -106,7 +106,7 @@ func TestAgentShellCodexGeminiE2E(t *testing.T) {
 	d := runCodexGeminiDaemon(t, remembered)
 	ids := map[string]string{}
 	for _, p := range []string{"codex", "gemini"} {
-		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
+		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
 		if res := d.send(p, "remember MANGO"); res.Text != "noted" {
 			t.Fatalf("%s: first turn %q", p, res.Text)
 		}
@@ -156,8 +156,8 @@ func TestAgentShellAcrossKillE2E(t *testing.T) {
 	release := func() { once.Do(func() { close(hold) }) }
 	t.Cleanup(release) // before the server closes (cleanups run last first)
 	d := runDaemon(t, claudeEnv(claudeCLI(t), api.URL)...)
-	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
-	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab"}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab"}, nil)
 	d.send("boss", e2eRemember)
 
 	cmd := exec.Command("substrat", "--home", d.home, "agent", "shell", "boss", "--", "-p", "HOLD")
@@ -175,7 +175,7 @@ func TestAgentShellAcrossKillE2E(t *testing.T) {
 	}
 	gated := func() bool {
 		var insp wire.InspectResult
-		d.mustCall("agent.inspect", map[string]string{"ref": "boss"}, &insp)
+		mustCall(d, wire.AgentInspect, wire.RefParams{Ref: "boss"}, &insp)
 		return insp.Session.Gated
 	}
 	if !gated() {
@@ -187,7 +187,7 @@ func TestAgentShellAcrossKillE2E(t *testing.T) {
 		t.Fatal("boss is not gated after the daemon's kill -9 and restart")
 	}
 	var res wire.SendResult
-	d.mustCall("agent.send", map[string]any{"ref": "boss", "text": e2eAsk, "wait": true}, &res)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "boss", Text: e2eAsk, Wait: true}, &res)
 	if res.Held == "" {
 		t.Fatalf("a message to boss during the shell started a turn: %+v", res)
 	}

@@ -145,10 +145,10 @@ func TestClaudeTeamE2E(t *testing.T) {
 	}
 	outside := "/tmp/substrat-e2e-outside"
 	os.RemoveAll(outside)
-	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "team", Network: true}, nil)
-	d.mustCall("workspace.link", wire.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "team", Network: true}, nil)
+	mustCall(d, wire.WorkspaceLink, wire.LinkParams{Workspace: "team", Source: repo, Target: "repo", Mode: "rw"}, nil)
 	var lead wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
 		Instructions: "ROLE=lead. Lead a team of two workers."}, &lead)
 
 	if res := d.send("lead", "Please build the team."); res.Text != "Spawned w1 and w2." {
@@ -202,7 +202,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 			t.Errorf("%s is %s, want TERMINATED after complete", w, a.AgentState)
 		}
 		var insp wire.InspectResult
-		d.mustCall("agent.inspect", map[string]string{"ref": w}, &insp)
+		mustCall(d, wire.AgentInspect, wire.RefParams{Ref: w}, &insp)
 		if insp.Session.Permissions == nil || insp.Session.Permissions.Mode != fsstore.ModeFull || insp.Session.Workspace != "USER/team" {
 			t.Errorf("%s: workspace %q permissions %+v, want the lead's sandbox with full permission", w, insp.Session.Workspace, insp.Session.Permissions)
 		}
@@ -234,7 +234,7 @@ func TestClaudeTeamE2E(t *testing.T) {
 	// would be asked: approval_e2e_test.go.)
 	dir := t.TempDir()
 	var loner wire.AgentInfo
-	d.mustCall("agent.create", wire.CreateParams{Name: "loner", Provider: "claude", WorkDir: dir,
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "loner", Provider: "claude", WorkDir: dir,
 		Instructions: "ROLE=loner.", Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, Approver: fsstore.ApproverDeny}}, &loner)
 	res := d.send("loner", "write outside")
 	if !strings.Contains(res.Text, "could not write there") {

@@ -53,14 +53,14 @@ func TestTopApproveInATerminal(t *testing.T) {
 	t.Cleanup(limit.Close)
 	d := runDaemon(t, "OPENAI_BASE_URL="+limit.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")
 	var lead api.AgentInfo
-	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "lead"}, &lead)
 	for _, w := range []string{"w1", "w2", "w3"} {
-		d.mustCall("agent.create", api.CreateParams{Name: w, Parent: lead.ID}, nil)
+		mustCall(d, api.AgentCreate, api.CreateParams{Name: w, Parent: lead.ID}, nil)
 	}
-	d.mustCall("agent.create", api.CreateParams{Name: "solo",
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "solo",
 		Permissions: &fsstore.Permissions{Mode: fsstore.ModeDefault, ApprovalTimeout: "10m"}}, nil)
-	d.mustCall("agent.create", api.CreateParams{Name: "limited", Provider: "openai"}, nil)
-	d.mustCall("agent.send", map[string]any{"ref": "limited", "text": "hello", "wait": false}, nil)
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "limited", Provider: "openai"}, nil)
+	mustStream(d, api.AgentSend, api.SendMessageParams{Ref: "limited", Text: "hello", Wait: false}, nil)
 
 	x := startTmux(t, 120, 30, fmt.Sprintf("NO_COLOR=1 %s top --home %s; sleep 30", bin, d.home))
 	x.waitFor("the tree", "lead", "w3", "solo", "limited", "? help")
@@ -71,7 +71,7 @@ func TestTopApproveInATerminal(t *testing.T) {
 
 	// An approval request: the row says WAITING and what it asks.
 	command := "make install && echo done > log\x1b[2J"
-	d.mustCall("agent.send", map[string]any{"ref": "solo", "wait": false, "text": `!request_approval {"tool_name":"Bash","input":{"command":"` +
+	mustStream(d, api.AgentSend, api.SendMessageParams{Ref: "solo", Wait: false, Text: `!request_approval {"tool_name":"Bash","input":{"command":"` +
 		strings.ReplaceAll(command, "\x1b", `\u001b`) + `"},"tool_use_id":"toolu_1"}` + "\n" + `!send_message {"recipient":"USER","text":"installed"}`}, nil)
 	req := waitApproval(t, d, 1)[0]
 	x.waitMatch("the waiting row", regexp.MustCompile(`solo +WAITING .*approve\? Bash`))
@@ -89,7 +89,7 @@ func TestTopApproveInATerminal(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var inbox []api.InboxMessage
-		d.mustCall("inbox.list", map[string]any{"all": true}, &inbox)
+		mustCall(d, api.InboxList, api.InboxListParams{All: true}, &inbox)
 		if len(inbox) > 0 && inbox[len(inbox)-1].Text == "installed" {
 			break
 		}
@@ -99,7 +99,7 @@ func TestTopApproveInATerminal(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	var info api.InspectResult
-	d.mustCall("agent.inspect", map[string]string{"ref": "solo"}, &info)
+	mustCall(d, api.AgentInspect, api.RefParams{Ref: "solo"}, &info)
 	if ap := info.Session.Approvals; len(ap) != 1 || ap[0].Answer != fsstore.ApprovalAllow {
 		t.Errorf("solo's requests after top approved: %+v", ap)
 	}

@@ -89,9 +89,9 @@ func TestTopInATerminal(t *testing.T) {
 	bin := lookPath(t, "substrat")
 	d := runDaemon(t)
 	var lead, w1 api.AgentInfo
-	d.mustCall("agent.create", api.CreateParams{Name: "lead"}, &lead)
-	d.mustCall("agent.create", api.CreateParams{Name: "w1", Parent: lead.ID}, &w1)
-	d.mustCall("agent.create", api.CreateParams{Name: "w2", Parent: lead.ID}, &api.AgentInfo{})
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "lead"}, &lead)
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "w1", Parent: lead.ID}, &w1)
+	mustCall(d, api.AgentCreate, api.CreateParams{Name: "w2", Parent: lead.ID}, &api.AgentInfo{})
 
 	x := startTmux(t, 80, 24, fmt.Sprintf("NO_COLOR=1 %s top --home %s; sleep 30", bin, d.home))
 	s := x.waitFor("the tree", "substrat top", "lead", "w1", "w2", "IDLE", "? help")

@@ -48,7 +48,7 @@ func TestCLIUsageE2E(t *testing.T) {
 		if p == "claude" {
 			in = 1500
 		}
-		d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: p, Provider: p, Model: models[p], WorkDir: t.TempDir(), Budget: budget(in)}, nil)
+		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: models[p], WorkDir: t.TempDir(), Budget: budget(in)}, nil)
 	}
 	check := func(when string) {
 		t.Helper()

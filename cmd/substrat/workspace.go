@@ -44,8 +44,8 @@ type WorkspaceReattachCmd struct {
 
 // Run re-attaches it.
 func (c *WorkspaceReattachCmd) Run(g *Globals) error {
-	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceReattach, map[string]string{"ref": c.Ref}, &w); err != nil {
+	w, err := call(g, api.WorkspaceReattach, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -67,9 +67,9 @@ type WorkspaceCreateCmd struct {
 
 // Run creates it.
 func (c *WorkspaceCreateCmd) Run(g *Globals) error {
-	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceCreate, api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network,
-		Git: c.Git, Branch: c.Branch, Base: c.Base}, &w); err != nil {
+	w, err := call(g, api.WorkspaceCreate, api.WorkspaceParams{Name: c.Name, Scope: c.Scope, Network: c.Network,
+		Git: c.Git, Branch: c.Branch, Base: c.Base})
+	if err != nil {
 		return err
 	}
 	if err := printWorkspace(g, w, "created"); err != nil {
@@ -89,10 +89,8 @@ type WorkspaceDiffCmd struct {
 
 // Run prints the diff.
 func (c *WorkspaceDiffCmd) Run(g *Globals) error {
-	var res struct {
-		Diff string `json:"diff"`
-	}
-	if err := g.call(api.MethodWorkspaceDiff, api.WorkspaceDiffParams{Ref: c.Ref, Stat: c.Stat}, &res); err != nil {
+	res, err := call(g, api.WorkspaceDiff, api.WorkspaceDiffParams{Ref: c.Ref, Stat: c.Stat})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -109,10 +107,8 @@ type WorkspacePublishCmd struct {
 
 // Run publishes and prints the commit.
 func (c *WorkspacePublishCmd) Run(g *Globals) error {
-	var res struct {
-		Commit string `json:"commit"`
-	}
-	if err := g.call(api.MethodWorkspacePublish, map[string]string{"ref": c.Ref}, &res); err != nil {
+	res, err := call(g, api.WorkspacePublish, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -151,8 +147,8 @@ type WorkspaceListCmd struct{}
 
 // Run lists.
 func (WorkspaceListCmd) Run(g *Globals) error {
-	var ws []api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceList, nil, &ws); err != nil {
+	ws, err := call(g, api.WorkspaceList, struct{}{})
+	if err != nil {
 		return err
 	}
 	if g.JSON {
@@ -176,7 +172,7 @@ type WorkspaceDeleteCmd struct {
 
 // Run deletes it; it is refused while live agents use it.
 func (c *WorkspaceDeleteCmd) Run(g *Globals) error {
-	if err := g.call(api.MethodWorkspaceDelete, api.WorkspaceDeleteParams{Ref: c.Ref, Force: c.Force, DeleteBranch: c.DeleteBranch}, nil); err != nil {
+	if _, err := call(g, api.WorkspaceDelete, api.WorkspaceDeleteParams{Ref: c.Ref, Force: c.Force, DeleteBranch: c.DeleteBranch}); err != nil {
 		return err
 	}
 	if g.JSON {
@@ -193,8 +189,8 @@ type WorkspaceInspectCmd struct {
 
 // Run shows it.
 func (c *WorkspaceInspectCmd) Run(g *Globals) error {
-	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceInspect, map[string]string{"ref": c.Ref}, &w); err != nil {
+	w, err := call(g, api.WorkspaceInspect, api.RefParams{Ref: c.Ref})
+	if err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "")
@@ -210,8 +206,8 @@ type WorkspaceLinkCmd struct {
 
 // Run links.
 func (c *WorkspaceLinkCmd) Run(g *Globals) error {
-	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceLink, api.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode}, &w); err != nil {
+	w, err := call(g, api.WorkspaceLink, api.LinkParams{Workspace: c.Ref, Source: absPath(c.Source), Target: c.Target, Mode: c.Mode})
+	if err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "linked into")
@@ -232,8 +228,8 @@ type WorkspaceUnlinkCmd struct {
 
 // Run unlinks.
 func (c *WorkspaceUnlinkCmd) Run(g *Globals) error {
-	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceUnlink, map[string]string{"workspace": c.Ref, "target": c.Target}, &w); err != nil {
+	w, err := call(g, api.WorkspaceUnlink, api.UnlinkParams{Workspace: c.Ref, Target: c.Target})
+	if err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "unlinked from")
@@ -250,8 +246,8 @@ type WorkspaceViewCmd struct {
 
 // Run creates the view.
 func (c *WorkspaceViewCmd) Run(g *Globals) error {
-	var w api.WorkspaceInfo
-	if err := g.call(api.MethodWorkspaceView, api.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode}, &w); err != nil {
+	w, err := call(g, api.WorkspaceView, api.ViewParams{Source: c.Source, Name: c.Name, Scope: c.Scope, Subdir: c.Subdir, Mode: c.Mode})
+	if err != nil {
 		return err
 	}
 	return printWorkspace(g, w, "created view")

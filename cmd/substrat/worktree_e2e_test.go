@@ -82,8 +82,8 @@ func TestClaudeWorktreeE2E(t *testing.T) {
 			t.Fatalf("git %v: %v %s", args, err, out)
 		}
 	}
-	d.mustCall(wire.MethodWorkspaceCreate, wire.WorkspaceParams{Name: "team", Git: repo, Branch: "team", Network: true}, nil)
-	d.mustCall(wire.MethodAgentCreate, wire.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "team", Git: repo, Branch: "team", Network: true}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "lead", Provider: "claude", Workspace: "team",
 		Instructions: "ROLE=wtlead. Lead on git."}, nil)
 	d.send("lead", "start")
 	deadline := time.Now().Add(90 * time.Second)
@@ -101,10 +101,8 @@ func TestClaudeWorktreeE2E(t *testing.T) {
 	if !strings.Contains(string(worker), "worker worker: work.txt") {
 		t.Errorf("branch substrat/w1: %s", worker)
 	}
-	var diff struct {
-		Diff string `json:"diff"`
-	}
-	d.mustCall(wire.MethodWorkspaceDiff, wire.WorkspaceDiffParams{Ref: "lead/w1", Stat: true}, &diff)
+	var diff wire.WorkspaceDiffResult
+	mustCall(d, wire.WorkspaceDiff, wire.WorkspaceDiffParams{Ref: "lead/w1", Stat: true}, &diff)
 	if !strings.Contains(diff.Diff, "work.txt") {
 		t.Errorf("workspace diff of the worker: %s", diff.Diff)
 	}

@@ -3,6 +3,13 @@
 // recovery report and the agent tools' specs. The core (package
 // supervisor) speaks these types; cmd, the daemon and the providers' tests
 // import this package, not the daemon.
+//
+// Each method is described once, in methods.go, by a typed descriptor
+// (Method[P, R], or StreamMethod[P, F, R] for one that sends frames):
+// package rpc's Call, Stream and Handle take a descriptor, so a caller or
+// a handler with the wrong params, frames or result does not compile. The
+// package is data only: it links no code that runs processes
+// (scripts/check-deps.sh).
 package api
 
 import (
@@ -10,7 +17,6 @@ import (
 	"time"
 
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/supervisor/workspace"
 )
 
 // StatusResult is daemon.status.
@@ -271,7 +277,8 @@ type TerminateParams struct {
 	Recursive bool   `json:"recursive,omitempty"`
 }
 
-// SendParams are the inputs of Send.
+// SendParams are the inputs of the core's Send (agent.send takes
+// SendMessageParams).
 type SendParams struct {
 	To   string `json:"to"` // an agent ref
 	Text string `json:"text"`
@@ -303,11 +310,11 @@ type InboxReadResult struct {
 }
 
 // WatchEvent is what subscribers see: a committed event, a message, or a
-// piece of turn output.
+// piece of turn output. Clients read it as a WatchFrame.
 type WatchEvent struct {
 	Agent string    `json:"agent"`
 	Name  string    `json:"name"`
-	Type  string    `json:"type"`
+	Type  WatchType `json:"type"`
 	Seq   uint64    `json:"seq,omitempty"`
 	Time  time.Time `json:"ts"`
 	Data  any       `json:"data,omitempty"`
@@ -342,7 +349,7 @@ type WorkspaceDiffParams struct {
 
 // WorkspaceInfo is a workspace and the agents that use it.
 type WorkspaceInfo struct {
-	*workspace.Workspace
+	*Workspace
 	Ref   string   `json:"ref"`
 	Root  string   `json:"root"`
 	Users []string `json:"users"`

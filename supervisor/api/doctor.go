@@ -1,9 +1,5 @@
 package api
 
-// MethodDaemonDoctor runs `substrat doctor`'s checks in the daemon's own
-// process, with its PATH and environment: struct{} -> DoctorReport.
-const MethodDaemonDoctor = "daemon.doctor"
-
 // Statuses of a doctor check.
 const (
 	DoctorOK   = "ok"

@@ -16,6 +16,9 @@ const (
 	// NotifyHello is the first frame of inbox.follow: Time is when the
 	// daemon began to follow, the time to resume from.
 	NotifyHello = "hello"
+	// NotifyDropped is a frame of inbox.follow only: Count notifications
+	// were dropped, this reader having fallen behind.
+	NotifyDropped = "dropped"
 )
 
 // NotifyTopic is the Agent of the watch events that carry notifications:
@@ -49,6 +52,8 @@ type Notification struct {
 	// Coalesced is how many more notifications this one stands for
 	// (notify_command only: a burst that waited for a free slot).
 	Coalesced int `json:"coalesced,omitempty"`
+	// Count is how many notifications a NotifyDropped frame stands for.
+	Count int `json:"count,omitempty"`
 }
 
 // FollowParams are inbox.follow's: the messages to USER sent at or after

@@ -2,14 +2,6 @@ package api
 
 import "github.com/substrat/substrat/bwrap"
 
-// Methods of agent shell: agent.shell (ShellParams) streams one
-// ShellCommand and holds the agent until the client goes away;
-// agent.shell_end (ShellEndParams) lets it run again.
-const (
-	MethodAgentShell    = "agent.shell"
-	MethodAgentShellEnd = "agent.shell_end"
-)
-
 // ShellParams name the agent whose provider session a person opens, and
 // arguments added to the provider CLI's command line.
 type ShellParams struct {
@@ -38,4 +30,9 @@ type ShellCommand struct {
 type ShellEndParams struct {
 	Ref    string `json:"ref"`
 	Ungate bool   `json:"ungate"`
+}
+
+// ShellEndResult is agent.shell_end's.
+type ShellEndResult struct {
+	Ended bool `json:"ended"`
 }

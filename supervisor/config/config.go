@@ -67,6 +67,7 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor"
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // Version is the file version this package reads.
@@ -137,27 +138,17 @@ const (
 )
 
 // Value is one setting in force and where it came from.
-type Value struct {
-	Key    string `json:"key"`
-	Value  any    `json:"value"`
-	Source string `json:"source"`
-	// Env names the environment variable that sets it, if one does.
-	Env string `json:"env,omitempty"`
-}
+type Value = api.ConfigValue
 
 // Effective is the settings in force.
 type Effective struct {
 	Settings supervisor.Settings `json:"-"`
 	// MaxSlots is how many turns run at once (and the default pool's size
 	// unless pools names it).
-	MaxSlots int     `json:"-"`
-	Values   []Value `json:"values"`
-	// Path is the file's path; FileError says why it was refused, if it
-	// was (the settings then come from what was in force before).
-	Path      string `json:"path"`
-	FileError string `json:"file_error,omitempty"`
-	// Present says whether the file exists.
-	Present bool `json:"present"`
+	MaxSlots int `json:"-"`
+	// ConfigReport is what config.show gives: the values, where they
+	// came from, and the file.
+	api.ConfigReport
 }
 
 // Env names the environment variables of the settings that have one.

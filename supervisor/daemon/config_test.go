@@ -33,25 +33,17 @@ func TestConfigAdoptedLive(t *testing.T) {
 	write(`{"version": 1, "default_model": "first", "pools": {"big": 1}}`)
 	sock := startDaemonAt(t, home)
 	ctx := context.Background()
-	call := func(method string, params, result any) error {
-		c, err := rpc.Dial(ctx, sock)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		return c.Call(ctx, method, params, result)
-	}
 	modelOf := func(name string) string {
 		t.Helper()
 		var a api.AgentInfo
-		if err := call(api.MethodAgentCreate, api.CreateParams{Name: name}, &a); err != nil {
+		if err := callAt(ctx, sock, api.AgentCreate, api.CreateParams{Name: name}, &a); err != nil {
 			t.Fatal(err)
 		}
 		return a.Model
 	}
 	show := func() config.Effective {
 		var eff config.Effective
-		if err := call(api.MethodConfigShow, nil, &eff); err != nil {
+		if err := callAt(ctx, sock, api.ConfigShow, struct{}{}, &eff.ConfigReport); err != nil {
 			t.Fatal(err)
 		}
 		return eff
@@ -66,7 +58,7 @@ func TestConfigAdoptedLive(t *testing.T) {
 		t.Fatalf("after the edit the model is %q", m)
 	}
 	var st api.StatusResult
-	call(api.MethodDaemonStatus, nil, &st)
+	callAt(ctx, sock, api.DaemonStatus, struct{}{}, &st)
 	if !hasPool(st, "big", 3) {
 		t.Errorf("pools after the edit: %+v", st.Pools)
 	}
@@ -121,12 +113,11 @@ func TestNotifyCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
+	if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var res api.SendResult
-	if err := c.Call(ctx, api.MethodAgentSend, map[string]any{"ref": "r", "wait": true,
-		"text": `!send_message {"recipient":"USER","text":"all done"}`}, &res); err != nil {
+	if err := streamInto(ctx, c, api.AgentSend, api.SendMessageParams{Ref: "r", Wait: true, Text: `!send_message {"recipient":"USER","text":"all done"}`}, &res); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the notification", func() bool {

@@ -165,12 +165,12 @@ func TestSocketManyClients(t *testing.T) {
 			}
 			defer c.Close()
 			var info api.AgentInfo
-			if err := c.Call(context.Background(), "agent.create", api.CreateParams{Name: fmt.Sprintf("a%d", i)}, &info); err != nil {
+			if err := callInto(context.Background(), c, api.AgentCreate, api.CreateParams{Name: fmt.Sprintf("a%d", i)}, &info); err != nil {
 				errs <- err
 				return
 			}
 			var res api.SendResult
-			if err := c.Call(context.Background(), "agent.send", map[string]any{"ref": info.ID, "text": "ping", "wait": true}, &res); err != nil {
+			if err := streamInto(context.Background(), c, api.AgentSend, api.SendMessageParams{Ref: info.ID, Text: "ping", Wait: true}, &res); err != nil {
 				errs <- err
 				return
 			}
@@ -195,7 +195,8 @@ func TestSocketPeerUID(t *testing.T) {
 	}
 	srv := rpc.NewServer(testLog(t))
 	srv.UID = os.Getuid() + 1 // nobody we are
-	srv.Handle("ping", func(context.Context, json.RawMessage, func(any) error) (any, error) { return "pong", nil })
+	ping := api.Method[struct{}, string]{Name: "ping"}
+	rpc.Handle(srv, ping, func(context.Context, struct{}) (string, error) { return "pong", nil })
 	go srv.Serve(ln)
 	defer srv.Close()
 	c, err := rpc.Dial(context.Background(), sock)
@@ -203,7 +204,7 @@ func TestSocketPeerUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	err = c.Call(context.Background(), "ping", nil, nil)
+	_, err = rpc.Call(context.Background(), c, ping, struct{}{})
 	var re *api.Error
 	if !errors.As(err, &re) || re.Code != api.CodePermission {
 		t.Fatalf("got %v, want permission_denied", err)
@@ -232,20 +233,19 @@ func TestToolCallRPC(t *testing.T) {
 	}
 	defer c.Close()
 	var specs []api.ToolSpec
-	if err := c.Call(context.Background(), "tool.list", nil, &specs); err != nil || len(specs) < 6 {
+	if err := callInto(context.Background(), c, api.ToolList, struct{}{}, &specs); err != nil || len(specs) < 6 {
 		t.Fatalf("tool.list: %v, %d tools", err, len(specs))
 	}
 	var info api.AgentInfo
-	if err := c.Call(context.Background(), "agent.create", api.CreateParams{Name: "r"}, &info); err != nil {
+	if err := callInto(context.Background(), c, api.AgentCreate, api.CreateParams{Name: "r"}, &info); err != nil {
 		t.Fatal(err)
 	}
-	var res provider.ToolResult
-	err = c.Call(context.Background(), "tool.call", map[string]any{"agent": info.ID,
-		"call": provider.ToolCall{ID: "x", Name: "list_children", Args: json.RawMessage(`{}`)}}, &res)
+	var res api.ToolResult
+	err = callInto(context.Background(), c, api.ToolCall, api.ToolCallParams{Agent: info.ID, Call: api.ToolRequest{ID: "x", Name: "list_children", Args: json.RawMessage(`{}`)}}, &res)
 	if err != nil || !res.IsError || !strings.Contains(res.Text, "not in a turn") {
 		t.Fatalf("tool.call outside a turn: %v %+v", err, res)
 	}
-	err = c.Call(context.Background(), "tool.call", map[string]any{"agent": "r", "call": provider.ToolCall{Name: "x"}}, &res)
+	err = callInto(context.Background(), c, api.ToolCall, api.ToolCallParams{Agent: "r", Call: api.ToolRequest{Name: "x"}}, &res)
 	var re *api.Error
 	if !errors.As(err, &re) || re.Code != api.CodeInvalidParams {
 		t.Fatalf("tool.call with a name: %v", err)
@@ -264,15 +264,15 @@ func TestTopQueries(t *testing.T) {
 	}
 	defer c.Close()
 	var info api.AgentInfo
-	if err := c.Call(ctx, "agent.create", api.CreateParams{Name: "r"}, &info); err != nil {
+	if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: "r"}, &info); err != nil {
 		t.Fatal(err)
 	}
 	var res api.SendResult
-	if err := c.Call(ctx, "agent.send", map[string]any{"ref": "r", "text": "hi", "wait": true}, &res); err != nil || res.Failed != "" {
+	if err := streamInto(ctx, c, api.AgentSend, api.SendMessageParams{Ref: "r", Text: "hi", Wait: true}, &res); err != nil || res.Failed != "" {
 		t.Fatalf("send: %v %+v", err, res)
 	}
 	var st api.StatusResult
-	if err := c.Call(ctx, "daemon.status", nil, &st); err != nil {
+	if err := callInto(ctx, c, api.DaemonStatus, struct{}{}, &st); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Pools) != 1 || st.Pools[0].Name != supervisor.DefaultPool || st.Pools[0].Live != 1 || st.Pools[0].Size < 1 {
@@ -281,12 +281,10 @@ func TestTopQueries(t *testing.T) {
 
 	events := func(tail int) []fsstore.Event {
 		var out []fsstore.Event
-		err := c.Stream(ctx, "agent.events", map[string]any{"ref": "r", "tail": tail}, func(raw json.RawMessage) error {
-			var e fsstore.Event
-			err := json.Unmarshal(raw, &e)
+		_, err := rpc.Stream(ctx, c, api.AgentEvents, api.EventsParams{Ref: "r", Tail: tail}, func(e fsstore.Event) error {
 			out = append(out, e)
-			return err
-		}, nil)
+			return nil
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +301,7 @@ func TestTopQueries(t *testing.T) {
 	}
 	for range 2 {
 		var got []api.InboxMessage
-		if err := c.Call(ctx, "inbox.list", api.InboxListParams{}, &got); err != nil {
+		if err := callInto(ctx, c, api.InboxList, api.InboxListParams{}, &got); err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != 1 || !got[0].Unread {
@@ -311,11 +309,11 @@ func TestTopQueries(t *testing.T) {
 		}
 	}
 	var read api.InboxReadResult
-	if err := c.Call(ctx, "inbox.read", api.InboxReadParams{IDs: []string{m.ID}}, &read); err != nil || read.Read != 1 {
+	if err := callInto(ctx, c, api.InboxRead, api.InboxReadParams{IDs: []string{m.ID}}, &read); err != nil || read.Read != 1 {
 		t.Fatalf("inbox.read: %+v, %v", read, err)
 	}
 	var got []api.InboxMessage
-	if err := c.Call(ctx, "inbox.list", nil, &got); err != nil || len(got) != 0 {
+	if err := callInto(ctx, c, api.InboxList, api.InboxListParams{}, &got); err != nil || len(got) != 0 {
 		t.Fatalf("after a read the inbox still has %+v (%v)", got, err)
 	}
 }

@@ -16,18 +16,18 @@ import (
 // seen, by id). A live notification of a message sent already from the
 // inbox is skipped. Times, not ids, order the messages: a tool call run
 // again after a crash sends its message with the id it was given before.
-func (d *Daemon) follow(ctx context.Context, p api.FollowParams, send func(any) error) (any, error) {
+func (d *Daemon) follow(ctx context.Context, p api.FollowParams, send func(api.Notification) error) (struct{}, error) {
 	c := d.core
 	sub := c.Subscribe(api.NotifyTopic)
 	defer sub.Close()
 	if err := send(api.Notification{Version: 1, Kind: api.NotifyHello, Time: time.Now().UTC()}); err != nil {
-		return nil, err
+		return struct{}{}, err
 	}
 	sent := map[string]bool{}
 	if !p.Since.IsZero() {
 		msgs, err := c.UserInbox(true)
 		if err != nil {
-			return nil, err
+			return struct{}{}, err
 		}
 		sort.SliceStable(msgs, func(i, j int) bool { return msgs[i].SentAt.Before(msgs[j].SentAt) })
 		for _, m := range msgs {
@@ -35,7 +35,7 @@ func (d *Daemon) follow(ctx context.Context, p api.FollowParams, send func(any) 
 				continue
 			}
 			if err := send(c.MessageNotification(m.Message)); err != nil {
-				return nil, err
+				return struct{}{}, err
 			}
 			sent[m.ID] = true
 		}
@@ -44,12 +44,12 @@ func (d *Daemon) follow(ctx context.Context, p api.FollowParams, send func(any) 
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return struct{}{}, ctx.Err()
 		case e := <-sub.C:
 			if k := sub.Dropped(); k > reported {
 				// The inbox has the messages; say so rather than stop.
-				if err := send(map[string]any{"kind": "dropped", "count": k - reported}); err != nil {
-					return nil, err
+				if err := send(api.Notification{Version: 1, Kind: api.NotifyDropped, Time: time.Now().UTC(), Count: k - reported}); err != nil {
+					return struct{}{}, err
 				}
 				reported = k
 			}
@@ -58,7 +58,7 @@ func (d *Daemon) follow(ctx context.Context, p api.FollowParams, send func(any) 
 				continue
 			}
 			if err := send(n); err != nil {
-				return nil, err
+				return struct{}{}, err
 			}
 		}
 	}

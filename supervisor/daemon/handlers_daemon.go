@@ -7,12 +7,13 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/daemon/doctor"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // registerDaemon registers the methods of the daemon itself: status, doctor, stop, recovery, watch.
 func (d *Daemon) registerDaemon() {
-	c := d.core
-	handle(d, api.MethodDaemonStatus, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	c, s := d.core, d.srv
+	rpc.Handle(s, api.DaemonStatus, func(ctx context.Context, _ struct{}) (api.StatusResult, error) {
 		st := c.Status()
 		st.Pid, st.Home, st.Version, st.StartedAt, st.MaxSlots = os.Getpid(), d.store.Layout().Home, d.opts.Version, d.started.UTC(), d.opts.MaxSlots
 		ns := d.host.notify.status()
@@ -22,7 +23,7 @@ func (d *Daemon) registerDaemon() {
 		st.KeptOut = d.keptOut()
 		return st, nil
 	})
-	handle(d, api.MethodDaemonDoctor, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.DaemonDoctor, func(ctx context.Context, _ struct{}) (api.DoctorReport, error) {
 		ls := d.host.limits.Status()
 		in := doctor.Input{Home: d.store.Layout().Home, Where: "daemon",
 			Limits: &api.LimitsStatus{Mechanism: ls.Mechanism, Detail: ls.Detail, Groups: ls.Groups}}
@@ -34,25 +35,25 @@ func (d *Daemon) registerDaemon() {
 		}
 		return api.DoctorReport{Pid: os.Getpid(), Checks: doctor.Run(ctx, in)}, nil
 	})
-	handle(d, api.MethodDaemonStop, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.DaemonStop, func(ctx context.Context, _ struct{}) (api.StopResult, error) {
 		d.requestStop()
-		return map[string]bool{"stopping": true}, nil
+		return api.StopResult{Stopping: true}, nil
 	})
-	handle(d, api.MethodDaemonRecovery, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.DaemonRecovery, func(ctx context.Context, _ struct{}) (*api.Report, error) {
 		return d.report, nil
 	})
-	handle(d, api.MethodDaemonWatch, func(ctx context.Context, p refParams, send func(any) error) (any, error) {
+	rpc.HandleStream(s, api.DaemonWatch, func(ctx context.Context, p api.RefParams, send func(api.WatchFrame) error) (struct{}, error) {
 		id := ""
 		if p.Ref != "" {
 			var err error
 			if id, err = c.Resolve(p.Ref); err != nil {
-				return nil, err
+				return struct{}{}, err
 			}
 		}
 		return stream(ctx, c.Subscribe(id), send)
 	})
-	handle(d, api.MethodConfigShow, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
-		return d.settings.effective(), nil
+	rpc.Handle(s, api.ConfigShow, func(ctx context.Context, _ struct{}) (api.ConfigReport, error) {
+		return d.settings.effective().ConfigReport, nil
 	})
 }
 

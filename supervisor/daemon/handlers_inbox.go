@@ -5,26 +5,27 @@ import (
 
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // registerInbox registers the methods of USER's inbox and the approval requests.
 func (d *Daemon) registerInbox() {
-	c := d.core
-	handle(d, api.MethodApprovalAnswer, func(ctx context.Context, p api.AnswerParams, _ func(any) error) (any, error) {
+	c, s := d.core, d.srv
+	rpc.Handle(s, api.ApprovalAnswer, func(ctx context.Context, p api.AnswerParams) (fsstore.Approval, error) {
 		p.By = fsstore.User // the socket is USER's; agents answer with their approve tool
 		return c.Answer(ctx, p)
 	})
-	handle(d, api.MethodApprovalList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.ApprovalList, func(ctx context.Context, _ struct{}) ([]api.PendingApproval, error) {
 		return c.PendingApprovals(), nil
 	})
-	handle(d, api.MethodApprovalShow, func(ctx context.Context, p api.ShowApprovalParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.ApprovalShow, func(ctx context.Context, p api.ShowApprovalParams) (api.ApprovalDetail, error) {
 		return c.ShowApproval(p.ID)
 	})
-	handle(d, api.MethodInboxFollow, d.follow)
-	handle(d, api.MethodInboxList, func(ctx context.Context, p api.InboxListParams, _ func(any) error) (any, error) {
+	rpc.HandleStream(s, api.InboxFollow, d.follow)
+	rpc.Handle(s, api.InboxList, func(ctx context.Context, p api.InboxListParams) ([]api.InboxMessage, error) {
 		return c.UserInbox(p.All)
 	})
-	handle(d, api.MethodInboxRead, func(ctx context.Context, p api.InboxReadParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.InboxRead, func(ctx context.Context, p api.InboxReadParams) (api.InboxReadResult, error) {
 		n, err := c.MarkUserRead(p.IDs)
 		return api.InboxReadResult{Read: n}, err
 	})

@@ -4,21 +4,22 @@ import (
 	"context"
 
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // registerSession registers the methods of the provider sessions.
 func (d *Daemon) registerSession() {
-	c := d.core
-	handle(d, api.MethodSessionList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	c, s := d.core, d.srv
+	rpc.Handle(s, api.SessionList, func(ctx context.Context, _ struct{}) ([]api.SessionInfo, error) {
 		return c.Sessions(), nil
 	})
-	handle(d, api.MethodSessionSuspend, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.SessionSuspend, func(ctx context.Context, p api.RefParams) (api.AgentInfo, error) {
 		return c.Suspend(ctx, p.Ref)
 	})
-	handle(d, api.MethodSessionResume, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.SessionResume, func(ctx context.Context, p api.RefParams) (api.AgentInfo, error) {
 		return c.Resume(ctx, p.Ref)
 	})
-	handle(d, api.MethodSessionDelete, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.SessionDelete, func(ctx context.Context, p api.RefParams) (api.AgentInfo, error) {
 		return c.ResetSession(ctx, p.Ref)
 	})
 }

@@ -6,30 +6,31 @@ import (
 	"github.com/substrat/substrat/provider"
 	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 // registerShell registers agent.shell and agent.shell_end: a person
 // takes an agent over to work in its provider's own session.
 func (d *Daemon) registerShell() {
-	c := d.core
-	handle(d, api.MethodAgentShell, func(ctx context.Context, p api.ShellParams, send func(any) error) (any, error) {
+	c, s := d.core, d.srv
+	rpc.HandleStream(s, api.AgentShell, func(ctx context.Context, p api.ShellParams, send func(api.ShellCommand) error) (struct{}, error) {
 		t, err := c.TakeOver(p.Ref)
 		if err != nil {
-			return nil, err
+			return struct{}{}, err
 		}
 		defer c.EndTakeOver(t.Session.ID, t.Gated) // when the client goes away, whatever happened to it
 		sc, err := d.shellCommand(ctx, t, p.Args)
 		if err != nil {
-			return nil, err
+			return struct{}{}, err
 		}
 		if err := send(sc); err != nil {
-			return nil, err
+			return struct{}{}, err
 		}
 		<-ctx.Done()
-		return nil, ctx.Err()
+		return struct{}{}, ctx.Err()
 	})
-	handle(d, api.MethodAgentShellEnd, func(ctx context.Context, p api.ShellEndParams, _ func(any) error) (any, error) {
-		return map[string]bool{"ended": true}, c.EndTakeOver(p.Ref, p.Ungate)
+	rpc.Handle(s, api.AgentShellEnd, func(ctx context.Context, p api.ShellEndParams) (api.ShellEndResult, error) {
+		return api.ShellEndResult{Ended: true}, c.EndTakeOver(p.Ref, p.Ungate)
 	})
 }
 

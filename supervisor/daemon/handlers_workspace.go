@@ -4,66 +4,64 @@ import (
 	"context"
 
 	"github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/rpc"
 	"github.com/substrat/substrat/supervisor/workspace"
 )
 
 // registerWorkspace registers the methods of the workspaces.
 func (d *Daemon) registerWorkspace() {
-	c := d.core
-	handle(d, api.MethodWorkspaceCreate, func(ctx context.Context, p api.WorkspaceParams, _ func(any) error) (any, error) {
+	c, s := d.core, d.srv
+	rpc.Handle(s, api.WorkspaceCreate, func(ctx context.Context, p api.WorkspaceParams) (api.WorkspaceInfo, error) {
 		w, note, err := c.CreateWorkspaceNote(p)
 		if err != nil {
-			return nil, err
+			return api.WorkspaceInfo{}, err
 		}
 		info := c.WorkspaceInfo(w)
 		info.Note = note
 		return info, nil
 	})
-	handle(d, api.MethodWorkspaceList, func(ctx context.Context, _ struct{}, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceList, func(ctx context.Context, _ struct{}) ([]api.WorkspaceInfo, error) {
 		return c.ListWorkspaces()
 	})
-	handle(d, api.MethodWorkspaceInspect, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceInspect, func(ctx context.Context, p api.RefParams) (api.WorkspaceInfo, error) {
 		return c.InspectWorkspace(p.Ref)
 	})
-	handle(d, api.MethodWorkspaceDelete, func(ctx context.Context, p api.WorkspaceDeleteParams, _ func(any) error) (any, error) {
-		return map[string]bool{"deleted": true}, c.DeleteWorkspaceWith(p.Ref, workspace.DeleteOptions{Force: p.Force, DeleteBranch: p.DeleteBranch})
+	rpc.Handle(s, api.WorkspaceDelete, func(ctx context.Context, p api.WorkspaceDeleteParams) (api.WorkspaceDeleteResult, error) {
+		return api.WorkspaceDeleteResult{Deleted: true}, c.DeleteWorkspaceWith(p.Ref, workspace.DeleteOptions{Force: p.Force, DeleteBranch: p.DeleteBranch})
 	})
-	handle(d, api.MethodWorkspaceDiff, func(ctx context.Context, p api.WorkspaceDiffParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceDiff, func(ctx context.Context, p api.WorkspaceDiffParams) (api.WorkspaceDiffResult, error) {
 		diff, err := c.WorkspaceDiff(p.Ref, p.Stat)
-		return map[string]string{"diff": diff}, err
+		return api.WorkspaceDiffResult{Diff: diff}, err
 	})
-	handle(d, api.MethodWorkspacePublish, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspacePublish, func(ctx context.Context, p api.RefParams) (api.WorkspacePublishResult, error) {
 		commit, err := c.WorkspacePublish(p.Ref)
-		return map[string]string{"commit": commit}, err
+		return api.WorkspacePublishResult{Commit: commit}, err
 	})
-	handle(d, api.MethodWorkspaceReattach, func(ctx context.Context, p refParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceReattach, func(ctx context.Context, p api.RefParams) (api.WorkspaceInfo, error) {
 		w, err := c.ReattachWorkspace(p.Ref)
 		if err != nil {
-			return nil, err
+			return api.WorkspaceInfo{}, err
 		}
 		return c.WorkspaceInfo(w), nil
 	})
-	handle(d, api.MethodWorkspaceLink, func(ctx context.Context, p api.LinkParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceLink, func(ctx context.Context, p api.LinkParams) (api.WorkspaceInfo, error) {
 		w, err := c.LinkWorkspace(p)
 		if err != nil {
-			return nil, err
+			return api.WorkspaceInfo{}, err
 		}
 		return c.WorkspaceInfo(w), nil
 	})
-	handle(d, api.MethodWorkspaceUnlink, func(ctx context.Context, p struct {
-		Workspace string `json:"workspace"`
-		Target    string `json:"target"`
-	}, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceUnlink, func(ctx context.Context, p api.UnlinkParams) (api.WorkspaceInfo, error) {
 		w, err := c.UnlinkWorkspace(p.Workspace, p.Target)
 		if err != nil {
-			return nil, err
+			return api.WorkspaceInfo{}, err
 		}
 		return c.WorkspaceInfo(w), nil
 	})
-	handle(d, api.MethodWorkspaceView, func(ctx context.Context, p api.ViewParams, _ func(any) error) (any, error) {
+	rpc.Handle(s, api.WorkspaceView, func(ctx context.Context, p api.ViewParams) (api.WorkspaceInfo, error) {
 		w, err := c.ViewWorkspace(p)
 		if err != nil {
-			return nil, err
+			return api.WorkspaceInfo{}, err
 		}
 		return c.WorkspaceInfo(w), nil
 	})

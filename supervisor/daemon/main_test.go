@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 		c, err := rpc.Dial(ctx, sock)
 		if err == nil {
 			var st api.StatusResult
-			if err = c.Call(ctx, "daemon.status", nil, &st); err == nil {
+			if err = callInto(ctx, c, api.DaemonStatus, struct{}{}, &st); err == nil {
 				fmt.Printf("status: pid %d\n", st.Pid)
 			}
 		}
@@ -144,4 +145,40 @@ func mustResolve(t *testing.T, c *supervisor.Core, ref string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// callInto makes the call m on c and stores its result in *r (r nil:
+// drops it).
+func callInto[P, R any](ctx context.Context, c *rpc.Client, m api.Method[P, R], p P, r *R) error {
+	res, err := rpc.Call(ctx, c, m, p)
+	if err == nil && r != nil {
+		*r = res
+	}
+	return err
+}
+
+// streamInto is callInto for a streaming method, whose frames it drops.
+func streamInto[P, F, R any](ctx context.Context, c *rpc.Client, m api.StreamMethod[P, F, R], p P, r *R) error {
+	res, err := rpc.Stream(ctx, c, m, p, nil)
+	if err == nil && r != nil {
+		*r = res
+	}
+	return err
+}
+
+// callAt is callInto on a connection of its own to sock.
+func callAt[P, R any](ctx context.Context, sock string, m api.Method[P, R], p P, r *R) error {
+	c, err := rpc.Dial(ctx, sock)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return callInto(ctx, c, m, p, r)
+}
+
+// callRaw calls a method by name with any params, as a client that does
+// not follow the contract may: for the errors it gets.
+func callRaw(ctx context.Context, c *rpc.Client, method string, params any) error {
+	_, err := rpc.Call(ctx, c, api.Method[any, json.RawMessage]{Name: method}, params)
+	return err
 }

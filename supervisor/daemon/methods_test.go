@@ -20,7 +20,7 @@ func TestEveryMethodServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = c.Call(ctx, m, map[string]any{"no_such_param": 1}, nil)
+		err = callRaw(ctx, c, m, map[string]any{"no_such_param": 1})
 		c.Close()
 		var re *api.Error
 		if err != nil && (!errors.As(err, &re) || re.Code == api.CodeUnknownMethod) {

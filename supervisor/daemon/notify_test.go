@@ -42,7 +42,7 @@ func TestNotifyFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
+	if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var prompt strings.Builder
@@ -67,7 +67,7 @@ func TestNotifyFlood(t *testing.T) {
 		}
 	}()
 	var res api.SendResult
-	if err := c.Call(ctx, api.MethodAgentSend, map[string]any{"ref": "r", "wait": true, "text": prompt.String()}, &res); err != nil {
+	if err := streamInto(ctx, c, api.AgentSend, api.SendMessageParams{Ref: "r", Wait: true, Text: prompt.String()}, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.Failed != "" || strings.Count(res.Text, "send_message -> error") > 0 {
@@ -76,7 +76,7 @@ func TestNotifyFlood(t *testing.T) {
 	var st api.StatusResult
 	eventually(t, "the notifications to end", func() bool {
 		st = api.StatusResult{}
-		if err := c.Call(ctx, api.MethodDaemonStatus, nil, &st); err != nil {
+		if err := callInto(ctx, c, api.DaemonStatus, struct{}{}, &st); err != nil {
 			t.Fatal(err)
 		}
 		n := st.Notify
@@ -128,7 +128,7 @@ func TestNotifyFlood(t *testing.T) {
 	t.Logf("%d messages: %d notifications, %d coalesced", messages, n.Runs, n.Coalesced)
 
 	var inbox []api.InboxMessage
-	if err := c.Call(ctx, api.MethodInboxList, map[string]any{"all": true}, &inbox); err != nil {
+	if err := callInto(ctx, c, api.InboxList, api.InboxListParams{All: true}, &inbox); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
@@ -157,24 +157,23 @@ func TestNotifyFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
+	if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: "r"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Call(ctx, api.MethodAgentSend, map[string]any{"ref": "r", "wait": true,
-		"text": `!send_message {"recipient":"USER","text":"all done"}`}, nil); err != nil {
+	if err := streamInto(ctx, c, api.AgentSend, api.SendMessageParams{Ref: "r", Wait: true, Text: `!send_message {"recipient":"USER","text":"all done"}`}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var st api.StatusResult
 	eventually(t, "the failure counted", func() bool {
 		st = api.StatusResult{}
-		c.Call(ctx, api.MethodDaemonStatus, nil, &st)
+		callInto(ctx, c, api.DaemonStatus, struct{}{}, &st)
 		return st.Notify != nil && st.Notify.Failures == 1
 	})
 	if n := st.Notify; n.Runs != 1 || !strings.Contains(n.LastError, "exit status 3") || n.LastFailureAt.IsZero() {
 		t.Errorf("daemon.status notify: %+v", n)
 	}
 	var inbox []api.InboxMessage
-	if err := c.Call(ctx, api.MethodInboxList, map[string]any{"all": true}, &inbox); err != nil || len(inbox) != 1 {
+	if err := callInto(ctx, c, api.InboxList, api.InboxListParams{All: true}, &inbox); err != nil || len(inbox) != 1 {
 		t.Fatalf("USER's inbox: %v %+v", err, inbox)
 	}
 }

@@ -23,23 +23,23 @@ func TestAgentQueryOverTheSocket(t *testing.T) {
 	}
 	defer c.Close()
 	var lead api.AgentInfo
-	if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: "lead"}, &lead); err != nil {
+	if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: "lead"}, &lead); err != nil {
 		t.Fatal(err)
 	}
 	const n = 40
 	for i := range n {
-		if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: fmt.Sprint("w", i), Parent: lead.ID}, nil); err != nil {
+		if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: fmt.Sprint("w", i), Parent: lead.ID}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Call(ctx, api.MethodAgentCreate, api.CreateParams{Name: "solo"}, nil); err != nil {
+	if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: "solo"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	p := api.ListParams{Ref: "lead", Limit: 7}
 	for pages := 0; ; pages++ {
 		var page api.ListPage
-		if err := c.Call(ctx, api.MethodAgentQuery, p, &page); err != nil {
+		if err := callInto(ctx, c, api.AgentQuery, p, &page); err != nil {
 			t.Fatal(err)
 		}
 		if page.Total != n+1 || len(page.Agents) > 7 {
@@ -60,14 +60,14 @@ func TestAgentQueryOverTheSocket(t *testing.T) {
 		t.Errorf("the pages held %d agents of %d", len(seen), n+1)
 	}
 	var list []api.AgentInfo
-	if err := c.Call(ctx, api.MethodAgentList, api.ListParams{States: []string{"idle"}, Providers: []string{"script"}, Limit: 2}, &list); err != nil {
+	if err := callInto(ctx, c, api.AgentList, api.ListParams{States: []string{"idle"}, Providers: []string{"script"}, Limit: 2}, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != n+2 {
 		t.Errorf("agent.list with filters gave %d agents, want every match (%d)", len(list), n+2)
 	}
 	var bad *api.Error
-	if err := c.Call(ctx, api.MethodAgentQuery, api.ListParams{States: []string{"sleepy"}}, nil); !errors.As(err, &bad) || bad.Code != api.CodeInvalidParams {
+	if err := callInto(ctx, c, api.AgentQuery, api.ListParams{States: []string{"sleepy"}}, nil); !errors.As(err, &bad) || bad.Code != api.CodeInvalidParams {
 		t.Errorf("an unknown state: %v", err)
 	}
 }

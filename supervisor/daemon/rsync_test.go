@@ -59,7 +59,7 @@ func TestRsyncWhileBusy(t *testing.T) {
 			}
 			defer c.Close()
 			var me api.AgentInfo
-			if err := c.Call(ctx, "agent.create", api.CreateParams{Name: fmt.Sprintf("w%d", i)}, &me); err != nil {
+			if err := callInto(ctx, c, api.AgentCreate, api.CreateParams{Name: fmt.Sprintf("w%d", i)}, &me); err != nil {
 				t.Error(err)
 				return
 			}
@@ -75,7 +75,7 @@ func TestRsyncWhileBusy(t *testing.T) {
 					text = fmt.Sprintf(`!spawn_agent {"name":"c%d","instructions":"child work"}`, j)
 				}
 				var res api.SendResult
-				if err := c.Call(ctx, "agent.send", map[string]any{"ref": me.ID, "text": text}, &res); err != nil {
+				if err := streamInto(ctx, c, api.AgentSend, api.SendMessageParams{Ref: me.ID, Text: text}, &res); err != nil {
 					if ctx.Err() == nil {
 						t.Error(err)
 					}

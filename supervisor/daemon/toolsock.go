@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -114,25 +113,18 @@ func (h *host) closeToolSockets() {
 // registerTools registers tool.list and tool.call on srv: for any agent
 // (daemon.sock, only ""), or for agent only alone (its tool socket).
 func registerTools(srv *rpc.Server, c *supervisor.Core, only string) {
-	srv.Handle(api.MethodToolList, func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
+	rpc.Handle(srv, api.ToolList, func(ctx context.Context, _ struct{}) ([]api.ToolSpec, error) {
 		return supervisor.Tools(), nil
 	})
-	srv.Handle(api.MethodToolCall, func(ctx context.Context, params json.RawMessage, _ func(any) error) (any, error) {
-		var p struct {
-			Agent string            `json:"agent"`
-			Call  provider.ToolCall `json:"call"`
-		}
-		if err := decode(params, &p); err != nil {
-			return nil, err
-		}
+	rpc.Handle(srv, api.ToolCall, func(ctx context.Context, p api.ToolCallParams) (api.ToolResult, error) {
 		switch {
 		case only == "" && !fsstore.IsID(p.Agent):
-			return nil, api.Errorf(api.CodeInvalidParams, "agent must be an agent id, got %q", p.Agent)
+			return api.ToolResult{}, api.Errorf(api.CodeInvalidParams, "agent must be an agent id, got %q", p.Agent)
 		case only != "" && p.Agent != "" && p.Agent != only:
-			return nil, api.Errorf(api.CodeInvalidParams, "this socket serves agent %s only, not %q", only, p.Agent)
+			return api.ToolResult{}, api.Errorf(api.CodeInvalidParams, "this socket serves agent %s only, not %q", only, p.Agent)
 		case only != "":
 			p.Agent = only
 		}
-		return c.CallTool(ctx, p.Agent, p.Call), nil
+		return api.ToolResult(c.CallTool(ctx, p.Agent, provider.ToolCall(p.Call))), nil
 	})
 }

@@ -75,11 +75,11 @@ func TestToolSocket(t *testing.T) {
 	}
 	defer cl.Close()
 	var specs []api.ToolSpec
-	if err := cl.Call(ctx, "tool.list", nil, &specs); err != nil || len(specs) != len(supervisor.Tools()) {
+	if err := callInto(ctx, cl, api.ToolList, struct{}{}, &specs); err != nil || len(specs) != len(supervisor.Tools()) {
 		t.Errorf("tool.list: %d tools, %v", len(specs), err)
 	}
-	var res provider.ToolResult
-	if err := cl.Call(ctx, "tool.call", map[string]any{"call": provider.ToolCall{ID: "k1", Name: "list_children"}}, &res); err != nil ||
+	var res api.ToolResult
+	if err := callInto(ctx, cl, api.ToolCall, api.ToolCallParams{Call: api.ToolRequest{ID: "k1", Name: "list_children"}}, &res); err != nil ||
 		!res.IsError || !strings.Contains(res.Text, "not in a turn") {
 		t.Errorf("tool.call for the socket's own agent: %+v, %v", res, err)
 	}
@@ -88,12 +88,12 @@ func TestToolSocket(t *testing.T) {
 		params any
 		code   string
 	}{
-		{"tool.call", map[string]any{"agent": b.ID, "call": provider.ToolCall{ID: "k2", Name: "list_children"}}, api.CodeInvalidParams},
-		{"agent.list", nil, api.CodeUnknownMethod},
-		{"agent.create", api.CreateParams{Name: "x"}, api.CodeUnknownMethod},
-		{"daemon.stop", nil, api.CodeUnknownMethod},
+		{api.ToolCall.Name, api.ToolCallParams{Agent: b.ID, Call: api.ToolRequest{ID: "k2", Name: "list_children"}}, api.CodeInvalidParams},
+		{api.AgentList.Name, nil, api.CodeUnknownMethod},
+		{api.AgentCreate.Name, api.CreateParams{Name: "x"}, api.CodeUnknownMethod},
+		{api.DaemonStop.Name, nil, api.CodeUnknownMethod},
 	} {
-		err := cl.Call(ctx, m.method, m.params, nil)
+		err := callRaw(ctx, cl, m.method, m.params)
 		var re *api.Error
 		if !errors.As(err, &re) || re.Code != m.code {
 			t.Errorf("%s on the tool socket: %v, want code %s", m.method, err, m.code)

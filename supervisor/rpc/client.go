@@ -45,15 +45,62 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// Call sends a request and decodes its result into result (if non-nil).
-func (c *Client) Call(ctx context.Context, method string, params, result any) error {
-	return c.Stream(ctx, method, params, nil, result)
+// Call makes the call m with params p and returns its result. An
+// *api.Error from the daemon is returned as is.
+func Call[P, R any](ctx context.Context, c *Client, m api.Method[P, R], p P) (R, error) {
+	var r R
+	err := c.do(ctx, m.Name, params(p), nil, &r)
+	return r, err
 }
 
-// Stream sends a request, calls onFrame for each frame, and decodes the
+// CallRaw is Call for a caller that wants the result's JSON text, which
+// decodes as an R: its size, or to pass it on as it came.
+func CallRaw[P, R any](ctx context.Context, c *Client, m api.Method[P, R], p P) (json.RawMessage, error) {
+	var r json.RawMessage
+	err := c.do(ctx, m.Name, params(p), nil, &r)
+	return r, err
+}
+
+// Stream makes the streaming call m with params p, calls onFrame with
+// each frame (nil: frames are skipped), and returns the final result. An
+// error of onFrame ends the call with it.
+func Stream[P, F, R any](ctx context.Context, c *Client, m api.StreamMethod[P, F, R], p P, onFrame func(F) error) (R, error) {
+	var r R
+	var raw func(json.RawMessage) error
+	if onFrame != nil {
+		raw = func(b json.RawMessage) error {
+			var f F
+			if err := json.Unmarshal(b, &f); err != nil {
+				return fmt.Errorf("daemon sent a malformed frame: %v", err)
+			}
+			return onFrame(f)
+		}
+	}
+	err := c.do(ctx, m.Name, params(p), raw, &r)
+	return r, err
+}
+
+// StreamRaw is Stream for a reader that shows frames as the daemon sent
+// them (--json): onFrame gets each frame's JSON text, which decodes as an
+// F.
+func StreamRaw[P, F, R any](ctx context.Context, c *Client, m api.StreamMethod[P, F, R], p P, onFrame func(json.RawMessage) error) (R, error) {
+	var r R
+	err := c.do(ctx, m.Name, params(p), onFrame, &r)
+	return r, err
+}
+
+// params is p to send: nothing for a method without params.
+func params[P any](p P) any {
+	if _, none := any(p).(struct{}); none {
+		return nil
+	}
+	return p
+}
+
+// do sends a request, calls onFrame for each frame, and decodes the
 // final result into result (if non-nil). An *api.Error from the daemon is
 // returned as is.
-func (c *Client) Stream(ctx context.Context, method string, params any, onFrame func(json.RawMessage) error, result any) error {
+func (c *Client) do(ctx context.Context, method string, params any, onFrame func(json.RawMessage) error, result any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++

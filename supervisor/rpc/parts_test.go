@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // TestLargeResultsComeInParts: a result far longer than MaxLine (the list
@@ -35,7 +37,7 @@ func TestLargeResultsComeInParts(t *testing.T) {
 		t.Fatalf("the result is only %d bytes: the test proves nothing", len(b))
 	}
 	// The connection serves the next call as usual.
-	if err := c.Call(ctx, "echo", "hi", new(string)); err != nil {
+	if _, err := Call(ctx, c, echoMethod, "hi"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "agent-09999") {
@@ -68,7 +70,7 @@ func TestPartsKeepMultibyteText(t *testing.T) {
 func callBig(t *testing.T, result, got any) *Client {
 	t.Helper()
 	s := newTestServer()
-	s.Handle("big", func(ctx context.Context, params json.RawMessage, send func(any) error) (any, error) {
+	Handle(s, api.Method[struct{}, any]{Name: "big"}, func(ctx context.Context, _ struct{}) (any, error) {
 		return result, nil
 	})
 	sock := serve(t, s)
@@ -79,7 +81,11 @@ func callBig(t *testing.T, result, got any) *Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := c.Call(ctx, "big", nil, got); err != nil {
+	raw, err := Call(ctx, c, api.Method[struct{}, json.RawMessage]{Name: "big"}, struct{}{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, got); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -9,14 +9,21 @@
 //
 //	{"id":1,"result":{...}}   or   {"id":1,"error":{"code":"not_found","message":"..."}}
 //
-// Methods that stream (agent.send, agent.attach, daemon.watch) first write
-// any number of frames, {"id":1,"frame":{...}}, then the final line. A
+// Methods that stream (api.StreamMethod: agent.send, agent.attach,
+// agent.events, daemon.watch, inbox.follow, agent.shell) first write any
+// number of frames, {"id":1,"frame":{...}}, then the final line. A
 // result too long for one line (a list of 10,000 agents) comes in parts:
 // lines {"id":1,"part":"<a piece of the result's JSON text>"}, then the
 // final {"id":1,"parts":N}; the client joins the pieces. No answer is
 // bounded by the line limit. A request line longer than MaxLine gets an
 // error reply and the connection is closed. Requests on one connection are handled one at a time; clients
 // that want concurrency open more connections.
+//
+// Both ends speak through the method descriptors of package api: a
+// client calls Call(ctx, c, api.AgentInspect, api.RefParams{Ref: "lead"})
+// (Stream for an api.StreamMethod) and the daemon serves with
+// Handle(s, api.AgentInspect, h), so params, frames and results that do
+// not match their method fail to compile.
 package rpc
 
 import (

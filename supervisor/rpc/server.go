@@ -21,10 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Handler serves one method. It decodes params itself, may send frames
+// handler serves one method. It decodes params itself, may send frames
 // with send (streaming methods), and returns the final result or an error.
 // ctx is cancelled when the client goes away or the server closes.
-type Handler func(ctx context.Context, params json.RawMessage, send func(frame any) error) (any, error)
+type handler func(ctx context.Context, params json.RawMessage, send func(frame any) error) (any, error)
 
 // Server serves requests on a listener.
 type Server struct {
@@ -46,7 +46,7 @@ type Server struct {
 	FirstRequest time.Duration
 
 	mu      sync.Mutex // guards the fields below
-	methods map[string]Handler
+	methods map[string]handler
 	conns   map[net.Conn]struct{}
 	ln      net.Listener
 	closed  bool
@@ -66,15 +66,53 @@ const (
 // NewServer returns a server accepting only the current uid.
 func NewServer(log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{Log: log, UID: os.Getuid(), methods: map[string]Handler{},
+	return &Server{Log: log, UID: os.Getuid(), methods: map[string]handler{},
 		conns: map[net.Conn]struct{}{}, ctx: ctx, cancel: cancel}
 }
 
-// Handle registers h for method.
-func (s *Server) Handle(method string, h Handler) {
+// Handle registers h to serve m. Params are decoded strictly (an unknown
+// field is an error, CodeInvalidParams); no params decode as {}. ctx is
+// cancelled when the client goes away or the server closes.
+func Handle[P, R any](s *Server, m api.Method[P, R], h func(ctx context.Context, p P) (R, error)) {
+	s.handle(m.Name, func(ctx context.Context, raw json.RawMessage, _ func(any) error) (any, error) {
+		var p P
+		if err := decode(raw, &p); err != nil {
+			return nil, err
+		}
+		return h(ctx, p)
+	})
+}
+
+// HandleStream registers h to serve the streaming method m: h sends its
+// frames with send, then returns the final result. An error of send
+// means the client is gone (h's ctx is cancelled too).
+func HandleStream[P, F, R any](s *Server, m api.StreamMethod[P, F, R], h func(ctx context.Context, p P, send func(F) error) (R, error)) {
+	s.handle(m.Name, func(ctx context.Context, raw json.RawMessage, send func(any) error) (any, error) {
+		var p P
+		if err := decode(raw, &p); err != nil {
+			return nil, err
+		}
+		return h(ctx, p, func(f F) error { return send(f) })
+	})
+}
+
+func (s *Server) handle(method string, h handler) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.methods[method] = h
+}
+
+// decode unmarshals params strictly into v.
+func decode(params json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(params)) == 0 || string(params) == "null" {
+		params = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(params))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return api.Errorf(api.CodeInvalidParams, "invalid params: %v", err)
+	}
+	return nil
 }
 
 // Serve accepts connections until Close. It returns nil after Close. An
@@ -320,7 +358,7 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 }
 
-func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h Handler) {
+func (s *Server) call(ctx context.Context, cw *connWriter, req *Request, h handler) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	send := func(frame any) error {

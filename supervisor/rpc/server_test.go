@@ -3,7 +3,6 @@ package rpc
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/supervisor/api"
 )
 
 // serveEnv, when set, makes the test binary a server on the socket it
@@ -44,11 +45,12 @@ func TestMain(m *testing.M) {
 func newTestServer() *Server {
 	s := NewServer(slog.New(slog.DiscardHandler))
 	s.UID = -1
-	s.Handle("echo", func(ctx context.Context, params json.RawMessage, send func(any) error) (any, error) {
-		return params, nil
-	})
+	Handle(s, echoMethod, func(ctx context.Context, p string) (string, error) { return p, nil })
 	return s
 }
+
+// echoMethod answers with its params.
+var echoMethod = api.Method[string, string]{Name: "echo"}
 
 func serve(t *testing.T, s *Server) string {
 	t.Helper()
@@ -77,8 +79,8 @@ func echo(t *testing.T, sock string) error {
 		return err
 	}
 	defer c.Close()
-	var got string
-	if err := c.Call(ctx, "echo", "hi", &got); err != nil {
+	got, err := Call(ctx, c, echoMethod, "hi")
+	if err != nil {
 		return err
 	}
 	if got != "hi" {
@@ -162,13 +164,12 @@ func TestConnectionBounds(t *testing.T) {
 	// counts a connection until it has seen it close.)
 	ctx := context.Background()
 	var c *Client
-	var got string
 	for {
 		var err error
 		if c, err = Dial(ctx, sock); err != nil {
 			t.Fatal(err)
 		}
-		if err = c.Call(ctx, "echo", "a", &got); err == nil {
+		if _, err = Call(ctx, c, echoMethod, "a"); err == nil {
 			break
 		}
 		c.Close()
@@ -179,7 +180,7 @@ func TestConnectionBounds(t *testing.T) {
 	}
 	defer c.Close()
 	time.Sleep(400 * time.Millisecond)
-	if err := c.Call(ctx, "echo", "b", &got); err != nil || got != "b" {
+	if got, err := Call(ctx, c, echoMethod, "b"); err != nil || got != "b" {
 		t.Fatalf("a call after an idle spell: %q, %v", got, err)
 	}
 }

@@ -52,29 +52,23 @@ func Start(t testing.TB) *Daemon {
 		t.Fatal(err)
 	}
 	srv := rpc.NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	srv.Handle("tool.list", func(ctx context.Context, _ json.RawMessage, _ func(any) error) (any, error) {
-		return []map[string]any{{"name": "send_message", "description": "Send a message.",
-			"input_schema": json.RawMessage(`{"type":"object","properties":{"recipient":{"type":"string"},"text":{"type":"string"}}}`)},
+	rpc.Handle(srv, api.ToolList, func(ctx context.Context, _ struct{}) ([]api.ToolSpec, error) {
+		return []api.ToolSpec{{Name: "send_message", Description: "Send a message.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"recipient":{"type":"string"},"text":{"type":"string"}}}`)},
 			// The probe of provider/providertest, for a real CLI to call.
-			{"name": "providertest_probe", "description": "The conformance suite's probe.",
-				"input_schema": json.RawMessage(`{"type":"object"}`)}}, nil
+			{Name: "providertest_probe", Description: "The conformance suite's probe.",
+				InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil
 	})
-	srv.Handle("tool.call", func(ctx context.Context, raw json.RawMessage, _ func(any) error) (any, error) {
-		var p struct {
-			Agent string            `json:"agent"`
-			Call  provider.ToolCall `json:"call"`
-		}
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return nil, api.Errorf(api.CodeInvalidParams, "%v", err)
-		}
+	rpc.Handle(srv, api.ToolCall, func(ctx context.Context, p api.ToolCallParams) (api.ToolResult, error) {
+		call := provider.ToolCall(p.Call)
 		d.mu.Lock()
-		d.calls = append(d.calls, Call{p.Agent, p.Call})
+		d.calls = append(d.calls, Call{p.Agent, call})
 		h := d.turns[p.Agent]
 		d.mu.Unlock()
 		if h == nil {
-			return provider.ToolResult{IsError: true, Text: "agent " + p.Agent + " is not in a turn"}, nil
+			return api.ToolResult{IsError: true, Text: "agent " + p.Agent + " is not in a turn"}, nil
 		}
-		return h.CallTool(ctx, p.Call), nil
+		return api.ToolResult(h.CallTool(ctx, call)), nil
 	})
 	ln, err := net.Listen("unix", fsstore.Layout{Home: home}.Socket())
 	if err != nil {
@@ -159,9 +153,8 @@ func CallTool(ctx context.Context, socket, agent string, call provider.ToolCall)
 		return provider.ToolResult{}, err
 	}
 	defer c.Close()
-	var res provider.ToolResult
-	err = c.Call(ctx, "tool.call", map[string]any{"agent": agent, "call": call}, &res)
-	return res, err
+	res, err := rpc.Call(ctx, c, api.ToolCall, api.ToolCallParams{Agent: agent, Call: api.ToolRequest(call)})
+	return provider.ToolResult(res), err
 }
 
 // MCPArgs reads the agent and the socket from an MCP config's substrat

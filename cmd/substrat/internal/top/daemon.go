@@ -2,7 +2,6 @@ package top
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/substrat/substrat/supervisor/api"
@@ -18,54 +17,51 @@ type Daemon struct {
 	Socket string
 }
 
-func (d Daemon) call(ctx context.Context, method string, params, result any) error {
+// call makes the call m on a connection of its own.
+func call[P, R any](ctx context.Context, d Daemon, m api.Method[P, R], p P) (R, error) {
 	c, err := rpc.Dial(ctx, d.Socket)
 	if err != nil {
-		return err
+		var zero R
+		return zero, err
 	}
 	defer c.Close()
-	return c.Call(ctx, method, params, result)
+	return rpc.Call(ctx, c, m, p)
 }
 
 // Status implements Source.
 func (d Daemon) Status(ctx context.Context) (api.StatusResult, error) {
-	var st api.StatusResult
-	err := d.call(ctx, api.MethodDaemonStatus, nil, &st)
-	return st, err
+	return call(ctx, d, api.DaemonStatus, struct{}{})
 }
 
 // Agents implements Source.
 func (d Daemon) Agents(ctx context.Context, p api.ListParams) (api.ListPage, error) {
-	var page api.ListPage
-	err := d.call(ctx, api.MethodAgentQuery, p, &page)
-	return page, err
+	return call(ctx, d, api.AgentQuery, p)
 }
 
 // Inbox implements Source.
 func (d Daemon) Inbox(ctx context.Context) ([]api.InboxMessage, error) {
-	var in []api.InboxMessage
-	err := d.call(ctx, api.MethodInboxList, api.InboxListParams{}, &in)
-	return in, err
+	return call(ctx, d, api.InboxList, api.InboxListParams{})
 }
 
 // Approvals implements Source.
 func (d Daemon) Approvals(ctx context.Context) ([]api.PendingApproval, error) {
-	var ap []api.PendingApproval
-	err := d.call(ctx, api.MethodApprovalList, nil, &ap)
-	return ap, err
+	return call(ctx, d, api.ApprovalList, struct{}{})
 }
 
 // Recovery implements Source.
 func (d Daemon) Recovery(ctx context.Context) (api.Report, error) {
-	var r api.Report
-	err := d.call(ctx, api.MethodDaemonRecovery, nil, &r)
-	return r, err
+	r, err := call(ctx, d, api.DaemonRecovery, struct{}{})
+	if r == nil {
+		return api.Report{}, err
+	}
+	return *r, err
 }
 
 // Detail implements Source.
 func (d Daemon) Detail(ctx context.Context, id string, tail int) (Detail, error) {
 	var det Detail
-	if err := d.call(ctx, api.MethodAgentInspect, map[string]string{"ref": id}, &det.Inspect); err != nil {
+	var err error
+	if det.Inspect, err = call(ctx, d, api.AgentInspect, api.RefParams{Ref: id}); err != nil {
 		return det, err
 	}
 	c, err := rpc.Dial(ctx, d.Socket)
@@ -73,14 +69,10 @@ func (d Daemon) Detail(ctx context.Context, id string, tail int) (Detail, error)
 		return det, err
 	}
 	defer c.Close()
-	err = c.Stream(ctx, api.MethodAgentEvents, map[string]any{"ref": id, "tail": tail}, func(raw json.RawMessage) error {
-		var e fsstore.Event
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return err
-		}
+	_, err = rpc.Stream(ctx, c, api.AgentEvents, api.EventsParams{Ref: id, Tail: tail}, func(e fsstore.Event) error {
 		det.Events = append(det.Events, e)
 		return nil
-	}, nil)
+	})
 	return det, err
 }
 
@@ -91,14 +83,10 @@ func (d Daemon) Watch(ctx context.Context, fn func(Event)) error {
 		return err
 	}
 	defer c.Close()
-	err = c.Stream(ctx, api.MethodDaemonWatch, map[string]string{}, func(raw json.RawMessage) error {
-		var e Event
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return err
-		}
+	_, err = rpc.Stream(ctx, c, api.DaemonWatch, api.RefParams{}, func(e api.WatchFrame) error {
 		fn(e)
 		return nil
-	}, nil)
+	})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -110,32 +98,48 @@ func (d Daemon) Watch(ctx context.Context, fn func(Event)) error {
 
 // Act implements Source.
 func (d Daemon) Act(ctx context.Context, a Action) error {
-	ref := map[string]string{"ref": a.ID}
+	ref := api.RefParams{Ref: a.ID}
+	var err error
 	switch a.Kind {
 	case ActSend:
-		return d.call(ctx, api.MethodAgentSend, map[string]any{"ref": a.ID, "text": a.Text}, nil)
+		_, err = stream(ctx, d, api.AgentSend, api.SendMessageParams{Ref: a.ID, Text: a.Text})
 	case ActGate, ActUngate, ActPermit:
-		return d.call(ctx, api.MethodAgentGate, api.GateParams{Ref: a.ID, Op: a.Kind}, nil)
+		_, err = call(ctx, d, api.AgentGate, api.GateParams{Ref: a.ID, Op: a.Kind})
 	case ActSuspend:
-		return d.call(ctx, api.MethodSessionSuspend, ref, nil)
+		_, err = call(ctx, d, api.SessionSuspend, ref)
 	case ActResume:
-		return d.call(ctx, api.MethodSessionResume, ref, nil)
+		_, err = call(ctx, d, api.SessionResume, ref)
 	case ActTerminate:
-		return d.call(ctx, api.MethodAgentTerminate, api.TerminateParams{Ref: a.ID}, nil)
+		_, err = call(ctx, d, api.AgentTerminate, api.TerminateParams{Ref: a.ID})
 	case ActArchive:
-		return d.call(ctx, api.MethodAgentArchive, ref, nil)
+		_, err = call(ctx, d, api.AgentArchive, ref)
 	case ActApprove, ActDeny:
-		return d.call(ctx, api.MethodApprovalAnswer, api.AnswerParams{ID: a.ID, Allow: a.Kind == ActApprove, By: fsstore.User}, nil)
+		_, err = call(ctx, d, api.ApprovalAnswer, api.AnswerParams{ID: a.ID, Allow: a.Kind == ActApprove, By: fsstore.User})
 	case ActReadInbox:
-		var in []api.InboxMessage
-		if err := d.call(ctx, api.MethodInboxList, api.InboxListParams{}, &in); err != nil {
+		in, err := call(ctx, d, api.InboxList, api.InboxListParams{})
+		if err != nil {
 			return err
 		}
 		ids := make([]string, 0, len(in))
 		for _, m := range in {
 			ids = append(ids, m.ID)
 		}
-		return d.call(ctx, api.MethodInboxRead, api.InboxReadParams{IDs: ids}, nil)
+		_, err = call(ctx, d, api.InboxRead, api.InboxReadParams{IDs: ids})
+		return err
+	default:
+		return fmt.Errorf("unknown action %q", a.Kind)
 	}
-	return fmt.Errorf("unknown action %q", a.Kind)
+	return err
+}
+
+// stream makes the streaming call m on a connection of its own, and
+// drops its frames.
+func stream[P, F, R any](ctx context.Context, d Daemon, m api.StreamMethod[P, F, R], p P) (R, error) {
+	c, err := rpc.Dial(ctx, d.Socket)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	defer c.Close()
+	return rpc.Stream(ctx, c, m, p, nil)
 }

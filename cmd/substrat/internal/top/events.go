@@ -96,9 +96,9 @@ func describe(e Event) (line, now string) {
 	}
 	data := oneLine(string(jsontext.Readable(e.Data)))
 	if data == "" || data == "null" {
-		return termtext.Row(e.Type), ""
+		return termtext.Row(string(e.Type)), ""
 	}
-	return fmt.Sprintf("%s %s", termtext.Row(e.Type), data), ""
+	return fmt.Sprintf("%s %s", termtext.Row(string(e.Type)), data), ""
 }
 
 // oneLine keeps the first line of s, without surrounding blanks, at most

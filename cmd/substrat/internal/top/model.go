@@ -355,7 +355,7 @@ func (m *Model) index(id string) int {
 // applyEvents keeps what each agent is doing now, and its live lines.
 func (m *Model) applyEvents(batch eventsMsg) {
 	for _, e := range batch {
-		if e.Type == "dropped" {
+		if e.Type == api.WatchDropped {
 			m.dropped += max(e.Count, 1)
 			m.full = true
 			continue
@@ -371,7 +371,7 @@ func (m *Model) applyEvents(batch eventsMsg) {
 				m.activity[e.Agent] = now
 			}
 		}
-		if a := m.tree.byID[e.Agent]; a != nil && e.Type == "message" {
+		if a := m.tree.byID[e.Agent]; a != nil && e.Type == api.WatchMessage {
 			a.Pending++
 		}
 		m.noted(e) // sync.go

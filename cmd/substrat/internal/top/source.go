@@ -14,7 +14,6 @@ package top
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -102,15 +101,7 @@ type Detail struct {
 }
 
 // Event is one frame of daemon.watch.
-type Event struct {
-	Agent string          `json:"agent"`
-	Name  string          `json:"name"`
-	Type  string          `json:"type"`
-	Seq   uint64          `json:"seq"`
-	Time  time.Time       `json:"ts"`
-	Data  json.RawMessage `json:"data"`
-	Count int             `json:"count"` // of a "dropped" marker
-}
+type Event = api.WatchFrame
 
 // Action kinds.
 const (

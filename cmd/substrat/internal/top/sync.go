@@ -53,13 +53,13 @@ func (m *Model) want(ids ...string) {
 // noted applies what a watch event says needs reading back.
 func (m *Model) noted(e Event) {
 	switch {
-	case e.Type == "dropped":
+	case e.Type == api.WatchDropped:
 		m.full = true
 		return
 	case e.Agent == fsstore.User:
-		m.needInbox = m.needInbox || e.Type == "message"
+		m.needInbox = m.needInbox || e.Type == api.WatchMessage
 		return
-	case e.Type == "output" || e.Type == "tool":
+	case e.Type == api.WatchOutput || e.Type == api.WatchTool:
 		return // a turn's stream: nothing of the row changes
 	}
 	m.want(e.Agent)

@@ -283,7 +283,7 @@ func (m *Model) lines(id string) []string {
 	}
 	var out []string
 	for _, e := range m.detail.Events {
-		line, _ := describe(Event{Type: e.Type, Data: e.Data, Time: e.Time})
+		line, _ := describe(Event{Type: api.WatchType(e.Type), Data: e.Data, Time: e.Time})
 		out = append(out, e.Time.Local().Format("15:04:05")+" "+line)
 	}
 	return out
