@@ -42,6 +42,13 @@
 //     person); a permit lets one turn through. park: a provider's rate or
 //     usage limit, until a time. hold: the core's own short hold of an
 //     agent while one operation runs on it.
+//   - settings: what the user configures. config.json is config.File;
+//     with the environment and the daemon's flags it resolves to
+//     config.Effective, which is Settings (what the core reads) and where
+//     each value came from; the daemon keeps the one in force and reloads
+//     it when the file changes. Config (a Core's) and daemon.Options are
+//     how a program builds a core or a daemon, not settings: a program
+//     sets a setting as a flag would (daemon.Options.Flags).
 //   - workspace: a directory an agent works in, sandboxed by bwrap; a
 //     place is where a turn's processes run it (the local machine, or a
 //     host an executor reaches).

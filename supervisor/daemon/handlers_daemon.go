@@ -15,7 +15,7 @@ func (d *Daemon) registerDaemon() {
 	c, s := d.core, d.srv
 	rpc.Handle(s, api.DaemonStatus, func(ctx context.Context, _ struct{}) (api.StatusResult, error) {
 		st := c.Status()
-		st.Pid, st.Home, st.Version, st.StartedAt, st.MaxSlots = os.Getpid(), d.store.Layout().Home, d.opts.Version, d.started.UTC(), d.opts.MaxSlots
+		st.Pid, st.Home, st.Version, st.StartedAt, st.MaxSlots = os.Getpid(), d.store.Layout().Home, d.opts.Version, d.started.UTC(), d.maxSlots
 		ns := d.host.notify.status()
 		st.Notify = &ns
 		ls := d.host.limits.Status()

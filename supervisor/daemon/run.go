@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -30,10 +28,7 @@ import (
 
 // Options configure a daemon.
 type Options struct {
-	Home     string
-	MaxSlots int // live sessions in the default pool, and turns at once; default 4
-	// Pools sizes named slot pools (live sessions each); see Config.Pools.
-	Pools     map[string]int
+	Home      string
 	Providers supervisor.Providers
 	Version   string
 	// LogOutput receives the structured log; default daemon.log in Home.
@@ -43,7 +38,8 @@ type Options struct {
 	// Grace is how long a stop waits for running turns; default 10 s.
 	Grace time.Duration
 	// Flags are the settings given on the command line, by their key in
-	// config.json (they win over the environment and the file).
+	// config.json (they win over the environment and the file): the one
+	// way a program sets what config.json sets ("max_slots": "2").
 	Flags map[string]string
 	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
@@ -56,6 +52,7 @@ type Daemon struct {
 	core     *supervisor.Core
 	host     *host
 	settings *settings
+	maxSlots int // turns at once, as the settings said at start
 	log      *slog.Logger
 	srv      *rpc.Server
 	started  time.Time
@@ -158,13 +155,6 @@ func (opts Options) withDefaults() Options {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	if opts.MaxSlots > 0 {
-		opts.Flags = maps.Clone(opts.Flags)
-		if opts.Flags == nil {
-			opts.Flags = map[string]string{}
-		}
-		opts.Flags["max_slots"] = strconv.Itoa(opts.MaxSlots)
-	}
 	if opts.Grace == 0 {
 		opts.Grace = 10 * time.Second
 	}
@@ -198,11 +188,8 @@ func newDaemon(opts Options, store *fsstore.Store, log *slog.Logger) (*Daemon, e
 	if eff.FileError != "" {
 		log.Error("config.json refused; starting with the other settings", "err", eff.FileError)
 	}
-	d.opts.MaxSlots = eff.MaxSlots
+	d.maxSlots = eff.MaxSlots
 	set := eff.Settings
-	for k, v := range opts.Pools {
-		set.Pools[k] = v
-	}
 	d.host = newHost(store, log)
 	d.core = supervisor.New(supervisor.Config{Store: store, Providers: opts.Providers, Log: log, Host: d.host, Settings: &set})
 	d.host.core = d.core
@@ -321,7 +308,7 @@ func (d *Daemon) tick(ctx context.Context) {
 
 // schedule runs turns for runnable agents, at most MaxSlots at once.
 func (d *Daemon) schedule(ctx context.Context) {
-	sem := make(chan struct{}, d.opts.MaxSlots)
+	sem := make(chan struct{}, d.maxSlots)
 	var mu sync.Mutex
 	inflight := map[string]bool{}
 	var wg sync.WaitGroup
