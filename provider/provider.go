@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 
 	"github.com/substrat/substrat/fsstore"
@@ -241,6 +242,45 @@ type Config struct {
 	// and Args), so that it is under the limits before it runs anything,
 	// and fails if they cannot be had.
 	Limit LimitFunc
+	// Start, if set, starts every process of the session in place of
+	// an exec.Cmd on this machine: it runs the process where the agent
+	// runs (its executor: another host over ssh). Adapters that run
+	// processes call it last, with the process sandboxed and limited
+	// (after Sandbox and Limit), and the process's streams. Cancelling
+	// ctx kills the process. Its Wait returns the error that cut the
+	// process off when the connection was lost: the adapter treats it
+	// as a process that died, and the turn fails and is retried as any
+	// turn cut short. Track is told the pid of the process that stands
+	// for it here (the ssh client). Without it, the adapter starts the
+	// process itself, in a process group of its own that dies with the
+	// daemon.
+	Start StartFunc
+}
+
+// StartFunc starts process p, already sandboxed and limited, with the
+// streams of stdio (see Config.Start). p.Files, if any, stay the
+// caller's to close.
+type StartFunc func(ctx context.Context, p Process, stdio Stdio) (Running, error)
+
+// Stdio are the standard streams of a process a StartFunc starts; nil
+// is /dev/null.
+type Stdio struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// Running is a process a StartFunc started: data in, a handle out, so
+// that the contract runs nothing itself (executor.Process has this
+// shape).
+type Running interface {
+	// Wait waits for the process to end: nil for status 0, else an
+	// error (an exit status, or what cut it off). Called exactly once.
+	Wait() error
+	// Kill kills the process and all it started; Wait still must be
+	// called. Killing an ended process is not an error.
+	Kill() error
+	// Pid is the local process that stands for it.
+	Pid() int
 }
 
 // Process is a process about to start, as the Sandbox and Limit hooks

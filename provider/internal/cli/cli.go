@@ -482,6 +482,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		c.Wrap = func(ctx context.Context, p provider.Process) (provider.Process, error) { return sandbox(ctx, p, needs) }
 	}
 	c.Limit = s.cfg.Limit
+	c.Start = s.cfg.Start
 	if c.Fresh {
 		s.mu.Lock()
 		s.totals = &Totals{}
