@@ -18,11 +18,16 @@ import (
 // TestMain) that starts a sleeper on the host and waits to be killed.
 const (
 	daemonEnv = "SSHEXEC_TEST_DAEMON" // "config root agent secs"
+	dialEnv   = "SSHEXEC_TEST_DIAL"   // a Unix socket to say ping to
 )
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(daemonEnv); v != "" {
 		playDaemon(strings.Fields(v))
+		return
+	}
+	if v := os.Getenv(dialEnv); v != "" {
+		dial(v)
 		return
 	}
 	os.Exit(m.Run())

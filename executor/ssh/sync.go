@@ -14,11 +14,15 @@ import (
 // (--safe-links, decided by the receiving side), no device, FIFO or
 // socket, no owner, group, set-id bits or hard links. --delete makes
 // the copy an exact one (deletions travel too), and --protect-args keeps
-// the remote shell away from the paths.
+// the remote shell away from the paths. No .git travels, at any depth,
+// either way, and the receiving side's are neither replaced nor deleted:
+// git reads a repository's config, hooks and a .git file's redirection
+// as code and paths to trust (see the git sandbox's rules), and what
+// comes back from the host was written by the agent.
 var rsyncFlags = []string{
 	"--recursive", "--links", "--times", "--executability",
 	"--safe-links", "--no-devices", "--no-specials",
-	"--delete", "--protect-args",
+	"--delete", "--protect-args", "--exclude=.git",
 }
 
 // rsh returns rsync's --rsh: the executor's ssh through its master,
