@@ -12,8 +12,9 @@ import (
 // directories, symlinks that stay inside the place, modification times
 // and the executable bit; no symlink that points out of the place
 // (--safe-links, decided by the receiving side), no device, FIFO or
-// socket, no owner, group, set-id bits or hard links. --delete makes
-// the copy an exact one (deletions travel too), and --protect-args keeps
+// socket, no owner, group, set-id bits or hard links. Push and Pull add
+// --delete, which makes the copy an exact one (deletions travel too);
+// --protect-args keeps
 // the remote shell away from the paths. No .git travels, at any depth,
 // either way, and the receiving side's are neither replaced nor deleted:
 // git reads a repository's config, hooks and a .git file's redirection
@@ -22,7 +23,7 @@ import (
 var rsyncFlags = []string{
 	"--recursive", "--links", "--times", "--executability",
 	"--safe-links", "--no-devices", "--no-specials",
-	"--delete", "--protect-args", "--exclude=.git",
+	"--protect-args", "--exclude=.git",
 }
 
 // rsh returns rsync's --rsh: the executor's ssh through its master,
@@ -68,14 +69,15 @@ func (e *Executor) Push(ctx context.Context, agent, local string) error {
 	if _, err := e.run(ctx, `mkdir -p -- "$1"`, dir); err != nil {
 		return err
 	}
-	return e.rsync(ctx, strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
+	return e.rsync(ctx, "--delete", strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
 }
 
 // placeScript prints, for the place $1, the first file larger than $2
 // bytes if there is one ("big NAME"), then the total size of the place
-// in bytes and its number of entries ("total N M"). It runs outside the
+// in bytes and its number of entries ("total N M"); "none" if there is
+// no place. It runs outside the
 // sandbox on what the agent wrote: find and du follow no symlink.
-const placeScript = `cd -- "$1" || exit 1;` +
+const placeScript = `[ -d "$1" ] || { echo none; exit 0; }; cd -- "$1" || exit 1;` +
 	` b=$(find . -type f -size +"$2"c -print | head -n 1); [ -z "$b" ] || printf 'big %s\n' "$b";` +
 	` printf 'total %s %s\n' "$(du -s -b . | cut -f1)" "$(find . | wc -l)"`
 
@@ -86,6 +88,21 @@ const placeScript = `cd -- "$1" || exit 1;` +
 // (ErrRefused) and local is left as it was. Call it when no process of
 // the agent runs on the host (after the turn, or Fence).
 func (e *Executor) Pull(ctx context.Context, agent, local string) error {
+	return e.pull(ctx, agent, local, "--delete")
+}
+
+// Salvage copies back from the agent's place on the host, under Pull's
+// rules and bounds, the files that are newer there than in local, and
+// deletes nothing: what a process cut off before its Pull (a daemon
+// that died) left there, without undoing what changed in local since.
+// Call it before the Push that replaces the place, after Fence.
+func (e *Executor) Salvage(ctx context.Context, agent, local string) error {
+	return e.pull(ctx, agent, local, "--update")
+}
+
+// pull is Pull with mode: --delete (a mirror) or --update (newer files
+// only).
+func (e *Executor) pull(ctx context.Context, agent, local, mode string) error {
 	dir, err := e.Place(ctx, agent)
 	if err != nil {
 		return err
@@ -93,6 +110,12 @@ func (e *Executor) Pull(ctx context.Context, agent, local string) error {
 	out, err := e.run(ctx, placeScript, dir, strconv.FormatInt(e.opts.MaxFileSize, 10))
 	if err != nil {
 		return err
+	}
+	if string(out) == "none\n" {
+		if mode == "--update" {
+			return nil // nothing to salvage
+		}
+		return fmt.Errorf("ssh %s: %s has no place there", e.host, agent)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if name, ok := strings.CutPrefix(l, "big "); ok {
@@ -113,7 +136,7 @@ func (e *Executor) Pull(ctx context.Context, agent, local string) error {
 				return fmt.Errorf("%w: %s's place holds %d entries, more than %d", ErrRefused, agent, n, e.opts.MaxFiles)
 			}
 			// --max-size as well, for a file that grew since.
-			return e.rsync(ctx, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
+			return e.rsync(ctx, mode, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
 				e.host+":"+dir+"/", strings.TrimSuffix(local, "/")+"/")
 		}
 	}

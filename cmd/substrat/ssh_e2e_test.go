@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/executor/ssh"
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/sshtest"
+	wire "github.com/substrat/substrat/supervisor/api"
+)
+
+// remoteModel is a script-provider model program (remote-model in
+// TestMain) for an agent on an ssh executor. The last line of its
+// prompt that is not a message frame says what to do in /workspace:
+//
+//	write NAME TEXT  write TEXT to NAME, then say where /workspace is
+//	                 mounted from (the place on the host)
+//	attack           plant what must not come back: a symlink to /etc,
+//	                 a git hook, a .git file that redirects git
+//	cut              the first time, write "started" and hang until
+//	                 killed; when "started" is there, finish
+func remoteModel() int {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(nil, 1<<20)
+	var turn struct {
+		Prompt string `json:"prompt"`
+	}
+	if !in.Scan() || json.Unmarshal(in.Bytes(), &turn) != nil {
+		return 1
+	}
+	var words []string // of the last line that is not a frame's
+	for _, l := range strings.Split(turn.Prompt, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "[") {
+			words = strings.Fields(l)
+		}
+	}
+	out := json.NewEncoder(os.Stdout)
+	done := func(text string) int {
+		out.Encode(map[string]any{"type": "done", "text": text})
+		return 0
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	switch {
+	case len(words) >= 3 && words[0] == "write":
+		if err := os.WriteFile(filepath.Join("/workspace", words[1]), []byte(strings.Join(words[2:], " ")), 0o644); err != nil {
+			return fail(err)
+		}
+		return done("wrote " + words[1] + "; /workspace from " + mountSource("/workspace"))
+	case len(words) == 1 && words[0] == "attack":
+		for _, step := range []error{
+			os.Symlink("/etc", "/workspace/etc"),
+			os.Symlink("../../../../../../../etc/passwd", "/workspace/passwd"),
+			os.MkdirAll("/workspace/.git/hooks", 0o755),
+			os.WriteFile("/workspace/.git/hooks/post-checkout", []byte("#!/bin/sh\ntouch "+os.Getenv("SUBSTRAT_AGENT_ID")+"-hook-ran\n"), 0o755),
+			os.WriteFile("/workspace/.git/config", []byte("[core]\n\tfsmonitor = touch /tmp/fsmonitor-ran\n"), 0o644),
+			os.MkdirAll("/workspace/sub", 0o755),
+			os.WriteFile("/workspace/sub/.git", []byte("gitdir: /etc\n"), 0o644),
+			os.WriteFile("/workspace/innocent.txt", []byte("plain data"), 0o644),
+		} {
+			if step != nil {
+				return fail(step)
+			}
+		}
+		return done("planted")
+	case len(words) == 1 && words[0] == "cut":
+		if _, err := os.Stat("/workspace/started"); err == nil {
+			os.WriteFile("/workspace/finished", []byte("after the cut"), 0o644)
+			return done("finished after the cut")
+		}
+		os.WriteFile("/workspace/started", []byte("once"), 0o644)
+		time.Sleep(10 * time.Minute)
+		return 1
+	}
+	return done("say what to do")
+}
+
+// mountSource is the source, on its machine, of the mount at target
+// (/proc/self/mountinfo's root field).
+func mountSource(target string) string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && f[4] == target {
+			return f[3]
+		}
+	}
+	return "?"
+}
+
+// sshDaemon starts a test sshd, and a daemon whose ssh executors reach
+// it, with places under a directory of the test. It returns the daemon,
+// the server and the places' root.
+func sshDaemon(t *testing.T, env ...string) (*e2eDaemon, *sshtest.Server, string) {
+	t.Helper()
+	needBwrap(t)
+	if why := sshtest.Available(); why != "" {
+		t.Fatal(why)
+	}
+	s := sshtest.Start(t)
+	places, err := os.MkdirTemp("", "sbp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(places) })
+	d := runDaemon(t, append([]string{ssh.ConfigEnv + "=" + s.Config, ssh.RootEnv + "=" + places}, env...)...)
+	return d, s, places
+}
+
+// TestSSHExecutorE2E: an agent created with --executor ssh://HOST runs
+// its turns on the host, through the test's sshd: its provider process
+// runs in bwrap there, in its place, and what it wrote comes back into
+// the workspace.
+func TestSSHExecutorE2E(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	if err := os.WriteFile(filepath.Join(root, "input.txt"), []byte("from here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
+	res := d.send("far", "write hello.txt hi from the host")
+	place := filepath.Join(places, a.ID, "place")
+	if want := "wrote hello.txt; /workspace from " + place; res.Text != want {
+		t.Fatalf("the turn said %q, want %q", res.Text, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "hello.txt")); err != nil || string(b) != "hi from the host" {
+		t.Fatalf("hello.txt in the workspace: %q, %v", b, err)
+	}
+	// The workspace went there before the turn.
+	if b, err := os.ReadFile(filepath.Join(place, "input.txt")); err != nil || string(b) != "from here" {
+		t.Fatalf("input.txt in the place: %q, %v", b, err)
+	}
+	// And a file removed on this side is gone there at the next turn.
+	os.Remove(filepath.Join(root, "input.txt"))
+	d.send("far", "write second.txt again")
+	if _, err := os.Lstat(filepath.Join(place, "input.txt")); !os.IsNotExist(err) {
+		t.Fatalf("input.txt removed here is still in the place: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "second.txt")); string(b) != "again" {
+		t.Fatalf("second.txt: %q", b)
+	}
+	// No process of the agent is left on the host.
+	if ps := markerProcs(a.ID); len(ps) > 0 {
+		t.Fatalf("left on the host: %v", ps)
+	}
+}
+
+// markerProcs lists the host's (this machine's) executor wrappers of
+// agent.
+func markerProcs(agent string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		args := strings.Split(string(b), "\x00")
+		if err == nil && len(args) > 5 && args[3] == ssh.Marker && args[4] == agent {
+			out = append(out, d+": "+strings.Join(args, " "))
+		}
+	}
+	return out
+}
+
+// TestSSHExecutorAttack: what the agent plants in its place on the host
+// does not come back as such: a symlink out of the place, git hooks and
+// config, a .git file that redirects git. Nothing of it runs here.
+func TestSSHExecutorAttack(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	var a wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
+	if res := d.send("far", "attack"); res.Text != "planted" {
+		t.Fatalf("the turn said %q", res.Text)
+	}
+	place := filepath.Join(places, a.ID, "place")
+	if _, err := os.Lstat(filepath.Join(place, ".git", "hooks", "post-checkout")); err != nil {
+		t.Fatalf("the attack did not plant its hook on the host: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "innocent.txt")); err != nil || string(b) != "plain data" {
+		t.Fatalf("innocent.txt: %q, %v", b, err)
+	}
+	for _, name := range []string{"etc", "passwd", ".git", "sub/.git"} {
+		if fi, err := os.Lstat(filepath.Join(root, name)); !os.IsNotExist(err) {
+			t.Errorf("%s came back: %v, %v", name, fi.Mode(), err)
+		}
+	}
+	// git run here on the workspace finds no repository of the agent's.
+	cmd := exec.Command("git", "-C", root, "status")
+	cmd.Env = append(os.Environ(), "GIT_CEILING_DIRECTORIES="+filepath.Dir(root))
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("git status in the workspace found a repository: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(root, a.ID+"-hook-ran")); !os.IsNotExist(err) {
+		t.Error("the planted hook ran")
+	}
+	// The next turn's push mirrors this side: the host's place loses
+	// the links; its .git, which never travels, stays there, inert.
+	d.send("far", "write after.txt fine")
+	if _, err := os.Lstat(filepath.Join(place, "etc")); !os.IsNotExist(err) {
+		t.Errorf("the symlink to /etc is still in the place after a push: %v", err)
+	}
+}
+
+// TestSSHExecutorCut: a turn whose connection is lost mid-turn (the
+// master connection killed) fails as cut short and is retried; what it
+// wrote before the cut comes back, and the retry finishes.
+func TestSSHExecutorCut(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	cfg := `{"version": 1, "retry": {"limit": 5, "window": "1m", "base": "200ms"}}`
+	if err := os.WriteFile(filepath.Join(d.home, "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.kill()
+	d.start()
+	model := lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	var a wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
+	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "cut"}, nil)
+	place := filepath.Join(places, a.ID, "place")
+	waitFile(t, filepath.Join(place, "started"))
+	// Kill the daemon's master connection to the host.
+	pid := masterPid(t, s.Config)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	text := d.waitInbox("finished after the cut", 2*time.Minute)
+	t.Logf("reply: %s", text)
+	if b, _ := os.ReadFile(filepath.Join(root, "finished")); string(b) != "after the cut" {
+		t.Fatalf("finished: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "started")); string(b) != "once" {
+		t.Fatalf("started: %q", b)
+	}
+	events, err := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(a.ID).Events())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(events), `"`+fsstore.EvTurnFailed+`"`) {
+		t.Errorf("no failed turn recorded:\n%s", events)
+	} else {
+		for _, l := range strings.Split(string(events), "\n") {
+			if strings.Contains(l, fsstore.EvTurnFailed) {
+				t.Logf("the cut turn: %s", l)
+			}
+		}
+	}
+	if ps := markerProcs(a.ID); len(ps) > 0 {
+		t.Fatalf("left on the host: %v", ps)
+	}
+}
+
+// TestSSHExecutorFence: a process of the agent left on the host by an
+// earlier incarnation (a daemon that died) is killed before a turn
+// starts there.
+func TestSSHExecutorFence(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	var a wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
+	// A stale process of the agent: started on the host, as the dead
+	// daemon's would have been, with another incarnation.
+	e, err := ssh.New(s.Host, ssh.Options{Config: s.Config, Root: places})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	stale, err := e.Start(context.Background(), &executor.Cmd{Agent: a.ID, Incarnation: "dead-daemon",
+		Argv: []string{"/bin/sh", "-c", "echo started; exec sleep 600"}, Stdout: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	for len(markerProcs(a.ID)) == 0 {
+		if time.Now().After(until) {
+			t.Fatal("the stale process never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.send("far", "write x.txt y")
+	waited := make(chan error, 1)
+	go func() { waited <- stale.Wait() }()
+	select {
+	case err := <-waited:
+		t.Logf("the stale process ended: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the stale process outlived the turn")
+	}
+	if ps := markerProcs(a.ID); len(ps) > 0 {
+		t.Fatalf("left on the host: %v", ps)
+	}
+}
+
+// waitFile waits for path to exist.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+	}
+}
+
+// masterPid finds the master connection (ssh -o ControlMaster=yes) that
+// uses the ssh_config config: the daemon's, to this test's sshd.
+func masterPid(t *testing.T, config string) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		b, _ := os.ReadFile(d)
+		s := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.HasPrefix(s, "ssh ") && strings.Contains(s, config) && strings.Contains(s, "ControlMaster=yes") {
+			var pid int
+			fmt.Sscanf(d, "/proc/%d/cmdline", &pid)
+			return pid
+		}
+	}
+	t.Fatal("no master connection found")
+	return 0
+}
