@@ -22,7 +22,7 @@ import (
 
 // remoteModel is a script-provider model program (remote-model in
 // TestMain) for an agent on an ssh executor. The last line of its
-// prompt that is not a message frame says what to do in /workspace:
+// prompt that is one of these says what to do in /workspace:
 //
 //	write NAME TEXT  write TEXT to NAME, then say where /workspace is
 //	                 mounted from (the place on the host)
@@ -39,10 +39,10 @@ func remoteModel() int {
 	if !in.Scan() || json.Unmarshal(in.Bytes(), &turn) != nil {
 		return 1
 	}
-	var words []string // of the last line that is not a frame's
+	var words []string // of the last line that is a command
 	for _, l := range strings.Split(turn.Prompt, "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "[") {
-			words = strings.Fields(l)
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut") {
+			words = f
 		}
 	}
 	out := json.NewEncoder(os.Stdout)
@@ -242,8 +242,9 @@ func TestSSHExecutorCut(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	text := d.waitInbox("finished after the cut", 2*time.Minute)
-	t.Logf("reply: %s", text)
+	// The retry finishes, and its place comes back.
+	waitFile(t, filepath.Join(root, "finished"))
+	d.waitFirstTurn("far")
 	if b, _ := os.ReadFile(filepath.Join(root, "finished")); string(b) != "after the cut" {
 		t.Fatalf("finished: %q", b)
 	}
@@ -339,4 +340,45 @@ func masterPid(t *testing.T, config string) int {
 	}
 	t.Fatal("no master connection found")
 	return 0
+}
+
+// TestSSHExecutorDaemonKilled: a kill -9 of the daemon mid-turn on the
+// host leaves nothing running there, and the next daemon retries the
+// turn cut short, with what it wrote on the host before the kill
+// brought back first.
+func TestSSHExecutorDaemonKilled(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	var a wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
+	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "cut"}, nil)
+	waitFile(t, filepath.Join(places, a.ID, "place", "started"))
+	d.kill()
+	// The daemon's ssh client died with it, and the end of its channel
+	// killed the process on the host.
+	for deadline := time.Now().Add(time.Minute); len(markerProcs(a.ID)) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left on the host after the kill: %v", markerProcs(a.ID))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "started")); !os.IsNotExist(err) {
+		t.Fatalf("started came back before the restart: %v", err)
+	}
+	d.start()
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out"))
+			ev, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(a.ID).Events())
+			t.Logf("daemon output:\n%s\nevents:\n%s", b, ev)
+		}
+	})
+	waitFile(t, filepath.Join(root, "finished"))
+	if b, _ := os.ReadFile(filepath.Join(root, "started")); string(b) != "once" {
+		t.Fatalf("started: %q", b)
+	}
+	if ps := markerProcs(a.ID); len(ps) > 0 {
+		t.Fatalf("left on the host: %v", ps)
+	}
 }

@@ -244,6 +244,9 @@ type remoteProcess struct {
 // retried, and the place salvaged before it).
 func (p *remoteProcess) Wait() error {
 	err := p.Process.Wait()
+	if ee, ok := err.(*executor.ExitError); ok && ee.Code == 255 {
+		err = fmt.Errorf("%w: the connection to %s was lost (or the process exited with 255)", err, p.e.Host())
+	}
 	a := p.r.agent(p.agent)
 	a.mu.Lock()
 	defer a.mu.Unlock()
