@@ -382,3 +382,35 @@ func TestSSHExecutorDaemonKilled(t *testing.T) {
 		t.Fatalf("left on the host: %v", ps)
 	}
 }
+
+// TestSSHExecutorOverhead measures, and only logs, what a turn costs on
+// an ssh executor (fence, push, the process through the master, pull)
+// against the same turn in a local sandbox, with the same model and a
+// small workspace.
+func TestSSHExecutorOverhead(t *testing.T) {
+	d, s, _ := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	for _, ws := range []string{"near", "far"} {
+		d.mustCall("workspace.create", wire.WorkspaceParams{Name: ws}, nil)
+		root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", ws)
+		for i := range 20 {
+			if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%d.txt", i)), []byte(strings.Repeat("x", 4096)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	d.mustCall("agent.create", wire.CreateParams{Name: "near", Model: model, Workspace: "near"}, nil)
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "far", Executor: "ssh://" + s.Host}, nil)
+	const n = 10
+	took := map[string]time.Duration{}
+	for _, ref := range []string{"near", "far"} {
+		d.send(ref, "write warm.txt up") // the first turn starts the session (and the master)
+		start := time.Now()
+		for i := range n {
+			d.send(ref, fmt.Sprintf("write t%d.txt turn %d", i, i))
+		}
+		took[ref] = time.Since(start) / n
+	}
+	t.Logf("a turn (agent.send with wait, 20 files of 4 KiB in the workspace): local sandbox %v, ssh executor %v, overhead %v",
+		took["near"].Round(time.Millisecond), took["far"].Round(time.Millisecond), (took["far"] - took["near"]).Round(time.Millisecond))
+}
