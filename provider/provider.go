@@ -32,6 +32,10 @@ var (
 	// ErrRetryable marks a failure worth retrying (429, 5xx, overloaded,
 	// connection reset).
 	ErrRetryable = errors.New("provider: retryable failure")
+	// ErrNotBack: a process started through Config.Start ended, and what
+	// it wrote where it ran did not come back (Running.Wait returns it).
+	// The turn fails, even after a final answer.
+	ErrNotBack = errors.New("provider: the agent's files did not come back from where it ran")
 )
 
 // ToolCall is one call of an agent tool requested by the model.
@@ -250,7 +254,9 @@ type Config struct {
 	// ctx kills the process. Its Wait returns the error that cut the
 	// process off when the connection was lost: the adapter treats it
 	// as a process that died, and the turn fails and is retried as any
-	// turn cut short. Track is told the pid of the process that stands
+	// turn cut short. A turn waits for such a process to end, even after
+	// its final answer: what it wrote comes back as it ends (Wait fails
+	// with ErrNotBack if it does not). Track is told the pid of the process that stands
 	// for it here (the ssh client). Without it, the adapter starts the
 	// process itself, in a process group of its own that dies with the
 	// daemon.

@@ -17,6 +17,7 @@ import (
 	"github.com/substrat/substrat/executor/ssh"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/internal/sshtest"
+	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
 )
 
@@ -413,4 +414,60 @@ func TestSSHExecutorOverhead(t *testing.T) {
 	}
 	t.Logf("a turn (agent.send with wait, 20 files of 4 KiB in the workspace): local sandbox %v, ssh executor %v, overhead %v",
 		took["near"].Round(time.Millisecond), took["far"].Round(time.Millisecond), (took["far"] - took["near"]).Round(time.Millisecond))
+}
+
+// TestSSHExecutorClaude: the real Claude Code CLI, for an agent on an
+// ssh executor, runs on the host in bwrap against the loopback fake
+// API: its own HOME goes there and comes back (its transcript, so that
+// the next turn resumes the conversation), and its MCP server reaches
+// the agent tools through the tool socket forwarded over ssh: it spawns
+// a child, which runs on the host too.
+func TestSSHExecutorClaude(t *testing.T) {
+	cli := claudeCLI(t)
+	api := fakeapi.NewClaude(e2eReply)
+	t.Cleanup(api.Close)
+	d, s, places := sshDaemon(t, claudeEnv(cli, api.URL)...)
+	layout := fsstore.Layout{Home: d.home}
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	var boss wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "boss", Provider: "claude", Workspace: "lab", Executor: "ssh://" + s.Host}, &boss)
+	if res := d.send("boss", e2eRemember); res.Text != "Noted." {
+		t.Fatalf("reply %q, want Noted.", res.Text)
+	}
+	reqs := api.Requests()
+	raw, _ := json.Marshal(reqs[len(reqs)-1])
+	if !strings.Contains(string(raw), "Primary working directory: /workspace") {
+		t.Errorf("the CLI did not run in the sandbox's /workspace; its request: %s", raw)
+	}
+	// Its HOME on the host is the copy beside its place.
+	if !strings.Contains(string(raw), filepath.Join(places, boss.ID)) && !strings.Contains(string(raw), filepath.Join(layout.ProviderDir("claude"), "homes", boss.ID)) {
+		t.Logf("the request names neither HOME: %.400s", raw)
+	}
+	session := d.sessionID(boss.ID)
+	transcript := filepath.Join(layout.ProviderDir("claude"), "homes", boss.ID, ".claude", "projects", "-workspace", session+".jsonl")
+	if _, err := os.Stat(transcript); err != nil {
+		t.Fatalf("the CLI's transcript did not come back: %v", err)
+	}
+	// The agent tools, through the socket forwarded to the host.
+	if res := d.send("boss", "please SPAWN a helper"); !strings.Contains(res.Text, "spawn result:") {
+		t.Fatalf("reply %q, want the spawn result", res.Text)
+	}
+	helper, ok := d.agents()["boss/helper"]
+	if !ok || helper.Executor != "ssh://"+s.Host {
+		t.Fatalf("the child: %+v", helper)
+	}
+	d.waitFirstTurn("boss/helper")
+	if _, err := os.Stat(filepath.Join(places, helper.ID, "place")); err != nil {
+		t.Errorf("the child did not run on the host: %v", err)
+	}
+	// The next turn resumes the conversation from the transcript that
+	// came back and went there again.
+	if res := d.send("boss", e2eAsk); res.Text != "The word was "+e2eSecret+"." {
+		t.Fatalf("reply %q: the conversation was not resumed", res.Text)
+	}
+	for _, id := range []string{boss.ID, helper.ID} {
+		if ps := markerProcs(id); len(ps) > 0 {
+			t.Errorf("left on the host: %v", ps)
+		}
+	}
 }

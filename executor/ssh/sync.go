@@ -3,7 +3,9 @@ package ssh
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -88,7 +90,11 @@ const placeScript = `[ -d "$1" ] || { echo none; exit 0; }; cd -- "$1" || exit 1
 // (ErrRefused) and local is left as it was. Call it when no process of
 // the agent runs on the host (after the turn, or Fence).
 func (e *Executor) Pull(ctx context.Context, agent, local string) error {
-	return e.pull(ctx, agent, local, "--delete")
+	dir, err := e.Place(ctx, agent)
+	if err != nil {
+		return err
+	}
+	return e.pull(ctx, agent, dir, local, "--delete")
 }
 
 // Salvage copies back from the agent's place on the host, under Pull's
@@ -97,16 +103,74 @@ func (e *Executor) Pull(ctx context.Context, agent, local string) error {
 // that died) left there, without undoing what changed in local since.
 // Call it before the Push that replaces the place, after Fence.
 func (e *Executor) Salvage(ctx context.Context, agent, local string) error {
-	return e.pull(ctx, agent, local, "--update")
-}
-
-// pull is Pull with mode: --delete (a mirror) or --update (newer files
-// only).
-func (e *Executor) pull(ctx context.Context, agent, local, mode string) error {
 	dir, err := e.Place(ctx, agent)
 	if err != nil {
 		return err
 	}
+	return e.pull(ctx, agent, dir, local, "--update")
+}
+
+// Extra returns the path on the host of the agent's copy of rel (a
+// clean relative path): a file or directory of this machine that its
+// processes see besides its place (a CLI's own HOME, its config), kept
+// beside the place.
+func (e *Executor) Extra(ctx context.Context, agent, rel string) (string, error) {
+	if !filepath.IsLocal(rel) || filepath.Clean(rel) != rel {
+		return "", fmt.Errorf("ssh executor: %q is not a clean relative path", rel)
+	}
+	place, err := e.Place(ctx, agent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(place), "extra", rel), nil
+}
+
+// PushExtra copies local, a directory or a regular file (never a
+// symlink), to the agent's copy of rel on the host (Extra), which it
+// then mirrors.
+func (e *Executor) PushExtra(ctx context.Context, agent, rel, local string) error {
+	dir, err := e.Extra(ctx, agent, rel)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(local)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		if _, err := e.run(ctx, `mkdir -p -- "$1"`, dir); err != nil {
+			return err
+		}
+		return e.rsync(ctx, "--delete", strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
+	case fi.Mode().IsRegular():
+		if _, err := e.run(ctx, `mkdir -p -- "$1"`, filepath.Dir(dir)); err != nil {
+			return err
+		}
+		return e.rsync(ctx, local, e.host+":"+dir)
+	}
+	return fmt.Errorf("ssh executor: %s is neither a directory nor a regular file", local)
+}
+
+// PullExtra copies the agent's copy of rel on the host, a directory,
+// back into local, which it then mirrors, under Pull's rules and
+// bounds; with salvage, only its files newer there, deleting nothing,
+// and nothing at all if there is no copy (see Salvage).
+func (e *Executor) PullExtra(ctx context.Context, agent, rel, local string, salvage bool) error {
+	dir, err := e.Extra(ctx, agent, rel)
+	if err != nil {
+		return err
+	}
+	mode := "--delete"
+	if salvage {
+		mode = "--update"
+	}
+	return e.pull(ctx, agent, dir, local, mode)
+}
+
+// pull copies dir on the host, agent's, into local with mode: --delete
+// (a mirror) or --update (newer files only).
+func (e *Executor) pull(ctx context.Context, agent, dir, local, mode string) error {
 	out, err := e.run(ctx, placeScript, dir, strconv.FormatInt(e.opts.MaxFileSize, 10))
 	if err != nil {
 		return err
@@ -115,7 +179,7 @@ func (e *Executor) pull(ctx context.Context, agent, local, mode string) error {
 		if mode == "--update" {
 			return nil // nothing to salvage
 		}
-		return fmt.Errorf("ssh %s: %s has no place there", e.host, agent)
+		return fmt.Errorf("ssh %s: %s of %s is not there", e.host, dir, agent)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if name, ok := strings.CutPrefix(l, "big "); ok {

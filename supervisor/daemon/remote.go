@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -53,11 +54,24 @@ type remotes struct {
 
 // remoteAgent is what the daemon knows of one agent's place on its host.
 type remoteAgent struct {
-	mu sync.Mutex // held while its place is copied either way
+	mu sync.Mutex // held while its place is copied either way; guards the fields below
 	// synced: the place came back after the last process, in this
 	// daemon's life. Until then it may hold work not brought back, and
 	// is salvaged before the next push.
 	synced bool
+	// local is the workspace root its place is a copy of, and rw the
+	// read-write extras of the last process: what comes back after it.
+	local string
+	rw    []extra
+}
+
+// extra is a file or directory in the Substrat home that a provider
+// process sees besides the workspace (a CLI's own HOME, its MCP
+// config): copied to the host beside the place, at the same path
+// relative to the home, and back after the process if read-write.
+type extra struct {
+	rel, local string
+	rw         bool
 }
 
 func newRemotes(log *slog.Logger) *remotes {
@@ -132,9 +146,6 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			return provider.Process{}, err
 		}
 		local := spec.Root.Host
-		if err := h.remotes.prepare(ctx, e, sess.ID, local); err != nil {
-			return provider.Process{}, err
-		}
 		place, err := e.Place(ctx, sess.ID)
 		if err != nil {
 			return provider.Process{}, err
@@ -147,6 +158,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			}
 		}
 		spec.Root = bwrap.Source{Host: place}
+		var extras []extra
 		for i, m := range spec.Mounts {
 			switch {
 			case sock != "" && m.Host == sock:
@@ -155,14 +167,34 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 					return provider.Process{}, fmt.Errorf("the tool socket of %s on %s: %w", sess.Name, hostName, err)
 				}
 				spec.Mounts[i].Source = bwrap.Source{Host: remote}
-			case m.Host == home || strings.HasPrefix(m.Host, home+"/"):
-				return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider needs %s of this machine's Substrat home there: not on an ssh executor yet",
-					sess.Name, hostName, m.Host)
+			case strings.HasPrefix(m.Host, home+"/"):
+				x := extra{rel: strings.TrimPrefix(m.Host, home+"/"), local: m.Host, rw: !m.ReadOnly}
+				if x.rw {
+					// What comes back is the agent's: a directory of its
+					// provider's own (a CLI's HOME), never the store's.
+					if strings.HasPrefix(m.Host, h.store.Layout().AgentsDir()+"/") {
+						return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider would write %s of the store there", sess.Name, hostName, m.Host)
+					}
+					if fi, err := os.Lstat(m.Host); err != nil || !fi.IsDir() {
+						return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider needs %s read-write there: only a directory can be", sess.Name, hostName, m.Host)
+					}
+				}
+				remote, err := e.Extra(ctx, sess.ID, x.rel)
+				if err != nil {
+					return provider.Process{}, err
+				}
+				extras = append(extras, x)
+				spec.Mounts[i].Source = bwrap.Source{Host: remote}
+			case m.Host == home:
+				return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider needs the whole Substrat home there", sess.Name, hostName)
 			default:
 				// The program and its package, at the same path on
 				// the host: installed there as here.
 				spec.Mounts[i].Source = bwrap.Source{Host: m.Host}
 			}
+		}
+		if err := h.remotes.prepare(ctx, e, sess.ID, local, extras); err != nil {
+			return provider.Process{}, err
 		}
 		// bwrap as the host's PATH finds it (the sandbox's PATH).
 		args, err := bwrap.PathArgv("bwrap", spec, argv)
@@ -174,8 +206,8 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 }
 
 // prepare readies agent's place on e's host for a process: stale
-// processes fenced, unsynced work salvaged, local pushed.
-func (r *remotes) prepare(ctx context.Context, e *ssh.Executor, agent, local string) error {
+// processes fenced, unsynced work salvaged, local and the extras pushed.
+func (r *remotes) prepare(ctx context.Context, e *ssh.Executor, agent, local string, extras []extra) error {
 	a := r.agent(agent)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -191,8 +223,25 @@ func (r *remotes) prepare(ctx context.Context, e *ssh.Executor, agent, local str
 		if err := e.Salvage(ctx, agent, local); err != nil {
 			return fmt.Errorf("bringing back what %s left on %s: %w", agent, e.Host(), err)
 		}
+		for _, x := range extras {
+			if !x.rw {
+				continue
+			}
+			if err := e.PullExtra(ctx, agent, x.rel, x.local, true); err != nil {
+				return fmt.Errorf("bringing back what %s left on %s: %w", agent, e.Host(), err)
+			}
+		}
 	}
 	a.synced = false // until the process's place is back
+	a.local, a.rw = local, nil
+	for _, x := range extras {
+		if err := e.PushExtra(ctx, agent, x.rel, x.local); err != nil {
+			return err
+		}
+		if x.rw {
+			a.rw = append(a.rw, x)
+		}
+	}
 	return e.Push(ctx, agent, local)
 }
 
@@ -213,17 +262,13 @@ func (h *host) startFor(sess *fsstore.Session) provider.StartFunc {
 		if err != nil {
 			return nil, err
 		}
-		spec, err := h.core.AgentSpec(sess)
-		if err != nil {
-			return nil, err
-		}
 		proc, err := e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: h.remotes.incarnation,
 			Argv: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: p.Dir,
 			Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr, ExtraFiles: p.Files})
 		if err != nil {
 			return nil, err
 		}
-		return &remoteProcess{Process: proc, r: h.remotes, e: e, agent: sess.ID, local: spec.Root.Host}, nil
+		return &remoteProcess{Process: proc, r: h.remotes, e: e, agent: sess.ID}, nil
 	}
 }
 
@@ -236,7 +281,6 @@ type remoteProcess struct {
 	r     *remotes
 	e     *ssh.Executor
 	agent string
-	local string
 }
 
 // Wait waits for the process, then pulls the place back; a place that
@@ -252,10 +296,17 @@ func (p *remoteProcess) Wait() error {
 	defer a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
 	defer cancel()
-	if perr := p.e.Pull(ctx, p.agent, p.local); perr != nil {
+	perr := p.e.Pull(ctx, p.agent, a.local)
+	for _, x := range a.rw {
+		if perr != nil {
+			break
+		}
+		perr = p.e.PullExtra(ctx, p.agent, x.rel, x.local, false)
+	}
+	if perr != nil {
 		p.r.log.Warn("an agent's place did not come back from its host", "agent", p.agent, "host", p.e.Host(), "err", perr)
 		if err == nil {
-			err = fmt.Errorf("bringing back the place from %s: %w", p.e.Host(), perr)
+			err = fmt.Errorf("%w: from %s: %w", provider.ErrNotBack, p.e.Host(), perr)
 		}
 		return err
 	}

@@ -572,7 +572,17 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	}
 	var waitErr error
 	if ok := readErr == nil && final != nil && final.Err == nil; ok && unlink() {
-		s.finishLater(pr, s.p.spec.ExitGrace, finished)
+		if s.cfg.Start == nil {
+			s.finishLater(pr, s.p.spec.ExitGrace, finished)
+		} else {
+			// Where the agent runs elsewhere, what it wrote comes back
+			// as its process ends: the turn waits for that.
+			waitErr = pr.Finish(s.p.spec.ExitGrace)
+			finished()
+			if errors.Is(waitErr, provider.ErrNotBack) {
+				readErr = waitErr
+			}
+		}
 	} else {
 		unlink()
 		waitErr = pr.Finish(0)
