@@ -31,6 +31,8 @@ import (
 //	                 a git hook, a .git file that redirects git
 //	cut              the first time, write "started" and hang until
 //	                 killed; when "started" is there, finish
+//	commit NAME TEXT write TEXT to NAME and commit it with git
+//	commitwait NAME TEXT  the same, then wait for a file "release"
 func remoteModel() int {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
@@ -42,7 +44,7 @@ func remoteModel() int {
 	}
 	var words []string // of the last line that is a command
 	for _, l := range strings.Split(turn.Prompt, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait") {
 			words = f
 		}
 	}
@@ -61,6 +63,23 @@ func remoteModel() int {
 			return fail(err)
 		}
 		return done("wrote " + words[1] + "; /workspace from " + mountSource("/workspace"))
+	case len(words) >= 3 && (words[0] == "commit" || words[0] == "commitwait"):
+		if err := os.WriteFile(filepath.Join("/workspace", words[1]), []byte(strings.Join(words[2:], " ")), 0o644); err != nil {
+			return fail(err)
+		}
+		git := exec.Command("/bin/sh", "-c", `git add -- "$1" && git -c user.email=far@example.com -c user.name=far commit -qm "far: $1" && git log --format=%s -1`, "sh", words[1])
+		git.Dir = "/workspace"
+		out, err := git.CombinedOutput()
+		if err != nil {
+			return fail(fmt.Errorf("git: %v: %s", err, out))
+		}
+		for words[0] == "commitwait" {
+			if _, err := os.Stat("/workspace/release"); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return done("committed " + strings.TrimSpace(string(out)))
 	case len(words) == 1 && words[0] == "attack":
 		for _, step := range []error{
 			os.Symlink("/etc", "/workspace/etc"),
@@ -469,5 +488,84 @@ func TestSSHExecutorClaude(t *testing.T) {
 		if ps := markerProcs(id); len(ps) > 0 {
 			t.Errorf("left on the host: %v", ps)
 		}
+	}
+}
+
+// TestSSHExecutorGit: an agent on an ssh executor in a git workspace
+// commits on the host; its clone's git directory goes there beside the
+// place (its config, hooks and info read-only in the sandbox, and never
+// brought back), the repository's .git as a read-only copy, and the
+// commit comes back and is published to the repository's branch. What
+// a compromised host writes into the clone's hooks and config there
+// stays there.
+func TestSSHExecutorGit(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	repo := filepath.Join(t.TempDir(), "repo")
+	os.Mkdir(repo, 0o755)
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "."}, {"commit", "-qm", "init"}} {
+		if args[0] == "add" {
+			os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
+		}
+		if out, err := exec.Command("git", append([]string{"-C", repo, "-c", "user.email=t@example.com", "-c", "user.name=t"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "team", Git: repo, Branch: "team"}, nil)
+	var a wire.AgentInfo
+	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "team", Executor: "ssh://" + s.Host}, &a)
+	if res := d.send("far", "commit work.txt from the host"); res.Text != "committed far: work.txt" {
+		t.Fatalf("the turn said %q", res.Text)
+	}
+	published := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			log, _ := exec.Command("git", "-C", repo, "log", "--format=%s", "team").Output()
+			if strings.Contains(string(log), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("branch team of the repository lacks %q:\n%s", want, log)
+			}
+		}
+	}
+	published("far: work.txt")
+	// The host, compromised, plants a hook and config in its copy of
+	// the clone's git directory; they do not come back.
+	layout := fsstore.Layout{Home: d.home}
+	gitDir := layout.WorkspaceGitDir("USER", "team")
+	remoteGit := filepath.Join(places, a.ID, "extra", strings.TrimPrefix(gitDir, d.home+"/"))
+	if _, err := os.Stat(filepath.Join(remoteGit, "HEAD")); err != nil {
+		t.Fatalf("the clone's git directory is not on the host: %v", err)
+	}
+	config, _ := os.ReadFile(filepath.Join(gitDir, "config"))
+	marks := t.TempDir()
+	// Mid-turn, after the push and before the pull.
+	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "commitwait more.txt again"}, nil)
+	waitFile(t, filepath.Join(places, a.ID, "place", "more.txt"))
+	if err := os.WriteFile(filepath.Join(remoteGit, "hooks", "post-commit"), []byte("#!/bin/sh\ntouch "+marks+"/hook-ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(remoteGit, "config"), []byte("[core]\n\tfsmonitor = touch "+marks+"/fsmonitor-ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(places, a.ID, "place", "release"), nil, 0o644)
+	published("far: more.txt")
+	if _, err := os.Lstat(filepath.Join(gitDir, "hooks", "post-commit")); !os.IsNotExist(err) {
+		t.Errorf("the planted hook came back: %v", err)
+	}
+	if now, _ := os.ReadFile(filepath.Join(gitDir, "config")); string(now) != string(config) {
+		t.Errorf("the clone's config changed:\n%s", now)
+	}
+	// The daemon's git on the clone (the publish, a diff) ran none of it.
+	var diff struct {
+		Diff string `json:"diff"`
+	}
+	d.mustCall("workspace.diff", wire.WorkspaceDiffParams{Ref: "team", Stat: true}, &diff)
+	if !strings.Contains(diff.Diff, "more.txt") {
+		t.Errorf("workspace diff: %s", diff.Diff)
+	}
+	if ran, _ := os.ReadDir(marks); len(ran) > 0 {
+		t.Errorf("planted code ran here: %v", ran)
 	}
 }

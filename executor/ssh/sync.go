@@ -155,28 +155,36 @@ func (e *Executor) PushExtra(ctx context.Context, agent, rel, local string) erro
 // PullExtra copies the agent's copy of rel on the host, a directory,
 // back into local, which it then mirrors, under Pull's rules and
 // bounds; with salvage, only its files newer there, deleting nothing,
-// and nothing at all if there is no copy (see Salvage).
-func (e *Executor) PullExtra(ctx context.Context, agent, rel, local string, salvage bool) error {
+// and nothing at all if there is no copy (see Salvage). The paths in
+// keep ("/config": relative to the directory, anchored) are neither
+// brought back nor deleted here.
+func (e *Executor) PullExtra(ctx context.Context, agent, rel, local string, salvage bool, keep ...string) error {
 	dir, err := e.Extra(ctx, agent, rel)
 	if err != nil {
 		return err
 	}
-	mode := "--delete"
+	mode := []string{"--delete"}
 	if salvage {
-		mode = "--update"
+		mode = []string{"--update"}
 	}
-	return e.pull(ctx, agent, dir, local, mode)
+	for _, k := range keep {
+		if !strings.HasPrefix(k, "/") || strings.ContainsAny(k, "*?[\\\n") {
+			return fmt.Errorf("ssh executor: %q is not an anchored plain path to keep", k)
+		}
+		mode = append(mode, "--exclude="+k)
+	}
+	return e.pull(ctx, agent, dir, local, mode...)
 }
 
 // pull copies dir on the host, agent's, into local with mode: --delete
-// (a mirror) or --update (newer files only).
-func (e *Executor) pull(ctx context.Context, agent, dir, local, mode string) error {
+// (a mirror) or --update (newer files only), and more flags.
+func (e *Executor) pull(ctx context.Context, agent, dir, local string, mode ...string) error {
 	out, err := e.run(ctx, placeScript, dir, strconv.FormatInt(e.opts.MaxFileSize, 10))
 	if err != nil {
 		return err
 	}
 	if string(out) == "none\n" {
-		if mode == "--update" {
+		if mode[0] == "--update" {
 			return nil // nothing to salvage
 		}
 		return fmt.Errorf("ssh %s: %s of %s is not there", e.host, dir, agent)
@@ -200,8 +208,9 @@ func (e *Executor) pull(ctx context.Context, agent, dir, local, mode string) err
 				return fmt.Errorf("%w: %s's place holds %d entries, more than %d", ErrRefused, agent, n, e.opts.MaxFiles)
 			}
 			// --max-size as well, for a file that grew since.
-			return e.rsync(ctx, mode, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
+			args := append(mode, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
 				e.host+":"+dir+"/", strings.TrimSuffix(local, "/")+"/")
+			return e.rsync(ctx, args...)
 		}
 	}
 	return fmt.Errorf("ssh %s: no size of the place: %q", e.host, out)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -36,10 +37,25 @@ import (
 // before its files are back. A process cut off (a lost connection, the
 // host's kill) fails the turn, which is retried as any cut-short turn.
 //
+// What else the process sees of this machine goes with the place, as
+// extras beside it on the host: from the Substrat home, at the same path
+// relative to it (a git workspace's clone's git directory, read-write,
+// with its config, hooks and info read-only over it; a CLI's own HOME,
+// read-write; its MCP config), and the workspace's read-only binds
+// outside the home by their absolute path under hostPaths (a git
+// workspace's repository, which the clone's alternates and origin name;
+// a read-only link). The read-write ones come back after the process,
+// under Pull's rules, except the read-only ones inside them: a clone's
+// config, hooks and info on this machine are never replaced by what the
+// host holds (notes on git: what an agent writes is data). The program
+// and the package a provider runs are expected at the same paths on the
+// host. A read-write link is refused, and so is a read-write extra in the
+// store's agents/.
+//
 // The daemon is the only writer of the store: the host gets copies, and
-// what comes back lands in the workspace root, never in the store's
-// files. Resource limits are this machine's and are not applied on the
-// host yet; git workspaces, links and the work tools are refused.
+// what comes back lands in workspaces and the providers' own state,
+// never in the store's agents/. Resource limits are this machine's and
+// are not applied on the host yet; the work tools are refused.
 type remotes struct {
 	log *slog.Logger
 	// incarnation is this daemon's: every remote process carries it,
@@ -72,6 +88,7 @@ type remoteAgent struct {
 type extra struct {
 	rel, local string
 	rw         bool
+	keep       []string // a read-write one's excludes
 }
 
 func newRemotes(log *slog.Logger) *remotes {
@@ -133,9 +150,9 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 		if err != nil {
 			return provider.Process{}, err
 		}
-		if len(base.Mounts) > 0 {
-			return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s binds more than its root (a git workspace, a link): "+
-				"not on an ssh executor yet", sess.Name, hostName, sess.Workspace)
+		ofWorkspace := map[string]bool{} // the targets of the workspace's own binds
+		for _, m := range base.Mounts {
+			ofWorkspace[m.Target] = true
 		}
 		spec, argv, err := h.sandboxSpec(sess, p, needs)
 		if err != nil {
@@ -160,6 +177,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 		spec.Root = bwrap.Source{Host: place}
 		var extras []extra
 		for i, m := range spec.Mounts {
+			var x extra
 			switch {
 			case sock != "" && m.Host == sock:
 				remote, err := e.Forward(ctx, sess.ID, "tool-"+h.remotes.incarnation+".sock", sock)
@@ -167,31 +185,42 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 					return provider.Process{}, fmt.Errorf("the tool socket of %s on %s: %w", sess.Name, hostName, err)
 				}
 				spec.Mounts[i].Source = bwrap.Source{Host: remote}
+				continue
 			case strings.HasPrefix(m.Host, home+"/"):
-				x := extra{rel: strings.TrimPrefix(m.Host, home+"/"), local: m.Host, rw: !m.ReadOnly}
-				if x.rw {
-					// What comes back is the agent's: a directory of its
-					// provider's own (a CLI's HOME), never the store's.
-					if strings.HasPrefix(m.Host, h.store.Layout().AgentsDir()+"/") {
-						return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider would write %s of the store there", sess.Name, hostName, m.Host)
-					}
-					if fi, err := os.Lstat(m.Host); err != nil || !fi.IsDir() {
-						return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider needs %s read-write there: only a directory can be", sess.Name, hostName, m.Host)
-					}
-				}
-				remote, err := e.Extra(ctx, sess.ID, x.rel)
-				if err != nil {
-					return provider.Process{}, err
-				}
-				extras = append(extras, x)
-				spec.Mounts[i].Source = bwrap.Source{Host: remote}
-			case m.Host == home:
-				return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider needs the whole Substrat home there", sess.Name, hostName)
+				// The home's: a git workspace's git directory, a CLI's
+				// own HOME, its MCP config.
+				x = extra{rel: strings.TrimPrefix(m.Host, home+"/"), local: m.Host, rw: !m.ReadOnly}
+			case ofWorkspace[m.Target] && m.ReadOnly:
+				// The workspace's, read-only, outside the home: a git
+				// workspace's repository (its clone's alternates and
+				// origin), a read-only link. A copy goes to the host.
+				x = extra{rel: filepath.Join(hostPaths, m.Host), local: m.Host}
+			case ofWorkspace[m.Target]:
+				return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s links %s read-write: not on an ssh executor",
+					sess.Name, hostName, sess.Workspace, m.Host)
 			default:
 				// The program and its package, at the same path on
 				// the host: installed there as here.
 				spec.Mounts[i].Source = bwrap.Source{Host: m.Host}
+				continue
 			}
+			if x.rw {
+				// What comes back is the agent's: a directory of its own
+				// (a CLI's HOME, a clone's git directory), never the
+				// store's.
+				if strings.HasPrefix(m.Host, h.store.Layout().AgentsDir()+"/") {
+					return provider.Process{}, fmt.Errorf("%s runs on %s, and its provider would write %s of the store there", sess.Name, hostName, m.Host)
+				}
+				if fi, err := os.Lstat(m.Host); err != nil || !fi.IsDir() {
+					return provider.Process{}, fmt.Errorf("%s runs on %s, and it needs %s read-write there: only a directory can be", sess.Name, hostName, m.Host)
+				}
+			}
+			remote, err := e.Extra(ctx, sess.ID, x.rel)
+			if err != nil {
+				return provider.Process{}, err
+			}
+			extras = append(extras, x)
+			spec.Mounts[i].Source = bwrap.Source{Host: remote}
 		}
 		if err := h.remotes.prepare(ctx, e, sess.ID, local, extras); err != nil {
 			return provider.Process{}, err
@@ -203,6 +232,24 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 		}
 		return provider.Process{Path: args[0], Args: args, Env: bwrap.Environ(spec)}, nil
 	}
+}
+
+// hostPaths is where, among an agent's extras on its host, the copies of
+// paths of this machine outside the Substrat home are kept, by their
+// absolute path.
+const hostPaths = "host-paths"
+
+// excludes are the paths, relative to x, of the read-only extras inside
+// read-write x (a clone's config, hooks and info): what the sandbox
+// shows read-only is never brought back.
+func excludes(x extra, all []extra) []string {
+	var out []string
+	for _, y := range all {
+		if !y.rw && strings.HasPrefix(y.rel, x.rel+"/") {
+			out = append(out, "/"+strings.TrimPrefix(y.rel, x.rel+"/"))
+		}
+	}
+	return out
 }
 
 // prepare readies agent's place on e's host for a process: stale
@@ -227,7 +274,7 @@ func (r *remotes) prepare(ctx context.Context, e *ssh.Executor, agent, local str
 			if !x.rw {
 				continue
 			}
-			if err := e.PullExtra(ctx, agent, x.rel, x.local, true); err != nil {
+			if err := e.PullExtra(ctx, agent, x.rel, x.local, true, excludes(x, extras)...); err != nil {
 				return fmt.Errorf("bringing back what %s left on %s: %w", agent, e.Host(), err)
 			}
 		}
@@ -239,6 +286,7 @@ func (r *remotes) prepare(ctx context.Context, e *ssh.Executor, agent, local str
 			return err
 		}
 		if x.rw {
+			x.keep = excludes(x, extras)
 			a.rw = append(a.rw, x)
 		}
 	}
@@ -301,7 +349,7 @@ func (p *remoteProcess) Wait() error {
 		if perr != nil {
 			break
 		}
-		perr = p.e.PullExtra(ctx, p.agent, x.rel, x.local, false)
+		perr = p.e.PullExtra(ctx, p.agent, x.rel, x.local, false, x.keep...)
 	}
 	if perr != nil {
 		p.r.log.Warn("an agent's place did not come back from its host", "agent", p.agent, "host", p.e.Host(), "err", perr)
