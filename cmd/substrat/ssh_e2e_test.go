@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -33,6 +35,7 @@ import (
 //	                 killed; when "started" is there, finish
 //	commit NAME TEXT write TEXT to NAME and commit it with git
 //	commitwait NAME TEXT  the same, then wait for a file "release"
+//	writewait NAME TEXT   write, then wait for a file "release"
 func remoteModel() int {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
@@ -44,7 +47,7 @@ func remoteModel() int {
 	}
 	var words []string // of the last line that is a command
 	for _, l := range strings.Split(turn.Prompt, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait" || f[0] == "writewait") {
 			words = f
 		}
 	}
@@ -58,9 +61,15 @@ func remoteModel() int {
 		return 1
 	}
 	switch {
-	case len(words) >= 3 && words[0] == "write":
+	case len(words) >= 3 && (words[0] == "write" || words[0] == "writewait"):
 		if err := os.WriteFile(filepath.Join("/workspace", words[1]), []byte(strings.Join(words[2:], " ")), 0o644); err != nil {
 			return fail(err)
+		}
+		for words[0] == "writewait" {
+			if _, err := os.Stat("/workspace/release"); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		return done("wrote " + words[1] + "; /workspace from " + mountSource("/workspace"))
 	case len(words) >= 3 && (words[0] == "commit" || words[0] == "commitwait"):
@@ -155,7 +164,7 @@ func TestSSHExecutorE2E(t *testing.T) {
 	var a wire.AgentInfo
 	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
 	res := d.send("far", "write hello.txt hi from the host")
-	place := filepath.Join(places, a.ID, "place")
+	place := wsCopy(places, root, "place")
 	if want := "wrote hello.txt; /workspace from " + place; res.Text != want {
 		t.Fatalf("the turn said %q, want %q", res.Text, want)
 	}
@@ -179,6 +188,13 @@ func TestSSHExecutorE2E(t *testing.T) {
 	if ps := markerProcs(a.ID); len(ps) > 0 {
 		t.Fatalf("left on the host: %v", ps)
 	}
+}
+
+// wsCopy is a path in the copy on the host (under places) of the
+// workspace whose root is root.
+func wsCopy(places, root string, elem ...string) string {
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(append([]string{places, "ws-" + hex.EncodeToString(sum[:16])}, elem...)...)
 }
 
 // markerProcs lists the host's (this machine's) executor wrappers of
@@ -209,7 +225,7 @@ func TestSSHExecutorAttack(t *testing.T) {
 	if res := d.send("far", "attack"); res.Text != "planted" {
 		t.Fatalf("the turn said %q", res.Text)
 	}
-	place := filepath.Join(places, a.ID, "place")
+	place := wsCopy(places, root, "place")
 	if _, err := os.Lstat(filepath.Join(place, ".git", "hooks", "post-checkout")); err != nil {
 		t.Fatalf("the attack did not plant its hook on the host: %v", err)
 	}
@@ -255,7 +271,7 @@ func TestSSHExecutorCut(t *testing.T) {
 	var a wire.AgentInfo
 	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
 	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "cut"}, nil)
-	place := filepath.Join(places, a.ID, "place")
+	place := wsCopy(places, root, "place")
 	waitFile(t, filepath.Join(place, "started"))
 	// Kill the daemon's master connection to the host.
 	pid := masterPid(t, s.Config)
@@ -374,7 +390,7 @@ func TestSSHExecutorDaemonKilled(t *testing.T) {
 	var a wire.AgentInfo
 	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
 	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "cut"}, nil)
-	waitFile(t, filepath.Join(places, a.ID, "place", "started"))
+	waitFile(t, wsCopy(places, root, "place", "started"))
 	d.kill()
 	// The daemon's ssh client died with it, and the end of its channel
 	// killed the process on the host.
@@ -476,7 +492,7 @@ func TestSSHExecutorClaude(t *testing.T) {
 		t.Fatalf("the child: %+v", helper)
 	}
 	d.waitFirstTurn("boss/helper")
-	if _, err := os.Stat(filepath.Join(places, helper.ID, "place")); err != nil {
+	if _, err := os.Stat(filepath.Join(places, helper.ID, "extra", strings.TrimPrefix(layout.ProviderDir("claude"), d.home+"/"), "homes", helper.ID)); err != nil {
 		t.Errorf("the child did not run on the host: %v", err)
 	}
 	// The next turn resumes the conversation from the transcript that
@@ -533,8 +549,8 @@ func TestSSHExecutorGit(t *testing.T) {
 	// The host, compromised, plants a hook and config in its copy of
 	// the clone's git directory; they do not come back.
 	layout := fsstore.Layout{Home: d.home}
-	gitDir := layout.WorkspaceGitDir("USER", "team")
-	remoteGit := filepath.Join(places, a.ID, "extra", strings.TrimPrefix(gitDir, d.home+"/"))
+	gitDir, root := layout.WorkspaceGitDir("USER", "team"), layout.WorkspaceRoot("USER", "team")
+	remoteGit := wsCopy(places, root, "extra", strings.TrimPrefix(gitDir, d.home+"/"))
 	if _, err := os.Stat(filepath.Join(remoteGit, "HEAD")); err != nil {
 		t.Fatalf("the clone's git directory is not on the host: %v", err)
 	}
@@ -542,14 +558,14 @@ func TestSSHExecutorGit(t *testing.T) {
 	marks := t.TempDir()
 	// Mid-turn, after the push and before the pull.
 	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "commitwait more.txt again"}, nil)
-	waitFile(t, filepath.Join(places, a.ID, "place", "more.txt"))
+	waitFile(t, wsCopy(places, root, "place", "more.txt"))
 	if err := os.WriteFile(filepath.Join(remoteGit, "hooks", "post-commit"), []byte("#!/bin/sh\ntouch "+marks+"/hook-ran\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(remoteGit, "config"), []byte("[core]\n\tfsmonitor = touch "+marks+"/fsmonitor-ran\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(places, a.ID, "place", "release"), nil, 0o644)
+	os.WriteFile(wsCopy(places, root, "place", "release"), nil, 0o644)
 	published("far: more.txt")
 	if _, err := os.Lstat(filepath.Join(gitDir, "hooks", "post-commit")); !os.IsNotExist(err) {
 		t.Errorf("the planted hook came back: %v", err)
@@ -567,5 +583,35 @@ func TestSSHExecutorGit(t *testing.T) {
 	}
 	if ran, _ := os.ReadDir(marks); len(ran) > 0 {
 		t.Errorf("planted code ran here: %v", ran)
+	}
+}
+
+// TestSSHExecutorShared: two agents in one workspace on the host share
+// its copy there, as they share the root here: what one writes while the
+// other works is not undone when either's process ends, and both come
+// back.
+func TestSSHExecutorShared(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	for _, name := range []string{"one", "two"} {
+		d.mustCall("agent.create", wire.CreateParams{Name: name, Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, nil)
+	}
+	d.mustCall("agent.send", map[string]any{"ref": "one", "text": "writewait a.txt from one"}, nil)
+	waitFile(t, wsCopy(places, root, "place", "a.txt"))
+	if res := d.send("two", "write b.txt from two"); !strings.HasPrefix(res.Text, "wrote b.txt") {
+		t.Fatalf("two's turn: %q", res.Text)
+	}
+	if b, err := os.ReadFile(wsCopy(places, root, "place", "b.txt")); err != nil || string(b) != "from two" {
+		t.Fatalf("one does not see two's file there: %q, %v", b, err)
+	}
+	os.WriteFile(wsCopy(places, root, "place", "release"), nil, 0o644)
+	waitFile(t, filepath.Join(root, "a.txt"))
+	d.waitFirstTurn("one")
+	for name, want := range map[string]string{"a.txt": "from one", "b.txt": "from two"} {
+		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
+			t.Errorf("%s here: %q, %v", name, b, err)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,34 +25,46 @@ import (
 // ssh://HOST on that host (package executor/ssh), one executor (one
 // master connection) per host.
 //
+// A workspace has one copy on each host its agents run on (a place,
+// keyed by the workspace root's path), which they share as they share
+// the root here; an agent's own extras (below) have a copy of their own.
+// A copy is pushed when its first process starts and comes back when
+// its last ends (Pull: what the agent wrote is hostile, see
+// executor/ssh), so that agents at work in the same workspace on the
+// host see each other's files, as they do here. A change made here
+// meanwhile (by the user, by an agent running here) reaches the host at
+// the next push, and is replaced by the host's copy at the next pull
+// (the copy is a mirror): one workspace is best kept on one machine.
+//
 // A turn's process there goes as follows. The sandbox hook (sandboxFor)
 // fences the agent's processes of other incarnations on the host (left
-// by a daemon that died), salvages what such a process, or one whose
-// place did not come back, left in the place (newer files only, nothing
-// deleted), then pushes the agent's workspace root to its place (rsync,
-// an exact copy, no .git), forwards its tool socket there when the
-// provider needs it, and builds the bwrap command line with the host's
-// paths. The start hook (Start) runs it through the executor with the
-// daemon's incarnation; when it has ended, however it ended, the place
-// comes back into the workspace root (Pull: what the agent wrote is
-// hostile, see executor/ssh) before Wait returns, so a turn never ends
-// before its files are back. A process cut off (a lost connection, the
-// host's kill) fails the turn, which is retried as any cut-short turn.
+// by a daemon that died), then readies the copies (begin): a copy not
+// brought back since this daemon started, or since a process whose copy
+// did not come back, is salvaged first (newer files only, nothing
+// deleted), then pushed (rsync, an exact copy, no .git). It forwards the
+// agent's tool socket there when the provider needs it, and builds the
+// bwrap command line with the host's paths. The start hook (Start) runs
+// it through the executor with the daemon's incarnation; when it has
+// ended, however it ended, its copies are released (end): the agent's
+// own come back, and the workspace's if no other process uses it, before
+// Wait returns; the turn waits for that. A process cut off (a lost
+// connection, the host's kill) fails the turn, which is retried as any
+// cut-short turn.
 //
-// What else the process sees of this machine goes with the place, as
-// extras beside it on the host: from the Substrat home, at the same path
-// relative to it (a git workspace's clone's git directory, read-write,
-// with its config, hooks and info read-only over it; a CLI's own HOME,
+// What else the process sees of this machine goes as extras beside the
+// place on the host: from the Substrat home, at the same path relative
+// to it (a git workspace's clone's git directory, read-write, with its
+// config, hooks and info read-only over it; a CLI's own HOME,
 // read-write; its MCP config), and the workspace's read-only binds
 // outside the home by their absolute path under hostPaths (a git
 // workspace's repository, which the clone's alternates and origin name;
-// a read-only link). The read-write ones come back after the process,
-// under Pull's rules, except the read-only ones inside them: a clone's
-// config, hooks and info on this machine are never replaced by what the
-// host holds (notes on git: what an agent writes is data). The program
-// and the package a provider runs are expected at the same paths on the
-// host. A read-write link is refused, and so is a read-write extra in the
-// store's agents/.
+// a read-only link). The workspace's are in its copy, the provider's in
+// the agent's. The read-write ones come back, under Pull's rules, except
+// the read-only ones inside them: a clone's config, hooks and info on
+// this machine are never replaced by what the host holds (notes on git:
+// what an agent writes is data). The program and the package a provider
+// runs are expected at the same paths on the host. A read-write link is
+// refused, and so is a read-write extra in the store's agents/.
 //
 // The daemon is the only writer of the store: the host gets copies, and
 // what comes back lands in workspaces and the providers' own state,
@@ -62,33 +76,46 @@ type remotes struct {
 	// and a later daemon's Fence kills those that carry another.
 	incarnation string
 
-	mu     sync.Mutex // guards the fields below
-	closed bool
-	byHost map[string]*ssh.Executor
-	agents map[string]*remoteAgent
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	byHost  map[string]*ssh.Executor
+	copies  map[string]*remoteCopy // by host and key
+	pending map[string]*remoteRun  // by agent: readied by its sandbox hook, for its Start hook
 }
 
-// remoteAgent is what the daemon knows of one agent's place on its host.
-type remoteAgent struct {
-	mu sync.Mutex // held while its place is copied either way; guards the fields below
-	// synced: the place came back after the last process, in this
-	// daemon's life. Until then it may hold work not brought back, and
-	// is salvaged before the next push.
+// remoteCopy is a copy on a host: of a workspace (its root and its
+// extras), or of an agent's own extras.
+type remoteCopy struct {
+	e   *ssh.Executor
+	key string // the place's key on the host (an id)
+
+	mu sync.Mutex // held while it is copied either way; guards the fields below
+	// running counts the processes that use it.
+	running int
+	// synced: it came back after the last process that used it, in
+	// this daemon's life. Until then it may hold work not brought back,
+	// and is salvaged before the next push.
 	synced bool
-	// local is the workspace root its place is a copy of, and rw the
-	// read-write extras of the last process: what comes back after it.
-	local string
-	rw    []extra
+	// local is the workspace root it copies ("" for an agent's own),
+	// and extras what goes with it, as of its last push.
+	local  string
+	extras []extra
 }
 
-// extra is a file or directory in the Substrat home that a provider
-// process sees besides the workspace (a CLI's own HOME, its MCP
-// config): copied to the host beside the place, at the same path
-// relative to the home, and back after the process if read-write.
+// extra is a file or directory of this machine that a provider process
+// sees besides the workspace root: copied to the host beside the place
+// (rel: its path there, relative to the copy's), and back after the
+// process if read-write, but for keep.
 type extra struct {
 	rel, local string
 	rw         bool
 	keep       []string // a read-write one's excludes
+}
+
+// remoteRun is a process readied on a host: the copies it uses.
+type remoteRun struct {
+	e        *ssh.Executor
+	ws, self *remoteCopy
 }
 
 func newRemotes(log *slog.Logger) *remotes {
@@ -96,7 +123,8 @@ func newRemotes(log *slog.Logger) *remotes {
 	if err != nil {
 		panic(err) // only if the system's random source fails
 	}
-	return &remotes{log: log, incarnation: id.String(), byHost: map[string]*ssh.Executor{}, agents: map[string]*remoteAgent{}}
+	return &remotes{log: log, incarnation: id.String(), byHost: map[string]*ssh.Executor{},
+		copies: map[string]*remoteCopy{}, pending: map[string]*remoteRun{}}
 }
 
 // executor returns the executor of host, made on first use.
@@ -117,16 +145,24 @@ func (r *remotes) executor(host string) (*ssh.Executor, error) {
 	return e, nil
 }
 
-// agent returns what is known of agent's place.
-func (r *remotes) agent(id string) *remoteAgent {
+// copyOf returns the copy key on e's host.
+func (r *remotes) copyOf(e *ssh.Executor, key string) *remoteCopy {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := r.agents[id]
-	if a == nil {
-		a = &remoteAgent{}
-		r.agents[id] = a
+	k := e.Host() + " " + key
+	c := r.copies[k]
+	if c == nil {
+		c = &remoteCopy{e: e, key: key}
+		r.copies[k] = c
 	}
-	return a
+	return c
+}
+
+// workspaceKey is the key of the copy of the workspace root local: the
+// same root, the same copy.
+func workspaceKey(local string) string {
+	sum := sha256.Sum256([]byte(local))
+	return "ws-" + hex.EncodeToString(sum[:16])
 }
 
 // close stops every host's master connection: what still runs through
@@ -163,7 +199,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			return provider.Process{}, err
 		}
 		local := spec.Root.Host
-		place, err := e.Place(ctx, sess.ID)
+		place, err := e.Place(ctx, workspaceKey(local))
 		if err != nil {
 			return provider.Process{}, err
 		}
@@ -175,7 +211,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			}
 		}
 		spec.Root = bwrap.Source{Host: place}
-		var extras []extra
+		var shared, own []extra // the workspace's extras, the agent's
 		for i, m := range spec.Mounts {
 			var x extra
 			switch {
@@ -215,14 +251,20 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 					return provider.Process{}, fmt.Errorf("%s runs on %s, and it needs %s read-write there: only a directory can be", sess.Name, hostName, m.Host)
 				}
 			}
-			remote, err := e.Extra(ctx, sess.ID, x.rel)
+			key := sess.ID
+			if ofWorkspace[m.Target] {
+				key = workspaceKey(local)
+				shared = append(shared, x)
+			} else {
+				own = append(own, x)
+			}
+			remote, err := e.Extra(ctx, key, x.rel)
 			if err != nil {
 				return provider.Process{}, err
 			}
-			extras = append(extras, x)
 			spec.Mounts[i].Source = bwrap.Source{Host: remote}
 		}
-		if err := h.remotes.prepare(ctx, e, sess.ID, local, extras); err != nil {
+		if err := h.remotes.ready(ctx, e, sess.ID, local, shared, own); err != nil {
 			return provider.Process{}, err
 		}
 		// bwrap as the host's PATH finds it (the sandbox's PATH).
@@ -252,45 +294,135 @@ func excludes(x extra, all []extra) []string {
 	return out
 }
 
-// prepare readies agent's place on e's host for a process: stale
-// processes fenced, unsynced work salvaged, local and the extras pushed.
-func (r *remotes) prepare(ctx context.Context, e *ssh.Executor, agent, local string, extras []extra) error {
-	a := r.agent(agent)
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// ready fences agent's stale processes on e's host and begins its
+// copies (the workspace root local with shared, its own extras own), for
+// its Start hook to take.
+func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local string, shared, own []extra) error {
+	r.mu.Lock()
+	stale := r.pending[agent]
+	delete(r.pending, agent)
+	r.mu.Unlock()
+	if stale != nil {
+		stale.release() // readied, never started
+	}
+	ws, self := r.copyOf(e, workspaceKey(local)), r.copyOf(e, agent)
 	pids, err := e.Fence(ctx, agent, r.incarnation)
 	if err != nil {
 		return err
 	}
 	if len(pids) > 0 {
 		r.log.Warn("fenced processes of an earlier incarnation on the host", "agent", agent, "host", e.Host(), "pids", pids)
-		a.synced = false
+		ws.unsync()
+		self.unsync()
 	}
-	if !a.synced {
-		if err := e.Salvage(ctx, agent, local); err != nil {
-			return fmt.Errorf("bringing back what %s left on %s: %w", agent, e.Host(), err)
+	if err := self.begin(ctx, "", own); err != nil {
+		return err
+	}
+	if err := ws.begin(ctx, local, shared); err != nil {
+		self.end(ctx)
+		return err
+	}
+	r.mu.Lock()
+	r.pending[agent] = &remoteRun{e: e, ws: ws, self: self}
+	r.mu.Unlock()
+	return nil
+}
+
+// take returns the run agent's sandbox hook readied.
+func (r *remotes) take(agent string) *remoteRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run := r.pending[agent]
+	delete(r.pending, agent)
+	return run
+}
+
+// release ends the run's copies, and returns what kept them from coming
+// back.
+func (run *remoteRun) release() error {
+	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+	defer cancel()
+	err := run.self.end(ctx)
+	if werr := run.ws.end(ctx); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// unsync marks c as holding work not brought back.
+func (c *remoteCopy) unsync() {
+	c.mu.Lock()
+	c.synced = false
+	c.mu.Unlock()
+}
+
+// begin counts a process that uses c; the first pushes it (local, if
+// not "", to the place; extras beside it), after a salvage if it is not
+// synced.
+func (c *remoteCopy) begin(ctx context.Context, local string, extras []extra) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running > 0 {
+		c.running++
+		return nil
+	}
+	for i, x := range extras {
+		if x.rw {
+			extras[i].keep = excludes(x, extras)
+		}
+	}
+	if !c.synced {
+		if local != "" {
+			if err := c.e.Salvage(ctx, c.key, local); err != nil {
+				return fmt.Errorf("bringing back what was left on %s: %w", c.e.Host(), err)
+			}
 		}
 		for _, x := range extras {
-			if !x.rw {
-				continue
-			}
-			if err := e.PullExtra(ctx, agent, x.rel, x.local, true, excludes(x, extras)...); err != nil {
-				return fmt.Errorf("bringing back what %s left on %s: %w", agent, e.Host(), err)
+			if x.rw {
+				if err := c.e.PullExtra(ctx, c.key, x.rel, x.local, true, x.keep...); err != nil {
+					return fmt.Errorf("bringing back what was left on %s: %w", c.e.Host(), err)
+				}
 			}
 		}
 	}
-	a.synced = false // until the process's place is back
-	a.local, a.rw = local, nil
+	c.synced = false // until it comes back
+	c.local, c.extras = local, extras
 	for _, x := range extras {
-		if err := e.PushExtra(ctx, agent, x.rel, x.local); err != nil {
+		if err := c.e.PushExtra(ctx, c.key, x.rel, x.local); err != nil {
 			return err
 		}
-		if x.rw {
-			x.keep = excludes(x, extras)
-			a.rw = append(a.rw, x)
+	}
+	if local != "" {
+		if err := c.e.Push(ctx, c.key, local); err != nil {
+			return err
 		}
 	}
-	return e.Push(ctx, agent, local)
+	c.running = 1
+	return nil
+}
+
+// end counts a process that used c out; after the last, c comes back:
+// the place into its root, the read-write extras into theirs.
+func (c *remoteCopy) end(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running--; c.running > 0 {
+		return nil
+	}
+	var err error
+	if c.local != "" {
+		err = c.e.Pull(ctx, c.key, c.local)
+	}
+	for _, x := range c.extras {
+		if err != nil {
+			break
+		}
+		if x.rw {
+			err = c.e.PullExtra(ctx, c.key, x.rel, x.local, false, x.keep...)
+		}
+	}
+	c.synced = err == nil
+	return err
 }
 
 // startFor returns the Start hook of an agent: nil on this machine,
@@ -306,58 +438,47 @@ func (h *host) startFor(sess *fsstore.Session) provider.StartFunc {
 			// this machine.
 			return nil, fmt.Errorf("%s runs on %s, which needs a workspace (substrat agent create --workspace)", sess.Name, hostName)
 		}
-		e, err := h.remotes.executor(hostName)
-		if err != nil {
-			return nil, err
+		run := h.remotes.take(sess.ID)
+		if run == nil {
+			return nil, fmt.Errorf("%s: no process was readied on %s", sess.Name, hostName)
 		}
-		proc, err := e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: h.remotes.incarnation,
+		proc, err := run.e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: h.remotes.incarnation,
 			Argv: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: p.Dir,
 			Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr, ExtraFiles: p.Files})
 		if err != nil {
+			run.release()
 			return nil, err
 		}
-		return &remoteProcess{Process: proc, r: h.remotes, e: e, agent: sess.ID}, nil
+		return &remoteProcess{Process: proc, run: run, log: h.remotes.log, agent: sess.ID}, nil
 	}
 }
 
-// pullTimeout bounds the copy back of a place after its process.
+// pullTimeout bounds the copy back after a process.
 const pullTimeout = 10 * time.Minute
 
-// remoteProcess is a process on a host whose Wait brings its place back.
+// remoteProcess is a process on a host whose Wait releases its copies.
 type remoteProcess struct {
 	executor.Process
-	r     *remotes
-	e     *ssh.Executor
+	run   *remoteRun
+	log   *slog.Logger
 	agent string
 }
 
-// Wait waits for the process, then pulls the place back; a place that
-// does not come back fails a process that succeeded (its turn is
-// retried, and the place salvaged before it).
+// Wait waits for the process, then releases its copies; a copy that
+// does not come back fails a process that succeeded with
+// provider.ErrNotBack (its turn is retried, and the copy salvaged
+// before it).
 func (p *remoteProcess) Wait() error {
 	err := p.Process.Wait()
+	host := p.run.e.Host()
 	if ee, ok := err.(*executor.ExitError); ok && ee.Code == 255 {
-		err = fmt.Errorf("%w: the connection to %s was lost (or the process exited with 255)", err, p.e.Host())
+		err = fmt.Errorf("%w: the connection to %s was lost (or the process exited with 255)", err, host)
 	}
-	a := p.r.agent(p.agent)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
-	defer cancel()
-	perr := p.e.Pull(ctx, p.agent, a.local)
-	for _, x := range a.rw {
-		if perr != nil {
-			break
-		}
-		perr = p.e.PullExtra(ctx, p.agent, x.rel, x.local, false, x.keep...)
-	}
-	if perr != nil {
-		p.r.log.Warn("an agent's place did not come back from its host", "agent", p.agent, "host", p.e.Host(), "err", perr)
+	if perr := p.run.release(); perr != nil {
+		p.log.Warn("an agent's files did not come back from its host", "agent", p.agent, "host", host, "err", perr)
 		if err == nil {
-			err = fmt.Errorf("%w: from %s: %w", provider.ErrNotBack, p.e.Host(), perr)
+			err = fmt.Errorf("%w: from %s: %w", provider.ErrNotBack, host, perr)
 		}
-		return err
 	}
-	a.synced = true
 	return err
 }
