@@ -255,9 +255,16 @@ func TestSSHExecutorAttack(t *testing.T) {
 }
 
 // TestSSHExecutorCut: a turn whose connection is lost mid-turn (the
-// master connection killed) fails as cut short and is retried; what it
-// wrote before the cut comes back, and the retry finishes.
+// master connection killed on this side, or the server's side of it on
+// the host's) fails as cut short and is retried; what it wrote before
+// the cut comes back, and the retry finishes.
 func TestSSHExecutorCut(t *testing.T) {
+	for _, side := range []string{"master", "server"} {
+		t.Run(side, func(t *testing.T) { testCut(t, side) })
+	}
+}
+
+func testCut(t *testing.T, side string) {
 	d, s, places := sshDaemon(t)
 	cfg := `{"version": 1, "retry": {"limit": 5, "window": "1m", "base": "200ms"}}`
 	if err := os.WriteFile(filepath.Join(d.home, "config.json"), []byte(cfg), 0o600); err != nil {
@@ -271,12 +278,26 @@ func TestSSHExecutorCut(t *testing.T) {
 	var a wire.AgentInfo
 	d.mustCall("agent.create", wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
 	d.mustCall("agent.send", map[string]any{"ref": "far", "text": "cut"}, nil)
+	showOnFailure(t, d, a.ID)
 	place := wsCopy(places, root, "place")
 	waitFile(t, filepath.Join(place, "started"))
-	// Kill the daemon's master connection to the host.
-	pid := masterPid(t, s.Config)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if side == "master" {
+		// Kill the daemon's master connection to the host.
+		if err := syscall.Kill(masterPid(t, s.Config), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// Kill the server's processes of every connection: the host
+		// drops them (its listener lives on, for the retry).
+		killed := 0
+		for _, pid := range sshdConnections(t, s) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+		if killed == 0 {
+			t.Fatal("no connection of the server to kill")
+		}
 	}
 	// The retry finishes, and its place comes back.
 	waitFile(t, filepath.Join(root, "finished"))
@@ -360,6 +381,52 @@ func waitFile(t *testing.T, path string) {
 	}
 }
 
+// showOnFailure logs the daemon's output and agent's events if t fails.
+func showOnFailure(t *testing.T, d *e2eDaemon, agent string) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out"))
+			log, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
+			ev, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(agent).Events())
+			t.Logf("daemon output:\n%s\nlog:\n%s\nevents:\n%s", b, log, ev)
+		}
+	})
+}
+
+// sshdConnections lists the pids of the processes of s's sshd that
+// serve a connection: the children of its listener.
+func sshdConnections(t *testing.T, s *sshtest.Server) []int {
+	t.Helper()
+	listener := 0
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		b, _ := os.ReadFile(d)
+		if strings.Contains(string(b), filepath.Join(s.Dir, "sshd_config")) {
+			fmt.Sscanf(d, "/proc/%d/cmdline", &listener)
+		}
+	}
+	if listener == 0 {
+		t.Fatal("the test's sshd is not running")
+	}
+	var out []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b)[i+1:])
+		var pid, ppid int
+		fmt.Sscanf(st, "/proc/%d/stat", &pid)
+		if len(f) > 1 && f[1] == fmt.Sprint(listener) {
+			fmt.Sscanf(f[1], "%d", &ppid)
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // masterPid finds the master connection (ssh -o ControlMaster=yes) that
 // uses the ssh_config config: the daemon's, to this test's sshd.
 func masterPid(t *testing.T, config string) int {
@@ -403,13 +470,7 @@ func TestSSHExecutorDaemonKilled(t *testing.T) {
 		t.Fatalf("started came back before the restart: %v", err)
 	}
 	d.start()
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out"))
-			ev, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(a.ID).Events())
-			t.Logf("daemon output:\n%s\nevents:\n%s", b, ev)
-		}
-	})
+	showOnFailure(t, d, a.ID)
 	waitFile(t, filepath.Join(root, "finished"))
 	if b, _ := os.ReadFile(filepath.Join(root, "started")); string(b) != "once" {
 		t.Fatalf("started: %q", b)
