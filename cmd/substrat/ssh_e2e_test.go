@@ -283,8 +283,14 @@ func testCut(t *testing.T, side string) {
 	waitFile(t, filepath.Join(place, "started"))
 	if side == "master" {
 		// Kill the daemon's master connection to the host.
-		if err := syscall.Kill(masterPid(t, s.Config), syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		masters := masterPids(t, s.Config)
+		if len(masters) != 1 {
+			t.Errorf("%d master connections: %v", len(masters), masters)
+		}
+		for _, pid := range masters {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
 		}
 	} else {
 		// Kill the server's processes of every connection: the host
@@ -385,6 +391,21 @@ func waitFile(t *testing.T, path string) {
 func showOnFailure(t *testing.T, d *e2eDaemon, agent string) {
 	t.Cleanup(func() {
 		if t.Failed() {
+			// What ssh and rsync still run, and the daemon's goroutines
+			// (SIGQUIT), for a hang.
+			ps, _ := exec.Command("ps", "-eo", "pid,ppid,etime,args").Output()
+			for _, l := range strings.Split(string(ps), "\n") {
+				if strings.Contains(l, "ssh") || strings.Contains(l, "rsync") || strings.Contains(l, "remote-model") {
+					t.Logf("ps: %s", l)
+				}
+			}
+			if d.cmd != nil {
+				d.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-d.done:
+				case <-time.After(10 * time.Second):
+				}
+			}
 			b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out"))
 			log, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
 			ev, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(agent).Events())
@@ -427,10 +448,11 @@ func sshdConnections(t *testing.T, s *sshtest.Server) []int {
 	return out
 }
 
-// masterPid finds the master connection (ssh -o ControlMaster=yes) that
-// uses the ssh_config config: the daemon's, to this test's sshd.
-func masterPid(t *testing.T, config string) int {
+// masterPids finds the master connections (ssh -o ControlMaster=yes)
+// that use the ssh_config config: the daemon's, to this test's sshd.
+func masterPids(t *testing.T, config string) []int {
 	t.Helper()
+	var out []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, d := range dirs {
 		b, _ := os.ReadFile(d)
@@ -438,11 +460,13 @@ func masterPid(t *testing.T, config string) int {
 		if strings.HasPrefix(s, "ssh ") && strings.Contains(s, config) && strings.Contains(s, "ControlMaster=yes") {
 			var pid int
 			fmt.Sscanf(d, "/proc/%d/cmdline", &pid)
-			return pid
+			out = append(out, pid)
 		}
 	}
-	t.Fatal("no master connection found")
-	return 0
+	if len(out) == 0 {
+		t.Fatal("no master connection found")
+	}
+	return out
 }
 
 // TestSSHExecutorDaemonKilled: a kill -9 of the daemon mid-turn on the
