@@ -52,8 +52,9 @@ func playDaemon(a []string) {
 	select {}
 }
 
-// TestDaemonKilled: a kill -9 of the daemon (its ssh clients live on,
-// their input cut) leaves nothing on the host.
+// TestDaemonKilled: a kill -9 of the daemon (its ssh clients die with
+// it; one that lived on would have its input cut) leaves nothing on the
+// host.
 func TestDaemonKilled(t *testing.T) {
 	s, _ := start(t)
 	agent, secs := token("daemon"), "1000.77"+strings.Map(func(r rune) rune {
