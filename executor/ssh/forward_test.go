@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/internal/sshtest"
 )
 
 // dial says ping on the Unix socket path and prints the answer.
@@ -100,4 +101,18 @@ func TestForward(t *testing.T) {
 		t.Fatalf("after a new master: %q", got)
 	}
 	_ = s
+}
+
+// TestCheckForward: Check says so when the host's sshd does not forward
+// Unix sockets, which the agents' tool sockets need.
+func TestCheckForward(t *testing.T) {
+	s := sshtest.StartWith(t, "AllowStreamLocalForwarding no")
+	e, err := New(s.Host, Options{Config: s.Config, Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "AllowStreamLocalForwarding") {
+		t.Fatalf("Check of a host that forwards no Unix socket: %v", err)
+	}
 }
