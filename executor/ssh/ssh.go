@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,11 +144,21 @@ func (e *Executor) args(more ...string) []string {
 func (e *Executor) connect(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run() == nil {
+	cerr := exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run()
+	if cerr == nil {
 		return nil
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	// A master that died (kill -9, a lost connection) leaves its
-	// socket, which a new one would not replace.
+	// socket, which a new one would not replace. One that still
+	// accepts on it is alive, if slow to answer: removing its socket
+	// would orphan it with its sessions.
+	if c, err := net.Dial("unix", e.socket()); err == nil {
+		c.Close()
+		return fmt.Errorf("ssh %s: the master connection does not answer: %v", e.host, cerr)
+	}
 	if err := os.Remove(e.socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

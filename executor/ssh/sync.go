@@ -22,8 +22,12 @@ import (
 // git reads a repository's config, hooks and a .git file's redirection
 // as code and paths to trust (see the git sandbox's rules), and what
 // comes back from the host was written by the agent.
+//
+// --modify-window=-1 compares modification times to the nanosecond, not
+// the second: a file the agent changes within the second of its copy,
+// to the same size, would otherwise look unchanged and stay behind.
 var rsyncFlags = []string{
-	"--recursive", "--links", "--times", "--executability",
+	"--recursive", "--links", "--times", "--modify-window=-1", "--executability",
 	"--safe-links", "--no-devices", "--no-specials",
 	"--protect-args", "--exclude=.git",
 }
