@@ -52,5 +52,5 @@
 // Fence reads the host's /proc (bwrap makes it Linux anyway).
 //
 // Check tells what a host lacks: ssh reachable, a working bwrap, rsync,
-// and the POSIX tools the wrapper uses.
+// the POSIX tools the wrapper uses, and Unix socket forwarding.
 package ssh
