@@ -146,6 +146,12 @@ func sshDaemon(t *testing.T, env ...string) (*e2eDaemon, *sshtest.Server, string
 	}
 	t.Cleanup(func() { os.RemoveAll(places) })
 	d := runDaemon(t, append([]string{ssh.ConfigEnv + "=" + s.Config, ssh.RootEnv + "=" + places}, env...)...)
+	t.Cleanup(func() {
+		// Under -race, the daemon (this test binary) reports there.
+		if b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out")); strings.Contains(string(b), "DATA RACE") {
+			t.Errorf("the daemon raced:\n%s", b)
+		}
+	})
 	return d, s, places
 }
 
