@@ -596,6 +596,19 @@ func TestSSHExecutorClaude(t *testing.T) {
 			t.Errorf("left on the host: %v", ps)
 		}
 	}
+	// An agent that leaves the tree leaves nothing of its own there.
+	d.mustCall("agent.terminate", wire.TerminateParams{Ref: "boss/helper"}, nil)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Lstat(filepath.Join(places, helper.ID)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the terminated child's copy is still on the host")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(places, boss.ID)); err != nil {
+		t.Errorf("the boss's copy went too: %v", err)
+	}
 }
 
 // TestSSHExecutorGit: an agent on an ssh executor in a git workspace

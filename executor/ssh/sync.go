@@ -114,6 +114,17 @@ func (e *Executor) Salvage(ctx context.Context, agent, local string) error {
 	return e.pull(ctx, agent, dir, local, "--update")
 }
 
+// Remove removes, on the host, everything kept there for agent: its
+// place, extras and sockets. Call it when none of its processes runs.
+func (e *Executor) Remove(ctx context.Context, agent string) error {
+	place, err := e.Place(ctx, agent)
+	if err != nil {
+		return err
+	}
+	_, err = e.run(ctx, `rm -rf -- "$1"`, filepath.Dir(place))
+	return err
+}
+
 // Extra returns the path on the host of the agent's copy of rel (a
 // clean relative path): a file or directory of this machine that its
 // processes see besides its place (a CLI's own HOME, its config), kept

@@ -92,7 +92,8 @@ func (h *host) Start(sess *fsstore.Session) provider.StartFunc { return h.startF
 func (h *host) ToolSocket(id string) (string, error) { return h.toolSocket(id) }
 
 // CloseToolSocket implements supervisor.Host.
-// The agent's cgroup goes with its socket: it runs nothing more.
+// The agent's cgroup goes with its socket, and its own copy on a host
+// (remote.go): it runs nothing more.
 func (h *host) CloseToolSocket(id string) {
 	if id == "" {
 		h.closeToolSockets()
@@ -101,6 +102,7 @@ func (h *host) CloseToolSocket(id string) {
 		return
 	}
 	h.closeToolSocket(id)
+	h.remotes.forget(id)
 	if err := h.limits.Remove(id); err != nil {
 		h.log.Warn("agent cgroup not removed", "agent", id, "err", err)
 	}
