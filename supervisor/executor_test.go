@@ -16,7 +16,7 @@ import (
 // Limit hook.
 type startHost struct{ NopHost }
 
-func (startHost) Start(sess *fsstore.Session) provider.StartFunc {
+func (startHost) Start(sess *fsstore.Session, _ fsstore.Limits) provider.StartFunc {
 	if sess.Executor == "" {
 		return nil
 	}

@@ -140,11 +140,10 @@ func (c *Core) providerConfig(sess *fsstore.Session, workDir string) provider.Co
 		Permissions: providerPermissions(sess),
 		Home:        c.store.Layout().Home,
 		Sandbox:     c.host.Sandbox(sess),
-		Start:       c.host.Start(sess),
+		Start:       c.host.Start(sess, c.limitsOf(sess)),
 	}
 	if cfg.Start == nil {
-		// The limits are this machine's (cgroups); a remote host's are
-		// not applied yet (package executor).
+		// This machine's limits; a host applies its own in Start.
 		cfg.Limit = c.host.Limit(sess.ID, c.limitsOf(sess))
 	}
 	return cfg

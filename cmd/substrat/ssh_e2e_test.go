@@ -36,6 +36,7 @@ import (
 //	commit NAME TEXT write TEXT to NAME and commit it with git
 //	commitwait NAME TEXT  the same, then wait for a file "release"
 //	writewait NAME TEXT   write, then wait for a file "release"
+//	limits           say its data size limit (/proc/self/limits)
 func remoteModel() int {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
@@ -47,7 +48,7 @@ func remoteModel() int {
 	}
 	var words []string // of the last line that is a command
 	for _, l := range strings.Split(turn.Prompt, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait" || f[0] == "writewait") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait" || f[0] == "writewait" || f[0] == "limits") {
 			words = f
 		}
 	}
@@ -89,6 +90,14 @@ func remoteModel() int {
 			time.Sleep(20 * time.Millisecond)
 		}
 		return done("committed " + strings.TrimSpace(string(out)))
+	case len(words) == 1 && words[0] == "limits":
+		b, _ := os.ReadFile("/proc/self/limits")
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Max data size") {
+				return done(strings.Join(strings.Fields(l), " "))
+			}
+		}
+		return done("no data size limit line")
 	case len(words) == 1 && words[0] == "attack":
 		for _, step := range []error{
 			os.Symlink("/etc", "/workspace/etc"),
@@ -717,5 +726,26 @@ func TestSSHExecutorShared(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
 			t.Errorf("%s here: %q, %v", name, b, err)
 		}
+	}
+}
+
+// TestSSHExecutorLimits: an agent's memory limit holds on the host, as
+// an rlimit: a model that allocates 1 GiB under 256M fails there, and
+// one that does not runs under the same limit.
+func TestSSHExecutorLimits(t *testing.T) {
+	d, s, _ := sshDaemon(t)
+	hog, model := lookPath(t, "hog-model"), lookPath(t, "remote-model")
+	d.mustCall("workspace.create", wire.WorkspaceParams{Name: "lab"}, nil)
+	mem := &fsstore.Limits{MemoryBytes: 256 << 20}
+	d.mustCall("agent.create", wire.CreateParams{Name: "hog", Model: hog, Workspace: "lab", Executor: "ssh://" + s.Host, Limits: mem}, nil)
+	d.mustCall("agent.create", wire.CreateParams{Name: "calm", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host, Limits: mem}, nil)
+	var res wire.SendResult
+	d.mustCall("agent.send", map[string]any{"ref": "hog", "text": "go", "wait": true}, &res)
+	if res.Failed == "" {
+		t.Fatalf("the hog's turn did not fail: %q", res.Text)
+	}
+	t.Logf("hog: %.200s", res.Failed)
+	if r := d.send("calm", "limits"); r.Text != "Max data size 268435456 268435456 bytes" {
+		t.Fatalf("calm's limit: %q", r.Text)
 	}
 }

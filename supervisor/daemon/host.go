@@ -86,7 +86,9 @@ func (h *host) Sandbox(sess *fsstore.Session) provider.SandboxFunc { return h.sa
 
 // Start implements supervisor.Host: an agent on an ssh executor runs
 // its processes there (remote.go).
-func (h *host) Start(sess *fsstore.Session) provider.StartFunc { return h.startFor(sess) }
+func (h *host) Start(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc {
+	return h.startFor(sess, l)
+}
 
 // ToolSocket implements supervisor.Host.
 func (h *host) ToolSocket(id string) (string, error) { return h.toolSocket(id) }

@@ -19,6 +19,7 @@ import (
 	"github.com/substrat/substrat/executor/ssh"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor/daemon/limits"
 )
 
 // remotes run the provider processes of agents whose executor is
@@ -68,8 +69,9 @@ import (
 //
 // The daemon is the only writer of the store: the host gets copies, and
 // what comes back lands in workspaces and the providers' own state,
-// never in the store's agents/. Resource limits are this machine's and
-// are not applied on the host yet; the work tools are refused.
+// never in the store's agents/. Resource limits apply there as rlimits
+// (memory as the data segment, processes as the login user's); the work
+// tools are refused.
 type remotes struct {
 	log *slog.Logger
 	// incarnation is this daemon's: every remote process carries it,
@@ -456,8 +458,10 @@ func (c *remoteCopy) end(ctx context.Context) error {
 }
 
 // startFor returns the Start hook of an agent: nil on this machine,
-// else through its host's executor (remotes).
-func (h *host) startFor(sess *fsstore.Session) provider.StartFunc {
+// else through its host's executor (remotes), under limits l as
+// rlimits (limits.Rlimits: the host's cgroups are not the daemon's to
+// write).
+func (h *host) startFor(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc {
 	hostName := fsstore.ExecutorHost(sess.Executor)
 	if hostName == "" {
 		return nil
@@ -472,6 +476,7 @@ func (h *host) startFor(sess *fsstore.Session) provider.StartFunc {
 		if run == nil {
 			return nil, fmt.Errorf("%s: no process was readied on %s", sess.Name, hostName)
 		}
+		limits.Rlimits(l, &p)
 		proc, err := run.e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: h.remotes.incarnation,
 			Argv: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: p.Dir,
 			Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr, ExtraFiles: p.Files})
