@@ -248,18 +248,19 @@ type Config struct {
 	Limit LimitFunc
 	// Start, if set, starts every process of the session in place of
 	// an exec.Cmd on this machine: it runs the process where the agent
-	// runs (its executor: another host over ssh). Adapters that run
-	// processes call it last, with the process sandboxed and limited
-	// (after Sandbox and Limit), and the process's streams. Cancelling
+	// runs (its executor: another host over ssh), under the limits
+	// that host can apply (the daemon then sets no Limit). Adapters
+	// that run processes call it last, with the process sandboxed (and
+	// limited, if Limit is set) and the process's streams. Cancelling
 	// ctx kills the process. Its Wait returns the error that cut the
 	// process off when the connection was lost: the adapter treats it
 	// as a process that died, and the turn fails and is retried as any
-	// turn cut short. A turn waits for such a process to end, even after
-	// its final answer: what it wrote comes back as it ends (Wait fails
-	// with ErrNotBack if it does not). Track is told the pid of the process that stands
-	// for it here (the ssh client). Without it, the adapter starts the
-	// process itself, in a process group of its own that dies with the
-	// daemon.
+	// turn cut short. A turn waits for such a process to end, even
+	// after its final answer: what it wrote comes back as it ends (Wait
+	// fails with ErrNotBack if it does not). Track is told the pid of
+	// the process that stands for it here (the ssh client). Without
+	// Start, the adapter starts the process itself, in a process group
+	// of its own that dies with the daemon.
 	Start StartFunc
 }
 
