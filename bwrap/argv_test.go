@@ -225,3 +225,27 @@ func TestGrants(t *testing.T) {
 		t.Fatalf("default grant target %q", got[0].Target)
 	}
 }
+
+// TestPathArgv: for another machine every bind is made from its path
+// there, in the order of Argv's descriptors.
+func TestPathArgv(t *testing.T) {
+	spec := Spec{Root: Source{Host: "/home/r/.substrat-exec/a1/place"}, Mounts: []Mount{
+		{Source: Source{Host: "/opt/model"}, Target: "/opt/model", ReadOnly: true},
+		{Source: Source{Host: "/home/r/.substrat-exec/a1/tool-1.sock"}, Target: "/h/agents/a1/tool.sock"},
+	}}
+	got, err := PathArgv("bwrap", spec, []string{"/opt/model", "x y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cat([]string{"bwrap", "--die-with-parent", "--new-session", "--unshare-all"}, caps, system, etc,
+		[]string{"--bind", "/home/r/.substrat-exec/a1/place", "/workspace",
+			"--ro-bind", "/opt/model", "/opt/model",
+			"--bind", "/home/r/.substrat-exec/a1/tool-1.sock", "/h/agents/a1/tool.sock",
+			"--remount-ro", "/", "--chdir", "/workspace", "--", "/opt/model", "x y"})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("PathArgv:\n got %q\nwant %q", got, want)
+	}
+	if _, err := PathArgv("bwrap", Spec{Root: Source{Host: "rel"}}, []string{"x"}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("a relative root: %v", err)
+	}
+}

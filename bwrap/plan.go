@@ -42,7 +42,7 @@ func PlanShell(bwrapPath string, s Spec, state Source, script string) (Plan, err
 
 // plan returns the plan of cmd in s (validated) plus the extra mounts.
 func plan(bwrapPath string, s Spec, extra []Mount, cmd []string) (Plan, error) {
-	argv, err := build(bwrapPath, s, extra, cmd)
+	argv, err := build(bwrapPath, s, extra, cmd, false)
 	if err != nil {
 		return Plan{}, err
 	}

@@ -121,12 +121,27 @@ func Argv(bwrapPath string, s Spec, cmd []string) ([]string, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	return build(bwrapPath, s, nil, cmd)
+	return build(bwrapPath, s, nil, cmd, false)
+}
+
+// PathArgv is Argv for another machine, where no descriptor can be
+// passed: every bind is made from its Source.Host path as that machine
+// has it (--bind PATH TARGET, --ro-bind PATH TARGET), which bwrap there
+// resolves, following symlinks. The caller chooses paths that nobody it
+// does not trust can change on that machine (an executor's place for
+// the root, the host's own installation for the rest); Anchor and
+// Beneath are not enforced there.
+func PathArgv(bwrapPath string, s Spec, cmd []string) ([]string, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return build(bwrapPath, s, nil, cmd, true)
 }
 
 // build returns the command line for s plus the extra mounts, which are not
-// checked against the reserved targets (PlanShell uses one for its state).
-func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, error) {
+// checked against the reserved targets (PlanShell uses one for its state),
+// binding from descriptors, or from paths if byPath.
+func build(bwrapPath string, s Spec, extra []Mount, cmd []string, byPath bool) ([]string, error) {
 	if bwrapPath == "" {
 		return nil, fmt.Errorf("%w: empty bwrap path", ErrInvalidSpec)
 	}
@@ -163,6 +178,10 @@ func build(bwrapPath string, s Spec, extra []Mount, cmd []string) ([]string, err
 	}
 
 	for i, m := range append(s.Grants(), extra...) {
+		if byPath {
+			argv = append(argv, strings.TrimSuffix(bindFlag(m.ReadOnly), "-fd"), m.Host, m.Target)
+			continue
+		}
 		argv = append(argv, bindFlag(m.ReadOnly), strconv.Itoa(firstFD+i), m.Target)
 	}
 	argv = append(argv, "--remount-ro", "/", "--chdir", wd, "--")

@@ -11,7 +11,7 @@
 //
 // An executor knows nothing of how the sandbox is built: its input is
 // argv. Resource limits are applied the same way, as a wrapper in front
-// of bwrap in the argv, where the machine that runs it can apply them
-// (TODO: the limits package writes the local machine's cgroups, so a
-// remote host's limits are not applied yet).
+// of bwrap in the argv, where the machine that runs it can apply them:
+// this machine's cgroups here, rlimits on another host (the limits
+// package writes only this machine's cgroups).
 package executor

@@ -87,8 +87,11 @@
 //     controls or shell characters). Children inherit it unless created
 //     with their own. Set at create ('substrat agent create --executor
 //     ssh://HOST') and changed by an "executor" event ({executor,
-//     reason}); see executor.go. (Turns still run on this machine: the
-//     remote run is not wired yet.)
+//     reason}); see executor.go. The provider's processes of an agent
+//     on ssh://HOST run there, in a copy of its workspace that the
+//     daemon pushes before each and pulls back after (see
+//     supervisor/daemon/remote.go); nothing on the host writes the
+//     store.
 //   - approvals: the agent's approval requests that wait ({id, tool,
 //     input, tool_use_id, call_key, batch, approver, requested_at,
 //     deadline}) and the last 20 answered (with answer allow, deny or expired, reason, by,

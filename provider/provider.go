@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 
 	"github.com/substrat/substrat/fsstore"
@@ -31,6 +32,10 @@ var (
 	// ErrRetryable marks a failure worth retrying (429, 5xx, overloaded,
 	// connection reset).
 	ErrRetryable = errors.New("provider: retryable failure")
+	// ErrNotBack: a process started through Config.Start ended, and what
+	// it wrote where it ran did not come back (Running.Wait returns it).
+	// The turn fails, even after a final answer.
+	ErrNotBack = errors.New("provider: the agent's files did not come back from where it ran")
 )
 
 // ToolCall is one call of an agent tool requested by the model.
@@ -241,6 +246,48 @@ type Config struct {
 	// and Args), so that it is under the limits before it runs anything,
 	// and fails if they cannot be had.
 	Limit LimitFunc
+	// Start, if set, starts every process of the session in place of
+	// an exec.Cmd on this machine: it runs the process where the agent
+	// runs (its executor: another host over ssh), under the limits
+	// that host can apply (the daemon then sets no Limit). Adapters
+	// that run processes call it last, with the process sandboxed (and
+	// limited, if Limit is set) and the process's streams. Cancelling
+	// ctx kills the process. Its Wait returns the error that cut the
+	// process off when the connection was lost: the adapter treats it
+	// as a process that died, and the turn fails and is retried as any
+	// turn cut short. A turn waits for such a process to end, even
+	// after its final answer: what it wrote comes back as it ends (Wait
+	// fails with ErrNotBack if it does not). Track is told the pid of
+	// the process that stands for it here (the ssh client). Without
+	// Start, the adapter starts the process itself, in a process group
+	// of its own that dies with the daemon.
+	Start StartFunc
+}
+
+// StartFunc starts process p, already sandboxed and limited, with the
+// streams of stdio (see Config.Start). p.Files, if any, stay the
+// caller's to close.
+type StartFunc func(ctx context.Context, p Process, stdio Stdio) (Running, error)
+
+// Stdio are the standard streams of a process a StartFunc starts; nil
+// is /dev/null.
+type Stdio struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// Running is a process a StartFunc started: data in, a handle out, so
+// that the contract runs nothing itself (executor.Process has this
+// shape).
+type Running interface {
+	// Wait waits for the process to end: nil for status 0, else an
+	// error (an exit status, or what cut it off). Called exactly once.
+	Wait() error
+	// Kill kills the process and all it started; Wait still must be
+	// called. Killing an ended process is not an error.
+	Kill() error
+	// Pid is the local process that stands for it.
+	Pid() int
 }
 
 // Process is a process about to start, as the Sandbox and Limit hooks

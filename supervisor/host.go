@@ -24,6 +24,12 @@ type Host interface {
 	// in its sandbox (as provider.Config.Sandbox), or nil for an agent
 	// without a workspace.
 	Sandbox(sess *fsstore.Session) provider.SandboxFunc
+	// Start returns the hook that starts agent sess's provider processes
+	// where it runs (as provider.Config.Start): on its executor's host,
+	// with its place copied there before and back after, under limits l
+	// as that host can apply them. Nil: on this machine, as the provider
+	// does by itself (under Limit).
+	Start(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc
 	// ToolSocket returns the path of agent id's own tool socket, listening,
 	// or "" where there are none (NopHost). An agent's MCP server reaches
 	// its tools there: its processes run in a PID namespace of their own,
@@ -95,6 +101,9 @@ func (NopHost) Track(string) func(int) func() { return nil }
 
 // Sandbox implements Host.
 func (NopHost) Sandbox(*fsstore.Session) provider.SandboxFunc { return nil }
+
+// Start implements Host: processes run on this machine.
+func (NopHost) Start(*fsstore.Session, fsstore.Limits) provider.StartFunc { return nil }
 
 // ToolSocket implements Host: none.
 func (NopHost) ToolSocket(string) (string, error) { return "", nil }

@@ -134,14 +134,19 @@ func (c *Core) suspendHeld(ctx context.Context, n *node, reason string) error {
 // in workDir: who it is, its model, instructions and permissions, its
 // sandbox and limits.
 func (c *Core) providerConfig(sess *fsstore.Session, workDir string) provider.Config {
-	return provider.Config{
+	cfg := provider.Config{
 		AgentID: sess.ID, Name: sess.Name, Model: sess.Model, Instructions: sess.Instructions,
 		WorkDir:     workDir,
 		Permissions: providerPermissions(sess),
 		Home:        c.store.Layout().Home,
 		Sandbox:     c.host.Sandbox(sess),
-		Limit:       c.host.Limit(sess.ID, c.limitsOf(sess)),
+		Start:       c.host.Start(sess, c.limitsOf(sess)),
 	}
+	if cfg.Start == nil {
+		// This machine's limits; a host applies its own in Start.
+		cfg.Limit = c.host.Limit(sess.ID, c.limitsOf(sess))
+	}
+	return cfg
 }
 
 // ensureSession makes n's provider session live: created for a new

@@ -86,6 +86,12 @@ func (c *Core) toolList(s *fsstore.Session) []provider.ToolInfo {
 
 // place returns where agent s works, for the work tools.
 func (c *Core) place(s *fsstore.Session) (Workplace, error) {
+	if s.Executor != "" {
+		// Its place is copied to the host for each of its provider's
+		// processes, and back: what a work tool did here would be
+		// replaced by the copy that comes back.
+		return Workplace{}, fmt.Errorf("the work tools run on this machine, and %s runs on %s: use your provider's own tools", s.Name, s.Executor)
+	}
 	l := c.store.Layout()
 	pl := Workplace{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}, Limit: c.host.Limit(s.ID, c.limitsOf(s))}
 	spec, _, ok, err := c.agentSpec(s)

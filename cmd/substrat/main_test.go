@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		"approver-model": func() { os.Exit(approverModel()) },
 		"hog-model":      func() { os.Exit(hogModel()) },
 		"forkbomb-model": func() { os.Exit(forkBombModel()) },
+		"remote-model":   func() { os.Exit(remoteModel()) },
 	})
 }
 

@@ -18,11 +18,16 @@ import (
 // TestMain) that starts a sleeper on the host and waits to be killed.
 const (
 	daemonEnv = "SSHEXEC_TEST_DAEMON" // "config root agent secs"
+	dialEnv   = "SSHEXEC_TEST_DIAL"   // a Unix socket to say ping to
 )
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(daemonEnv); v != "" {
 		playDaemon(strings.Fields(v))
+		return
+	}
+	if v := os.Getenv(dialEnv); v != "" {
+		dial(v)
 		return
 	}
 	os.Exit(m.Run())
@@ -47,8 +52,9 @@ func playDaemon(a []string) {
 	select {}
 }
 
-// TestDaemonKilled: a kill -9 of the daemon (its ssh clients live on,
-// their input cut) leaves nothing on the host.
+// TestDaemonKilled: a kill -9 of the daemon (its ssh clients die with
+// it; one that lived on would have its input cut) leaves nothing on the
+// host.
 func TestDaemonKilled(t *testing.T) {
 	s, _ := start(t)
 	agent, secs := token("daemon"), "1000.77"+strings.Map(func(r rune) rune {

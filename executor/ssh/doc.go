@@ -28,18 +28,29 @@
 //
 // Places. The agent's place (its workspace root) is copied to the host
 // before a turn (Push) and back after (Pull) with rsync over the same
-// connection. What comes back was written by the agent and is hostile:
-// Pull takes no symlink that points out of the place, no device, FIFO
-// or socket, no set-id or ownership bits, and refuses a place with a
-// file or a total larger than the executor's bounds.
+// connection; the extras (a CLI's own HOME, its config: files of this
+// machine that its processes see besides the place) beside it
+// (PushExtra, PullExtra). What comes back was written by the agent and
+// is hostile: Pull takes no symlink that points out of the place, no
+// device, FIFO or socket, no set-id or ownership bits, and refuses a
+// place with a file or a total larger than the executor's bounds. No
+// .git travels either way, at any depth, and the receiving side's are
+// left alone: git would read an agent's hooks and config as code.
+// Salvage brings back, before a push, what a process cut off before its
+// pull left there: newer files only, nothing deleted.
+//
+// Sockets. Forward makes a Unix socket on the host, beside the place,
+// that reaches one of this machine through the master (a remote
+// stream-local forwarding, ssh -R): the agent's tool socket, which the
+// daemon binds into the sandbox for the CLI's MCP server.
 //
 // Limits, known. A remote exit status of 255 reads as ssh's own
-// failure. sshd's MaxSessions (10 by default) bounds the processes that
+// failure (a lost connection). sshd's MaxSessions (10 by default) bounds the processes that
 // run at once through one master; more are refused (a pool of masters
 // per host is to come). Resource limits are not applied on the host
 // yet. The host's login shell must take POSIX quoting and exec, and
 // Fence reads the host's /proc (bwrap makes it Linux anyway).
 //
 // Check tells what a host lacks: ssh reachable, a working bwrap, rsync,
-// and the POSIX tools the wrapper uses.
+// the POSIX tools the wrapper uses, and Unix socket forwarding.
 package ssh

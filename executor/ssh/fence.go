@@ -1,8 +1,13 @@
 package ssh
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -54,16 +59,55 @@ const checkScript = `for c in bwrap rsync head mkfifo mktemp tr grep find du cut
 	` exit 0`
 
 // Check tells what the host lacks to run agents: it is reachable over
-// ssh, bwrap makes a sandbox there, rsync is there, and the tools the
-// wrapper uses behave. It returns nil when the host is fit, or an error
-// that lists each problem.
+// ssh, bwrap makes a sandbox there, rsync is there, the tools the
+// wrapper uses behave, and its sshd forwards a Unix socket to this
+// machine (the agent's tool socket, see Forward). It returns nil when
+// the host is fit, or an error that lists each problem.
 func (e *Executor) Check(ctx context.Context) error {
 	out, err := e.run(ctx, checkScript)
 	if err != nil {
 		return fmt.Errorf("%s is not reachable: %w", e.host, err)
 	}
-	if msg := strings.TrimSpace(string(out)); msg != "" {
+	msg := strings.TrimSpace(string(out))
+	if err := e.checkForward(ctx); err != nil {
+		msg = strings.TrimSpace(msg + "\n" + err.Error())
+	}
+	if msg != "" {
 		return fmt.Errorf("%s cannot run agents: %s", e.host, strings.ReplaceAll(msg, "\n", "; "))
+	}
+	return nil
+}
+
+// checkForward forwards a Unix socket of the host, in a temporary
+// directory there, to one of this machine, and tells whether it listens.
+func (e *Executor) checkForward(ctx context.Context) error {
+	dir, err := os.MkdirTemp(e.ctlDir, "fw")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	local := filepath.Join(dir, "s")
+	l, err := net.Listen("unix", local)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	out, err := e.run(ctx, `mktemp -d`)
+	if err != nil {
+		return err
+	}
+	rdir := strings.TrimSuffix(string(out), "\n")
+	if !filepath.IsAbs(rdir) || strings.ContainsAny(rdir, ": \n") {
+		return fmt.Errorf("mktemp -d said %q", out)
+	}
+	defer e.run(context.WithoutCancel(ctx), `rm -rf -- "$1"`, rdir)
+	spec := rdir + "/s:" + local
+	if out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("its sshd does not forward a Unix socket (AllowStreamLocalForwarding), which agents' tools need: %s", bytes.TrimSpace(out))
+	}
+	defer exec.Command("ssh", e.args("-O", "cancel", "-R", spec, "--", e.host)...).Run()
+	if _, err := e.run(ctx, `[ -S "$1" ]`, rdir+"/s"); err != nil {
+		return fmt.Errorf("its sshd does not forward a Unix socket (AllowStreamLocalForwarding), which agents' tools need")
 	}
 	return nil
 }

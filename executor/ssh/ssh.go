@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,13 +31,19 @@ var (
 // every ssh the executor runs (ssh -F).
 const ConfigEnv = "SUBSTRAT_SSH_CONFIG"
 
+// RootEnv names the directory on every host under which the agents'
+// places are kept, when Options.Root is empty: for a host whose home is
+// not the place for them, and for tests, whose host is this machine.
+const RootEnv = "SUBSTRAT_SSH_ROOT"
+
 // Options configure an Executor.
 type Options struct {
 	// Config is the ssh_config file (ssh -F); "" is the user's own.
 	// New takes it from $SUBSTRAT_SSH_CONFIG when it is empty.
 	Config string
 	// Root is the absolute directory on the host under which the
-	// agents' places are kept; "" is ~/.substrat-exec there.
+	// agents' places are kept; "" is $SUBSTRAT_SSH_ROOT, else
+	// ~/.substrat-exec there.
 	Root string
 	// MaxFileSize and MaxTotalSize bound what Pull brings back: no file
 	// larger than MaxFileSize, and no more than MaxTotalSize in all.
@@ -77,6 +84,9 @@ func New(host string, opts Options) (*Executor, error) {
 	}
 	if opts.Config == "" {
 		opts.Config = os.Getenv(ConfigEnv)
+	}
+	if opts.Root == "" {
+		opts.Root = os.Getenv(RootEnv)
 	}
 	if opts.Root != "" && (!filepath.IsAbs(opts.Root) || filepath.Clean(opts.Root) != opts.Root) {
 		return nil, fmt.Errorf("ssh executor: root %q is not a clean absolute path", opts.Root)
@@ -134,11 +144,21 @@ func (e *Executor) args(more ...string) []string {
 func (e *Executor) connect(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run() == nil {
+	cerr := exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run()
+	if cerr == nil {
 		return nil
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	// A master that died (kill -9, a lost connection) leaves its
-	// socket, which a new one would not replace.
+	// socket, which a new one would not replace. One that still
+	// accepts on it is alive, if slow to answer: removing its socket
+	// would orphan it with its sessions.
+	if c, err := net.Dial("unix", e.socket()); err == nil {
+		c.Close()
+		return fmt.Errorf("ssh %s: the master connection does not answer: %v", e.host, cerr)
+	}
 	if err := os.Remove(e.socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

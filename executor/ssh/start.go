@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/substrat/substrat/executor"
 )
@@ -100,6 +101,10 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 	cmd := e.client(ctx, line)
 	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
 	cmd.WaitDelay = executor.WaitDelay
+	// The client leads a process group of its own (the daemon's table
+	// of processes reaps by group), and dies with the daemon, which
+	// ends its channel and so the remote process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

@@ -3,7 +3,9 @@ package ssh
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -12,13 +14,22 @@ import (
 // directories, symlinks that stay inside the place, modification times
 // and the executable bit; no symlink that points out of the place
 // (--safe-links, decided by the receiving side), no device, FIFO or
-// socket, no owner, group, set-id bits or hard links. --delete makes
-// the copy an exact one (deletions travel too), and --protect-args keeps
-// the remote shell away from the paths.
+// socket, no owner, group, set-id bits or hard links. Push and Pull add
+// --delete, which makes the copy an exact one (deletions travel too);
+// --protect-args keeps
+// the remote shell away from the paths. No .git travels, at any depth,
+// either way, and the receiving side's are neither replaced nor deleted:
+// git reads a repository's config, hooks and a .git file's redirection
+// as code and paths to trust (see the git sandbox's rules), and what
+// comes back from the host was written by the agent.
+//
+// --modify-window=-1 compares modification times to the nanosecond, not
+// the second: a file the agent changes within the second of its copy,
+// to the same size, would otherwise look unchanged and stay behind.
 var rsyncFlags = []string{
-	"--recursive", "--links", "--times", "--executability",
+	"--recursive", "--links", "--times", "--modify-window=-1", "--executability",
 	"--safe-links", "--no-devices", "--no-specials",
-	"--delete", "--protect-args",
+	"--protect-args", "--exclude=.git",
 }
 
 // rsh returns rsync's --rsh: the executor's ssh through its master,
@@ -64,14 +75,15 @@ func (e *Executor) Push(ctx context.Context, agent, local string) error {
 	if _, err := e.run(ctx, `mkdir -p -- "$1"`, dir); err != nil {
 		return err
 	}
-	return e.rsync(ctx, strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
+	return e.rsync(ctx, "--delete", strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
 }
 
 // placeScript prints, for the place $1, the first file larger than $2
 // bytes if there is one ("big NAME"), then the total size of the place
-// in bytes and its number of entries ("total N M"). It runs outside the
+// in bytes and its number of entries ("total N M"); "none" if there is
+// no place. It runs outside the
 // sandbox on what the agent wrote: find and du follow no symlink.
-const placeScript = `cd -- "$1" || exit 1;` +
+const placeScript = `[ -d "$1" ] || { echo none; exit 0; }; cd -- "$1" || exit 1;` +
 	` b=$(find . -type f -size +"$2"c -print | head -n 1); [ -z "$b" ] || printf 'big %s\n' "$b";` +
 	` printf 'total %s %s\n' "$(du -s -b . | cut -f1)" "$(find . | wc -l)"`
 
@@ -86,9 +98,111 @@ func (e *Executor) Pull(ctx context.Context, agent, local string) error {
 	if err != nil {
 		return err
 	}
+	return e.pull(ctx, agent, dir, local, "--delete")
+}
+
+// Salvage copies back from the agent's place on the host, under Pull's
+// rules and bounds, the files that are newer there than in local, and
+// deletes nothing: what a process cut off before its Pull (a daemon
+// that died) left there, without undoing what changed in local since.
+// Call it before the Push that replaces the place, after Fence.
+func (e *Executor) Salvage(ctx context.Context, agent, local string) error {
+	dir, err := e.Place(ctx, agent)
+	if err != nil {
+		return err
+	}
+	return e.pull(ctx, agent, dir, local, "--update")
+}
+
+// Remove removes, on the host, everything kept there for agent: its
+// place, extras and sockets. Call it when none of its processes runs.
+func (e *Executor) Remove(ctx context.Context, agent string) error {
+	place, err := e.Place(ctx, agent)
+	if err != nil {
+		return err
+	}
+	_, err = e.run(ctx, `rm -rf -- "$1"`, filepath.Dir(place))
+	return err
+}
+
+// Extra returns the path on the host of the agent's copy of rel (a
+// clean relative path): a file or directory of this machine that its
+// processes see besides its place (a CLI's own HOME, its config), kept
+// beside the place.
+func (e *Executor) Extra(ctx context.Context, agent, rel string) (string, error) {
+	if !filepath.IsLocal(rel) || filepath.Clean(rel) != rel {
+		return "", fmt.Errorf("ssh executor: %q is not a clean relative path", rel)
+	}
+	place, err := e.Place(ctx, agent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(place), "extra", rel), nil
+}
+
+// PushExtra copies local, a directory or a regular file (never a
+// symlink), to the agent's copy of rel on the host (Extra), which it
+// then mirrors.
+func (e *Executor) PushExtra(ctx context.Context, agent, rel, local string) error {
+	dir, err := e.Extra(ctx, agent, rel)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(local)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		if _, err := e.run(ctx, `mkdir -p -- "$1"`, dir); err != nil {
+			return err
+		}
+		return e.rsync(ctx, "--delete", strings.TrimSuffix(local, "/")+"/", e.host+":"+dir+"/")
+	case fi.Mode().IsRegular():
+		if _, err := e.run(ctx, `mkdir -p -- "$1"`, filepath.Dir(dir)); err != nil {
+			return err
+		}
+		return e.rsync(ctx, local, e.host+":"+dir)
+	}
+	return fmt.Errorf("ssh executor: %s is neither a directory nor a regular file", local)
+}
+
+// PullExtra copies the agent's copy of rel on the host, a directory,
+// back into local, which it then mirrors, under Pull's rules and
+// bounds; with salvage, only its files newer there, deleting nothing,
+// and nothing at all if there is no copy (see Salvage). The paths in
+// keep ("/config": relative to the directory, anchored) are neither
+// brought back nor deleted here.
+func (e *Executor) PullExtra(ctx context.Context, agent, rel, local string, salvage bool, keep ...string) error {
+	dir, err := e.Extra(ctx, agent, rel)
+	if err != nil {
+		return err
+	}
+	mode := []string{"--delete"}
+	if salvage {
+		mode = []string{"--update"}
+	}
+	for _, k := range keep {
+		if !strings.HasPrefix(k, "/") || strings.ContainsAny(k, "*?[\\\n") {
+			return fmt.Errorf("ssh executor: %q is not an anchored plain path to keep", k)
+		}
+		mode = append(mode, "--exclude="+k)
+	}
+	return e.pull(ctx, agent, dir, local, mode...)
+}
+
+// pull copies dir on the host, agent's, into local with mode: --delete
+// (a mirror) or --update (newer files only), and more flags.
+func (e *Executor) pull(ctx context.Context, agent, dir, local string, mode ...string) error {
 	out, err := e.run(ctx, placeScript, dir, strconv.FormatInt(e.opts.MaxFileSize, 10))
 	if err != nil {
 		return err
+	}
+	if string(out) == "none\n" {
+		if mode[0] == "--update" {
+			return nil // nothing to salvage
+		}
+		return fmt.Errorf("ssh %s: %s of %s is not there", e.host, dir, agent)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if name, ok := strings.CutPrefix(l, "big "); ok {
@@ -109,8 +223,9 @@ func (e *Executor) Pull(ctx context.Context, agent, local string) error {
 				return fmt.Errorf("%w: %s's place holds %d entries, more than %d", ErrRefused, agent, n, e.opts.MaxFiles)
 			}
 			// --max-size as well, for a file that grew since.
-			return e.rsync(ctx, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
+			args := append(mode, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
 				e.host+":"+dir+"/", strings.TrimSuffix(local, "/")+"/")
+			return e.rsync(ctx, args...)
 		}
 	}
 	return fmt.Errorf("ssh %s: no size of the place: %q", e.host, out)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // write makes files (name -> content) under dir.
@@ -183,4 +184,90 @@ func TestPullHostile(t *testing.T) {
 		t.Fatalf("Pull of an oversized place: %v, want ErrRefused", err)
 	}
 	_ = s
+}
+
+// TestGitStays: no .git travels, at any depth, either way, and this
+// side's is neither replaced nor deleted by a Pull.
+func TestGitStays(t *testing.T) {
+	_, e := start(t)
+	ctx := context.Background()
+	local := t.TempDir()
+	write(t, local, map[string]string{"a": "one", ".git/config": "mine", "sub/.git": "gitdir: /mine"})
+	if err := e.Push(ctx, "agentg", local); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := e.Place(ctx, "agentg")
+	same(t, "pushed", tree(t, dir), map[string]string{"a": "one", "sub": "dir"})
+	write(t, dir, map[string]string{".git/hooks/post-checkout": "#!/bin/sh\nevil", ".git/config": "[core]\n\tfsmonitor = evil", "sub/.git": "gitdir: /etc", "deep/x/.git/HEAD": "ref"})
+	if err := e.Pull(ctx, "agentg", local); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "pulled", tree(t, local), map[string]string{"a": "one", ".git": "dir", ".git/config": "mine", "sub": "dir", "sub/.git": "gitdir: /mine",
+		"deep": "dir", "deep/x": "dir"})
+}
+
+// TestSalvage: Salvage brings back what is newer on the host, deletes
+// nothing and keeps what is newer here; without a place it does nothing.
+func TestSalvage(t *testing.T) {
+	_, e := start(t)
+	ctx := context.Background()
+	local := t.TempDir()
+	if err := e.Salvage(ctx, "agents", local); err != nil {
+		t.Fatalf("Salvage without a place: %v", err)
+	}
+	write(t, local, map[string]string{"a": "one", "b": "two", "mine": "here"})
+	if err := e.Push(ctx, "agents", local); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := e.Place(ctx, "agents")
+	old := time.Now().Add(-time.Hour)
+	write(t, dir, map[string]string{"a": "changed there", "new": "made there"})
+	os.Remove(filepath.Join(dir, "b"))
+	write(t, local, map[string]string{"mine": "changed here"})
+	write(t, dir, map[string]string{"mine": "older there"})
+	os.Chtimes(filepath.Join(dir, "mine"), old, old)
+	if err := e.Salvage(ctx, "agents", local); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "salvaged", tree(t, local), map[string]string{"a": "changed there", "b": "two", "new": "made there", "mine": "changed here"})
+}
+
+// TestExtra: a directory and a file beside the place go there and the
+// directory comes back; a symlink is refused, and so is a path that
+// leaves the agent's directory.
+func TestExtra(t *testing.T) {
+	_, e := start(t)
+	ctx := context.Background()
+	home := t.TempDir()
+	write(t, home, map[string]string{"providers/cli/homes/x/state": "s1", "agents/x/mcp.json": "{}"})
+	if err := e.PushExtra(ctx, "agentx", "providers/cli/homes/x", filepath.Join(home, "providers/cli/homes/x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PushExtra(ctx, "agentx", "agents/x/mcp.json", filepath.Join(home, "agents/x/mcp.json")); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := e.Extra(ctx, "agentx", "providers/cli/homes/x")
+	file, _ := e.Extra(ctx, "agentx", "agents/x/mcp.json")
+	if b, err := os.ReadFile(file); err != nil || string(b) != "{}" {
+		t.Fatalf("the file there: %q, %v", b, err)
+	}
+	write(t, dir, map[string]string{"state": "s2", "transcript": "t"})
+	if err := os.Symlink("/etc", filepath.Join(dir, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PullExtra(ctx, "agentx", "providers/cli/homes/x", filepath.Join(home, "providers/cli/homes/x"), false); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "pulled", tree(t, filepath.Join(home, "providers/cli/homes/x")), map[string]string{"state": "s2", "transcript": "t"})
+	if err := os.Symlink(home, filepath.Join(home, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PushExtra(ctx, "agentx", "link", filepath.Join(home, "link")); err == nil {
+		t.Error("a symlink was pushed")
+	}
+	for _, rel := range []string{"../x", "/etc", "a/../../b", ""} {
+		if _, err := e.Extra(ctx, "agentx", rel); err == nil {
+			t.Errorf("Extra(%q) was taken", rel)
+		}
+	}
 }

@@ -31,6 +31,7 @@ type Server struct {
 	Port   int
 	cmd    *exec.Cmd
 	log    bytes.Buffer
+	extra  []string // more lines of sshd_config
 }
 
 // Available reports why a server cannot be started here, or "" if it can.
@@ -45,7 +46,12 @@ func Available() string {
 
 // Start starts a server for the test and stops it at the test's end. The
 // test fails if the server cannot be started or reached.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t) }
+
+// StartWith is Start with more lines of sshd_config, after the test's
+// own (sshd takes the first value of a keyword, so a line here sets only
+// what those leave unset: AllowStreamLocalForwarding no, say).
+func StartWith(t testing.TB, sshdConfig ...string) *Server {
 	t.Helper()
 	if why := Available(); why != "" {
 		t.Fatal(why)
@@ -57,7 +63,7 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &Server{Host: "substrat-test", Dir: dir}
+	s := &Server{Host: "substrat-test", Dir: dir, extra: sshdConfig}
 	if err := s.start(); err != nil {
 		t.Fatalf("sshtest: %v\nsshd's log:\n%s", err, s.log.String())
 	}
@@ -126,6 +132,7 @@ func (s *Server) writeConfigs() error {
 		// depend on the user's shell start-up (on this machine root's
 		// hangs).
 		"SetEnv SHLVL=1",
+		strings.Join(s.extra, "\n"),
 		"",
 	}, "\n")
 	if err := os.WriteFile(s.path("sshd_config"), []byte(sshd), 0o600); err != nil {

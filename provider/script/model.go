@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/substrat/substrat/provider"
@@ -30,9 +29,6 @@ var (
 	// exitGrace is how long the program has to exit after it ended the
 	// turn (or closed stdout) before its process group is killed.
 	exitGrace = 5 * time.Second
-	// waitDelay bounds how long Wait waits for output pipes held open by
-	// processes that left the group.
-	waitDelay = 2 * time.Second
 )
 
 const (
@@ -137,14 +133,7 @@ func runModel(ctx context.Context, t native.ModelTurn) (provider.TurnResult, err
 			return fail(fmt.Errorf("resource limits for %s: %w", t.Path, err))
 		}
 	}
-	cmd := proc.Cmd(runCtx, process)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
-	// Its own process group, killed as a whole; and killed by the kernel
-	// if the daemon dies (kill -9 included).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return proc.KillGroup(cmd.Process) }
-	cmd.WaitDelay = waitDelay
-	err = cmd.Start()
+	h, err := proc.Launch(runCtx, process, provider.Stdio{Stdin: inR, Stdout: outW, Stderr: stderr}, t.Config.Start)
 	inR.Close()
 	outW.Close()
 	proc.CloseFiles(process)
@@ -156,7 +145,7 @@ func runModel(ctx context.Context, t native.ModelTurn) (provider.TurnResult, err
 		return fail(err)
 	}
 	if t.Config.Track != nil {
-		defer t.Config.Track(cmd.Process.Pid)()
+		defer t.Config.Track(h.Pid())()
 	}
 
 	r := &modelRun{t: t, turn: turn, ctx: ctx, key: native.PromptKey(turn.Prompt), in: startLineWriter(inW)}
@@ -181,12 +170,12 @@ func runModel(ctx context.Context, t native.ModelTurn) (provider.TurnResult, err
 	r.in.close()
 	if readErr == nil && ctx.Err() == nil {
 		t := time.AfterFunc(exitGrace, func() { graceKilled.Store(true); killRun() })
-		proc.WaitExited(cmd.Process.Pid)
+		h.Exited()
 		t.Stop()
 	}
-	// The leader is not reaped yet, so its pid still names the group.
-	proc.KillGroup(cmd.Process)
-	waitErr := cmd.Wait()
+	// A local leader is not reaped yet, so its pid still names the group.
+	h.Kill()
+	waitErr := h.Wait()
 	inW.SetWriteDeadline(time.Unix(1, 0))
 	<-r.in.done
 

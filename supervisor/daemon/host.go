@@ -27,11 +27,12 @@ type host struct {
 	git     *gitws.Runner
 	notify  *notifier
 	limits  *limits.Manager
+	remotes *remotes
 }
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
 	h := &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout()),
-		limits: limits.New(store.Layout().Home, log)}
+		limits: limits.New(store.Layout().Home, log), remotes: newRemotes(log)}
 	h.notify = newNotifier(store.Layout().Home, log, func() int {
 		if h.core == nil {
 			return supervisor.DefaultSettings().NotifyConcurrency
@@ -83,18 +84,27 @@ func (h *host) Track(agent string) func(pid int) func() { return h.procs.track(a
 // Sandbox implements supervisor.Host.
 func (h *host) Sandbox(sess *fsstore.Session) provider.SandboxFunc { return h.sandboxFor(sess) }
 
+// Start implements supervisor.Host: an agent on an ssh executor runs
+// its processes there (remote.go).
+func (h *host) Start(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc {
+	return h.startFor(sess, l)
+}
+
 // ToolSocket implements supervisor.Host.
 func (h *host) ToolSocket(id string) (string, error) { return h.toolSocket(id) }
 
 // CloseToolSocket implements supervisor.Host.
-// The agent's cgroup goes with its socket: it runs nothing more.
+// The agent's cgroup goes with its socket, and its own copy on a host
+// (remote.go): it runs nothing more.
 func (h *host) CloseToolSocket(id string) {
 	if id == "" {
 		h.closeToolSockets()
 		h.limits.Close()
+		h.remotes.close()
 		return
 	}
 	h.closeToolSocket(id)
+	h.remotes.forget(id)
 	if err := h.limits.Remove(id); err != nil {
 		h.log.Warn("agent cgroup not removed", "agent", id, "err", err)
 	}

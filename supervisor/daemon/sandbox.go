@@ -22,6 +22,9 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 	if sess.Workspace == "" {
 		return nil
 	}
+	if hostName := fsstore.ExecutorHost(sess.Executor); hostName != "" {
+		return h.remoteSandbox(sess, hostName)
+	}
 	return func(ctx context.Context, p provider.Process, needs provider.SandboxNeeds) (provider.Process, error) {
 		spec, argv, err := h.sandboxSpec(sess, p, needs)
 		if err != nil {

@@ -481,6 +481,7 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 		c.Wrap = func(ctx context.Context, p provider.Process) (provider.Process, error) { return sandbox(ctx, p, needs) }
 	}
 	c.Limit = s.cfg.Limit
+	c.Start = s.cfg.Start
 	if c.Fresh {
 		s.mu.Lock()
 		s.totals = &Totals{}
@@ -511,7 +512,17 @@ func (s *session) attempt(ctx context.Context, turn provider.Turn) (provider.Tur
 	r := s.read(ctx, pr, turn)
 	var waitErr error
 	if ok := r.err == nil && r.final != nil && r.final.Err == nil; ok && unlink() {
-		s.finishLater(pr, s.p.spec.ExitGrace, finished)
+		if s.cfg.Start == nil {
+			s.finishLater(pr, s.p.spec.ExitGrace, finished)
+		} else {
+			// Where the agent runs elsewhere, what it wrote comes back
+			// as its process ends: the turn waits for that.
+			waitErr = pr.Finish(s.p.spec.ExitGrace)
+			finished()
+			if errors.Is(waitErr, provider.ErrNotBack) {
+				r.err = waitErr
+			}
+		}
 	} else {
 		unlink()
 		waitErr = pr.Finish(0)

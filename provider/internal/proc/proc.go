@@ -51,6 +51,9 @@ type Command struct {
 	// Limit, if set, puts the process to start (wrapped, or contained)
 	// under the agent's resource limits (provider.Config.Limit).
 	Limit provider.LimitFunc
+	// Start, if set, starts the process where the agent runs
+	// (provider.Config.Start) instead of on this machine.
+	Start provider.StartFunc
 }
 
 // String is the command line, for messages.
@@ -60,7 +63,7 @@ func (c Command) String() string {
 
 // Proc is a running command.
 type Proc struct {
-	cmd     *exec.Cmd
+	h       Handle
 	ctx     context.Context
 	kill    context.CancelFunc // kills the group through cmd.Cancel
 	out     *os.File
@@ -100,15 +103,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 		kill()
 		return nil, err
 	}
-	cmd := Cmd(runCtx, process)
-	cmd.Stdin = strings.NewReader(c.Stdin)
-	cmd.Stdout, cmd.Stderr = outW, stderr
-	// Its own group, so that everything it starts is killed with it; and
-	// killed if the daemon dies first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return KillGroup(cmd.Process) }
-	cmd.WaitDelay = waitDelay
-	err = cmd.Start()
+	h, err := Launch(runCtx, process, provider.Stdio{Stdin: strings.NewReader(c.Stdin), Stdout: outW, Stderr: stderr}, c.Start)
 	outW.Close()
 	CloseFiles(process)
 	if err != nil {
@@ -119,7 +114,7 @@ func Start(ctx context.Context, c Command, maxLine int) (*Proc, error) {
 		}
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, ctx: runCtx, kill: kill, out: outR, br: bufio.NewReaderSize(outR, readBufSize),
+	p := &Proc{h: h, ctx: runCtx, kill: kill, out: outR, br: bufio.NewReaderSize(outR, readBufSize),
 		stderr: stderr, maxLine: maxLine}
 	// Unblock reads when the turn ends, even if an escaped grandchild
 	// holds the pipe open.
@@ -156,8 +151,9 @@ func CloseFiles(p provider.Process) {
 	}
 }
 
-// Pid is the process id (and process group id) of the command.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+// Pid is the process id of the command (and, on this machine, its
+// process group id), or of the ssh client that stands for it.
+func (p *Proc) Pid() int { return p.h.Pid() }
 
 // Line returns the next line of stdout without its end of line. At the
 // end it returns io.EOF; a line over the limit returns ErrLineTooLong and
@@ -195,12 +191,12 @@ func (p *Proc) Finish(grace time.Duration) error {
 	defer p.out.Close()
 	if grace > 0 && p.ctx.Err() == nil {
 		t := time.AfterFunc(grace, p.kill)
-		WaitExited(p.cmd.Process.Pid)
+		p.h.Exited()
 		t.Stop()
 	}
-	// The leader is not reaped yet, so its pid still names the group.
-	KillGroup(p.cmd.Process)
-	err := p.cmd.Wait()
+	// A local leader is not reaped yet, so its pid still names the group.
+	p.h.Kill()
+	err := p.h.Wait()
 	p.kill()
 	if errors.Is(err, exec.ErrWaitDelay) {
 		err = nil

@@ -347,34 +347,49 @@ func (m *Manager) Wrap(agent string, l fsstore.Limits, p *provider.Process) erro
 	if !fsstore.IsID(agent) {
 		return fmt.Errorf("agent id %q is not an id", agent)
 	}
-	var script string
-	var files []string
 	if m.mech == Rlimit {
-		var b strings.Builder
-		if l.MemoryBytes > 0 {
-			fmt.Fprintf(&b, "ulimit -d %d || exit 126; ", (l.MemoryBytes+1023)/1024)
-		}
-		if l.Pids > 0 {
-			// bash names RLIMIT_NPROC -u, dash -p.
-			fmt.Fprintf(&b, "{ ulimit -u %d 2>/dev/null || ulimit -p %d; } || exit 126; ", l.Pids, l.Pids)
-		}
-		script = b.String() + `exec "$@"`
-	} else {
-		var err error
-		if files, err = m.setup(agent, l); err != nil {
-			return err
-		}
-		var b strings.Builder
-		for i := range files {
-			fmt.Fprintf(&b, `echo $$ > "$%d" || exit 126; `, i+1)
-		}
-		fmt.Fprintf(&b, `shift %d; exec "$@"`, len(files))
-		script = b.String()
+		Rlimits(l, p)
+		return nil
 	}
+	files, err := m.setup(agent, l)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for i := range files {
+		fmt.Fprintf(&b, `echo $$ > "$%d" || exit 126; `, i+1)
+	}
+	fmt.Fprintf(&b, `shift %d; exec "$@"`, len(files))
+	wrapShell(p, b.String(), files)
+	return nil
+}
+
+// Rlimits puts p under limits l as rlimits of its own, set by a shell
+// in front of it (Shell): memory as its data segment (ulimit -d),
+// processes as its user's (ulimit -u, which root is exempt from). It
+// needs nothing of this machine, so it is also how limits apply on
+// another host (an ssh executor), whose shell is at the same path.
+func Rlimits(l fsstore.Limits, p *provider.Process) {
+	if l.IsZero() || p.Path == "" {
+		return
+	}
+	var b strings.Builder
+	if l.MemoryBytes > 0 {
+		fmt.Fprintf(&b, "ulimit -d %d || exit 126; ", (l.MemoryBytes+1023)/1024)
+	}
+	if l.Pids > 0 {
+		// bash names RLIMIT_NPROC -u, dash -p.
+		fmt.Fprintf(&b, "{ ulimit -u %d 2>/dev/null || ulimit -p %d; } || exit 126; ", l.Pids, l.Pids)
+	}
+	wrapShell(p, b.String()+`exec "$@"`, nil)
+}
+
+// wrapShell puts Shell with script, then the files (its $1, $2...), in front
+// of p.
+func wrapShell(p *provider.Process, script string, files []string) {
 	args := append([]string{"substrat-limits", "-c", script, "substrat-limits"}, files...)
 	p.Args = append(append(args, p.Path), p.Args[1:]...)
 	p.Path = Shell
-	return nil
 }
 
 // setup makes agent's group if need be, writes its limits and returns

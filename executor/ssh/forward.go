@@ -1,0 +1,48 @@
+package ssh
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Forward makes a Unix socket on the host, in the agent's directory
+// there (beside its place), that reaches the local Unix socket local
+// through the master connection (ssh -R, a remote stream-local
+// forwarding), and returns its path on the host. name is the socket's
+// file name there. A socket left there (by a master that died, or a
+// daemon) is removed first, and a forwarding of the same path by this
+// master cancelled, so that the new one listens: call it before each
+// turn, as a new master (after a lost connection) has none. sshd
+// creates the socket as the login user, mode 0600 under its umask; its
+// AllowStreamLocalForwarding must not be off.
+func (e *Executor) Forward(ctx context.Context, agent, name, local string) (string, error) {
+	if !idRE.MatchString(agent) || !idRE.MatchString(name) {
+		return "", fmt.Errorf("%w: agent %q, socket %q", ErrID, agent, name)
+	}
+	if !filepath.IsAbs(local) || strings.ContainsAny(local, ": \n") {
+		return "", fmt.Errorf("ssh executor: cannot forward to %q (an absolute path without ':' or blanks)", local)
+	}
+	root, err := e.Root(ctx)
+	if err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(root, ": \n") {
+		return "", fmt.Errorf("ssh executor: cannot forward from under %q (':' or blanks); set the executor's root", root)
+	}
+	remote := filepath.Join(root, agent, name)
+	spec := remote + ":" + local
+	// No master yet, or no such forwarding: nothing to cancel.
+	exec.CommandContext(ctx, "ssh", e.args("-O", "cancel", "-R", spec, "--", e.host)...).Run()
+	if _, err := e.run(ctx, `mkdir -p -- "$1" && rm -f -- "$2"`, filepath.Dir(remote), remote); err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ssh %s: forwarding %s to %s: %v: %s", e.host, remote, local, err, bytes.TrimSpace(out))
+	}
+	return remote, nil
+}
