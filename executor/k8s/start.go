@@ -1,0 +1,160 @@
+package k8s
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/executor/ssh"
+)
+
+// Start runs c in the pod of c.Agent's incarnation c.Incarnation,
+// through an exec into its container. The pod must exist and run
+// (Ensure, WaitRunning): Start makes none. No pod of that incarnation is
+// ErrNoPod (a stale incarnation's was deleted by the fence of the
+// current one); one that does not run is ErrNotReady. Start refuses to
+// run in a pod whose labels do not carry c's agent and incarnation.
+//
+// The exec runs the SSH executor's wrapper (ssh.WrapperArgv), and the
+// request (argv, environment, directory) then the input travel framed on
+// the exec's standard input (ssh.Feed), as they do over ssh: no argument
+// is parsed by a shell, and no secret of the environment shows in the
+// exec's command line. The wrapper carries the agent and incarnation in
+// its arguments. The end of the exec's stream (Kill, ctx, the daemon's
+// death, a lost connection) ends the wrapper's input and it kills its
+// process group; the pod's deletion kills everything in it.
+//
+// Wait returns the remote exit status as an *executor.ExitError. Pid is
+// 0: no local process stands for the command.
+func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(c.ExtraFiles) > 0 {
+		return nil, fmt.Errorf("%w: descriptors cannot be passed into a pod (mount volumes instead)", executor.ErrInvalid)
+	}
+	if err := e.checkIDs(c.Agent, c.Incarnation); err != nil {
+		return nil, err
+	}
+	if !ssh.ValidID(c.Agent) || !ssh.ValidID(c.Incarnation) {
+		return nil, fmt.Errorf("%w: agent %q, incarnation %q", ErrID, c.Agent, c.Incarnation)
+	}
+	name := PodName(c.Agent, c.Incarnation)
+	pod, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: agent %s, incarnation %s (pod %s)", ErrNoPod, c.Agent, c.Incarnation, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pod.Labels[LabelAgent] != c.Agent || pod.Labels[LabelHome] != e.opts.Home {
+		return nil, fmt.Errorf("%w: pod %s is not agent %s's of this home", ErrNoPod, name, c.Agent)
+	}
+	if st := Classify(pod, c.Incarnation); st.State != StateRunning {
+		return nil, fmt.Errorf("%w: pod %s: %s", ErrNotReady, name, st)
+	}
+	id := make([]byte, 8)
+	rand.Read(id)
+	ex, err := e.executor(name, ssh.WrapperArgv(c.Agent, c.Incarnation, hex.EncodeToString(id)))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	p := &process{cancel: cancel, done: make(chan struct{})}
+	stdout, stderr := c.Stdout, c.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	go ssh.Feed(pw, c)
+	go func() {
+		defer close(p.done)
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: stdout, Stderr: stderr})
+		// The channel is gone: the feed's writes fail from now on.
+		pr.CloseWithError(io.ErrClosedPipe)
+		cancel()
+		p.err = exitStatus(err)
+	}()
+	return p, nil
+}
+
+// executor returns a remote command executor of argv in pod: over
+// WebSocket, falling back to SPDY when the server takes no WebSocket,
+// as kubectl does.
+func (e *Executor) executor(pod string, argv []string) (remotecommand.Executor, error) {
+	req := e.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.target.Namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{
+			Container: Container, Command: argv, Stdin: true, Stdout: true, Stderr: true,
+		}, scheme.ParameterCodec)
+	spdy, err := remotecommand.NewSPDYExecutor(e.rest, "POST", req.URL())
+	if err != nil {
+		return nil, err
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(e.rest, "GET", req.URL().String())
+	if err != nil {
+		return nil, err
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}
+
+// exitRE: how an exec server that loses the status's type (kwok's)
+// still says it.
+var exitRE = regexp.MustCompile(`exit status (\d+)$`)
+
+// exitStatus turns the stream's error into Process.Wait's.
+func exitStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce utilexec.ExitError
+	if errors.As(err, &ce) && ce.Exited() {
+		return &executor.ExitError{Code: ce.ExitStatus()}
+	}
+	if m := exitRE.FindStringSubmatch(err.Error()); m != nil {
+		if n, perr := strconv.Atoi(m[1]); perr == nil {
+			return &executor.ExitError{Code: n}
+		}
+	}
+	return err
+}
+
+type process struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+	once   sync.Once
+}
+
+func (p *process) Pid() int { return 0 }
+
+func (p *process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Kill ends the exec's stream: the wrapper in the pod sees its input end
+// and kills its process group.
+func (p *process) Kill() error {
+	p.once.Do(p.cancel)
+	return nil
+}
