@@ -32,9 +32,13 @@ lint: tools ## gofmt, go vet, staticcheck, go mod tidy -diff, and the package de
 	$(GO) mod tidy -diff
 	@scripts/check-deps.sh
 
+.PHONY: k8s
+k8s: ## build the Kubernetes control plane the tests run against, once per machine (cache: $$SUBSTRAT_K8S_CACHE)
+	@scripts/k8s-control-plane.sh build
+
 .PHONY: test
-test: lint ## everything CI runs: lint, then go test -race
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+test: lint k8s ## everything CI runs: lint, the control plane's build, then go test -race
+	SUBSTRAT_K8S_REQUIRE=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 .PHONY: race
 race: ## go test -race only

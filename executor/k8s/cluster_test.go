@@ -1,17 +1,9 @@
 package k8s
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,104 +11,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/substrat/substrat/internal/k8stest"
 )
 
-// The tests run against a real control plane (see the package doc):
-// scripts/k8s-control-plane.sh starts one for the package, the first
-// time a test needs it, and stops it after the last. Environment:
-//
-//	SUBSTRAT_K8S_KUBECONFIG  use this running cluster instead (its current
-//	                         context), and start nothing
-//	SUBSTRAT_K8S_REQUIRE=1   a control plane that cannot start fails the
-//	                         tests instead of skipping them (make test
-//	                         sets it, after building the binaries)
-//	SUBSTRAT_K8S_CACHE       the script's cache of built binaries
+// The tests run against a real control plane: see internal/k8stest.
 
-var cluster struct {
-	once       sync.Once
-	kubeconfig string
-	runDir     string
-	script     string
-	skip       string // why the cluster tests are skipped
-	started    time.Duration
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cluster.runDir != "" {
-		cmd := exec.Command(cluster.script, "stop", cluster.runDir)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
-		}
-	}
-	os.Exit(code)
-}
-
-// repoRoot is the module's root, where scripts/ is.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "k8s-control-plane.sh")); err == nil {
-			return dir, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("scripts/k8s-control-plane.sh not found above the package")
-		}
-		dir = up
-	}
-}
-
-// startCluster starts the control plane, once.
-func startCluster() {
-	if kc := os.Getenv("SUBSTRAT_K8S_KUBECONFIG"); kc != "" {
-		cluster.kubeconfig = kc
-		return
-	}
-	root, err := repoRoot()
-	if err != nil {
-		cluster.skip = err.Error()
-		return
-	}
-	cluster.script = filepath.Join(root, "scripts", "k8s-control-plane.sh")
-	dir, err := os.MkdirTemp("", "substrat-k8s-test")
-	if err != nil {
-		cluster.skip = err.Error()
-		return
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(cluster.script, "start", dir)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
-		os.RemoveAll(dir)
-		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-		cluster.skip = fmt.Sprintf("no control plane: %s start: %v:\n%s", cluster.script, err,
-			strings.Join(lines[max(0, len(lines)-15):], "\n"))
-		return
-	}
-	cluster.started = time.Since(t0)
-	cluster.runDir = dir
-	cluster.kubeconfig = strings.TrimSpace(stdout.String())
-	fmt.Fprintf(os.Stderr, "control plane started in %v (kubeconfig %s)\n", cluster.started.Round(time.Millisecond), cluster.kubeconfig)
-}
-
-// needCluster skips t (or fails it, with SUBSTRAT_K8S_REQUIRE=1) when
-// there is no control plane.
-func needCluster(t testing.TB) {
-	t.Helper()
-	cluster.once.Do(startCluster)
-	if cluster.skip != "" {
-		if os.Getenv("SUBSTRAT_K8S_REQUIRE") == "1" {
-			t.Fatal(cluster.skip)
-		}
-		t.Skip(cluster.skip)
-	}
-}
+func TestMain(m *testing.M) { k8stest.Main(m) }
 
 func token() string {
 	b := make([]byte, 4)
@@ -129,8 +30,7 @@ func token() string {
 // opts says otherwise.
 func newExec(t testing.TB, opts Options) *Executor {
 	t.Helper()
-	needCluster(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", k8stest.Kubeconfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +38,7 @@ func newExec(t testing.TB, opts Options) *Executor {
 	if opts.Home == "" {
 		opts.Home = "home-" + token()
 	}
-	e, err := newFromConfig(Target{Context: "substrat-test", Namespace: ns}, cfg, opts)
+	e, err := newFromConfig(Target{Context: k8stest.Context, Namespace: ns}, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/version"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -162,7 +164,7 @@ func (e *Executor) Client() kubernetes.Interface { return e.cs }
 // delete pods and exec into them in the namespace. It returns nil when
 // they can, or an error that says what is missing.
 func (e *Executor) Check(ctx context.Context) error {
-	if _, err := e.cs.Discovery().ServerVersion(); err != nil {
+	if _, err := e.ServerVersion(ctx); err != nil {
 		return fmt.Errorf("%s is not reachable: %w", e.target, err)
 	}
 	var missing []string
@@ -194,10 +196,14 @@ func (e *Executor) Check(ctx context.Context) error {
 }
 
 // ServerVersion is the API server's version, for what doctor shows.
-func (e *Executor) ServerVersion() (string, error) {
-	v, err := e.cs.Discovery().ServerVersion()
+func (e *Executor) ServerVersion(ctx context.Context) (string, error) {
+	var v version.Info
+	body, err := e.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
 	if err != nil {
 		return "", err
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "", fmt.Errorf("the API server's version: %w", err)
 	}
 	return v.GitVersion, nil
 }

@@ -22,10 +22,10 @@ import (
 
 func TestParse(t *testing.T) {
 	for s, want := range map[string]Target{
-		"k8s://kind-dev/agents":                                   {"kind-dev", "agents"},
-		"k8s://arn:aws:eks:eu-west-1:1234:cluster/prod/substrat":  {"arn:aws:eks:eu-west-1:1234:cluster/prod", "substrat"},
-		"k8s://gke_proj_europe-west1_c1/default":                  {"gke_proj_europe-west1_c1", "default"},
-		"k8s://admin@local/ns-1":                                  {"admin@local", "ns-1"},
+		"k8s://kind-dev/agents":                                  {"kind-dev", "agents"},
+		"k8s://arn:aws:eks:eu-west-1:1234:cluster/prod/substrat": {"arn:aws:eks:eu-west-1:1234:cluster/prod", "substrat"},
+		"k8s://gke_proj_europe-west1_c1/default":                 {"gke_proj_europe-west1_c1", "default"},
+		"k8s://admin@local/ns-1":                                 {"admin@local", "ns-1"},
 	} {
 		got, err := Parse(s)
 		if err != nil || got != want {
@@ -82,7 +82,9 @@ func TestPodSpec(t *testing.T) {
 	if _, err := e.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		e.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
 
 	t0 := time.Now()
 	if _, err := e.Ensure(ctx, a); err != nil {
