@@ -59,7 +59,7 @@ func ValidateExecutor(e string) error {
 	}
 	host, ok := strings.CutPrefix(e, ExecutorSSH)
 	if !ok {
-		return invalidf("executor %q is not ssh://HOST or k8s://CONTEXT/NAMESPACE (or empty, for this machine)", e)
+		return invalidf("executor %q is not ssh://HOST (or empty, for this machine), nor k8s://CONTEXT/NAMESPACE", e)
 	}
 	switch {
 	case host == "":

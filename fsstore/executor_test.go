@@ -44,7 +44,7 @@ func TestValidateExecutor(t *testing.T) {
 		{"k8s://ctx/NS", "a namespace is"},
 		{"k8s://ctx/", "a namespace is"},
 		{"k8s://ctx/a.b", "a namespace is"},
-		{"K8S://ctx/ns", "is not ssh://HOST or k8s://"},
+		{"K8S://ctx/ns", "nor k8s://CONTEXT/NAMESPACE"},
 	} {
 		if err := ValidateExecutor(c.in); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ValidateExecutor(%q) = %v, want %q", c.in, err, c.want)
