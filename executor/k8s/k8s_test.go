@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/substrat/substrat/executor"
@@ -289,10 +290,7 @@ func TestStatus(t *testing.T) {
 	// Deleting: a pod with a finalizer stays, being deleted.
 	d := Agent{ID: fsstore.NewID(), Incarnation: "1"}
 	dp := running(t, e, d)
-	dp.Finalizers = append(dp.Finalizers, "substrat.dev/test")
-	if dp, err = pods.Update(ctx, dp, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	update(t, e, dp.Name, func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "substrat.dev/test") })
 	if err := pods.Delete(ctx, dp.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -300,12 +298,26 @@ func TestStatus(t *testing.T) {
 		st, err := e.Status(ctx, d.ID, "1")
 		return st.State == StateDeleting, err
 	})
-	dp, _ = pods.Get(ctx, dp.Name, metav1.GetOptions{})
-	dp.Finalizers = nil
-	if _, err := pods.Update(ctx, dp, metav1.UpdateOptions{}); err != nil {
+	update(t, e, dp.Name, func(p *corev1.Pod) { p.Finalizers = nil })
+	gone(t, e, dp.Name)
+}
+
+// update changes the pod named name with f, again while kwok changes it
+// too.
+func update(t *testing.T, e *Executor, name string, f func(*corev1.Pod)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		f(p)
+		_, err = e.cs.CoreV1().Pods(e.target.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	gone(t, e, dp.Name)
 }
 
 // TestFencing: a daemon restarts with a new incarnation of its agent.

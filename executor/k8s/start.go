@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,15 +69,21 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 	if st := Classify(pod, c.Incarnation); st.State != StateRunning {
 		return nil, fmt.Errorf("%w: pod %s: %s", ErrNotReady, name, st)
 	}
-	id := make([]byte, 8)
-	rand.Read(id)
-	ex, err := e.executor(name, ssh.WrapperArgv(c.Agent, c.Incarnation, hex.EncodeToString(id)))
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	ex, err := e.executor(name, ssh.WrapperArgv(c.Agent, c.Incarnation, id))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	p := &process{cancel: cancel, done: make(chan struct{})}
+	killer, err := e.executor(name, []string{"/bin/sh", "-c", killScript, "substrat-kill", ssh.Marker, c.Agent, c.Incarnation, id})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	stdout, stderr := c.Stdout, c.Stderr
 	if stdout == nil {
 		stdout = io.Discard
@@ -88,13 +95,46 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 	go func() {
 		defer close(p.done)
 		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: stdout, Stderr: stderr})
-		// The channel is gone: the feed's writes fail from now on.
-		pr.CloseWithError(io.ErrClosedPipe)
+		// The channel is gone: the feed's writes fail from now on, and
+		// the client's copying of the input ends quietly.
+		pw.CloseWithError(io.EOF)
+		if ctx.Err() != nil {
+			// Killed (Kill, or ctx): the end of the stream should end
+			// the wrapper's input, and so the command; but not every
+			// exec server closes a command's input when its client goes
+			// (kwok keeps it open while the command's output is open).
+			// So the wrapper's process group is killed by another exec.
+			kctx, kcancel := context.WithTimeout(context.Background(), killTimeout)
+			kerr := killer.StreamWithContext(kctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+			kcancel()
+			if kerr != nil && !apierrors.IsNotFound(kerr) {
+				err = errors.Join(err, fmt.Errorf("killing the command in pod %s: %w", name, kerr))
+			}
+		}
 		cancel()
 		p.err = exitStatus(err)
 	}()
 	return p, nil
 }
+
+// killScript kills the process group of the wrapper whose arguments are
+// $1 to $4 (marker, agent, incarnation, process id): /proc shows a
+// command line NUL-separated, the wrapper's being /bin/sh, -c, the
+// script (one line), then those four. Only a process that leads its
+// group is taken (setsid made the wrapper one).
+const killScript = `m=$1; a=$2; i=$3; id=$4;` +
+	` for f in $(grep -l -a -s -F "$id" /proc/[0-9]*/cmdline); do` +
+	` p=${f#/proc/}; p=${p%/cmdline};` +
+	` ok=$(tr '\0' '\n' <"$f" 2>/dev/null | { read -r _; read -r _; read -r _; read -r m2; read -r a2; read -r i2; read -r id2;` +
+	` [ "$m2" = "$m" ] && [ "$a2" = "$a" ] && [ "$i2" = "$i" ] && [ "$id2" = "$id" ] && echo y; });` +
+	` [ "$ok" = y ] || continue;` +
+	` s=$(cat "/proc/$p/stat" 2>/dev/null) || continue; s=${s##*) }; set -- $s;` +
+	` [ "$3" = "$p" ] || continue;` +
+	` kill -9 "-$p" 2>/dev/null;` +
+	` done; exit 0`
+
+// killTimeout bounds the exec that kills a killed command's group.
+const killTimeout = 30 * time.Second
 
 // executor returns a remote command executor of argv in pod: over
 // WebSocket, falling back to SPDY when the server takes no WebSocket,
@@ -152,8 +192,10 @@ func (p *process) Wait() error {
 	return p.err
 }
 
-// Kill ends the exec's stream: the wrapper in the pod sees its input end
-// and kills its process group.
+// Kill ends the exec's stream, which ends the wrapper's input, and it
+// kills its process group; and, since not every exec server ends a
+// command's input when its client goes, another exec kills that group
+// (see Start). Wait returns when it has.
 func (p *process) Kill() error {
 	p.once.Do(p.cancel)
 	return nil
