@@ -316,6 +316,7 @@ options:
   nodePlayStageParallelism: 4
   podsOnNodeSyncParallelism: 1
   enablePodsOnNodeSyncListPager: true
+  enableDebuggingHandlers: true
 EOF
 		printf '  nodePort: %s\n  serverAddress: 127.0.0.1:%s\n' "$KWOK_PORT" "$KWOK_PORT"
 		printf '  tlsCertFile: %s\n  tlsPrivateKeyFile: %s\n' "$PKI/kwok.crt" "$PKI/kwok.key"

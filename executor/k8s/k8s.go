@@ -45,8 +45,8 @@ const (
 const (
 	DefaultImage     = "substrat-agent:latest"
 	DefaultMountPath = "/workspace"
-	DefaultQPS       = 50
-	DefaultBurst     = 100
+	DefaultQPS       = 100
+	DefaultBurst     = 200
 	DefaultWorkers   = 16
 )
 

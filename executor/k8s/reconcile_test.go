@@ -116,7 +116,7 @@ func TestReconcileAtScale(t *testing.T) {
 	n := *reconcilePods
 	defer func(d time.Duration) { waitLimit = d }(waitLimit)
 	waitLimit = 15 * time.Minute
-	e := newExec(t, Options{Workspace: emptyDir, QPS: 500, Burst: 1000, Workers: 32})
+	e := newExec(t, Options{Workspace: emptyDir}) // the daemon's defaults: QPS, Burst, Workers
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	live := make([]Agent, n)
