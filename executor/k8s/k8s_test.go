@@ -234,12 +234,12 @@ func TestStatus(t *testing.T) {
 	}
 
 	// Evicted, as a kubelet under memory pressure reports it.
-	p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
-	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-		Reason: "TerminationByKubelet", Message: "memory pressure", LastTransitionTime: metav1.Now()})
-	if p, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	} else if st := Classify(p, "1"); st.State != StateEvicted || st.Reason != "Evicted" || !st.Replace() {
+	ev := setStatus(t, e, p.Name, func(p *corev1.Pod) {
+		p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "TerminationByKubelet", Message: "memory pressure", LastTransitionTime: metav1.Now()})
+	})
+	if st := Classify(ev, "1"); st.State != StateEvicted || st.Reason != "Evicted" || !st.Replace() {
 		t.Fatalf("evicted: %v", st)
 	}
 	st, _ = e.Status(ctx, b.ID, "1")
@@ -257,12 +257,10 @@ func TestStatus(t *testing.T) {
 	}
 
 	// Failed: the container ended with an error.
-	q, _ = pods.Get(ctx, q.Name, metav1.GetOptions{})
-	q.Status.Phase = corev1.PodFailed
-	q.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
-	if q, err = pods.UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	q = setStatus(t, e, q.Name, func(q *corev1.Pod) {
+		q.Status.Phase = corev1.PodFailed
+		q.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
+	})
 	if st := Classify(q, "1"); st.State != StateFailed || st.Reason != "OOMKilled" {
 		t.Fatalf("failed: %v", st)
 	}
@@ -274,12 +272,12 @@ func TestStatus(t *testing.T) {
 	// Broken: the image cannot be pulled.
 	c := Agent{ID: fsstore.NewID(), Incarnation: "1"}
 	r := running(t, e, c)
-	r.Status.Phase = corev1.PodPending
-	r.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}
-	r.Status.ContainerStatuses[0].Ready = false
-	if r, err = pods.UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// (Its Ready condition stays True, so that kwok leaves it alone.)
+	r = setStatus(t, e, r.Name, func(r *corev1.Pod) {
+		r.Status.Phase = corev1.PodPending
+		r.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}
+		r.Status.ContainerStatuses[0].Ready = false
+	})
 	if st := Classify(r, "1"); st.State != StateBroken || st.Replace() {
 		t.Fatalf("broken: %v", st)
 	}
@@ -320,11 +318,30 @@ func update(t *testing.T, e *Executor, name string, f func(*corev1.Pod)) {
 	}
 }
 
+// setStatus changes the status of the pod named name with f, as a
+// kubelet would, again while kwok changes it too, and returns the pod.
+func setStatus(t *testing.T, e *Executor, name string, f func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	var out *corev1.Pod
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		f(p)
+		out, err = e.cs.CoreV1().Pods(e.target.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestFencing: a daemon restarts with a new incarnation of its agent.
 // The old incarnation's pod is deleted, and its commands are refused;
-// the new one's run. A command already running in the old pod when it
-// is fenced ends with it (here: its stream is cut, since kwok stands for
-// the kubelet and the process runs on this machine).
+// the new one's run. (That a command still running in a deleted pod dies
+// with it is the kubelet's doing, which kwok does not do: not tested.)
 func TestFencing(t *testing.T) {
 	e := newExec(t, Options{Workspace: emptyDir})
 	ctx := ctxT(t)

@@ -35,10 +35,7 @@ func TestReconcile(t *testing.T) {
 	idleOld := running(t, e, Agent{ID: idleStale, Incarnation: "1"})
 	orphanPod := running(t, e, Agent{ID: orphan, Incarnation: "2"})
 	failedPod := running(t, e, Agent{ID: failed, Incarnation: "2"})
-	failedPod.Status.Phase = corev1.PodFailed
-	if _, err := e.cs.CoreV1().Pods(e.target.Namespace).UpdateStatus(ctx, failedPod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setStatus(t, e, failedPod.Name, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })
 	other := *e
 	other.opts.Home = "other-" + token()
 	otherPod := running(t, &other, Agent{ID: fsstore.NewID(), Incarnation: "1"})
