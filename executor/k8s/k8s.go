@@ -82,6 +82,10 @@ type Options struct {
 	// WorkspaceSize is the size of the default claim
 	// (DefaultWorkspaceSize when zero).
 	WorkspaceSize resource.Quantity
+	// Customize, if set, adjusts each pod the executor makes, after it
+	// has filled it in (a node selector, tolerations, a priority class,
+	// a pull secret). It must keep the name, labels and container name.
+	Customize func(*corev1.Pod)
 	// QPS and Burst bound the client's requests (DefaultQPS and
 	// DefaultBurst when zero); Workers bounds Reconcile's concurrent
 	// requests (DefaultWorkers).

@@ -160,6 +160,9 @@ func (e *Executor) Pod(a Agent) *corev1.Pod {
 	if e.opts.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = ptr.To(e.opts.RuntimeClass)
 	}
+	if e.opts.Customize != nil {
+		e.opts.Customize(pod)
+	}
 	return pod
 }
 
