@@ -307,7 +307,7 @@ $(tail -n 5 "$RUN_DIR/logs/$(basename "$f" .pid).log")"
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
-  manageAllNodes: true
+  manageNodesWithAnnotationSelector: kwok.x-k8s.io/node=fake
   nodeIP: 127.0.0.1
   cidr: 10.244.0.0/16
   nodeLeaseDurationSeconds: 40

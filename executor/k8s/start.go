@@ -111,6 +111,13 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 				err = errors.Join(err, fmt.Errorf("killing the command in pod %s: %w", name, kerr))
 			}
 		}
+		if err == nil {
+			// A command killed with its container (the pod deleted, the
+			// container restarted) ends its stream as one that exited
+			// with 0 does: a clean end counts only if the container
+			// still runs as it did.
+			err = e.stillRunning(pod)
+		}
 		cancel()
 		p.err = exitStatus(err)
 	}()
@@ -135,6 +142,31 @@ const killScript = `m=$1; a=$2; i=$3; id=$4;` +
 
 // killTimeout bounds the exec that kills a killed command's group.
 const killTimeout = 30 * time.Second
+
+// ErrPodGone: the command's pod was deleted, or its container
+// restarted, while the command ran: it was killed.
+var ErrPodGone = errors.New("k8s executor: the pod went while the command ran")
+
+// stillRunning checks that was's container still runs, as it did when a
+// command started in it.
+func (e *Executor) stillRunning(was *corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	now, err := e.cs.CoreV1().Pods(was.Namespace).Get(ctx, was.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: pod %s deleted", ErrPodGone, was.Name)
+	case err != nil:
+		return fmt.Errorf("%w: pod %s: %v", ErrPodGone, was.Name, err)
+	case now.UID != was.UID || now.DeletionTimestamp != nil:
+		return fmt.Errorf("%w: pod %s deleted", ErrPodGone, was.Name)
+	}
+	a, b := containerStatus(was), containerStatus(now)
+	if a != nil && (b == nil || b.RestartCount != a.RestartCount || b.State.Running == nil) {
+		return fmt.Errorf("%w: pod %s: its container restarted or ended", ErrPodGone, was.Name)
+	}
+	return nil
+}
 
 // executor returns a remote command executor of argv in pod: over
 // WebSocket, falling back to SPDY when the server takes no WebSocket,
