@@ -31,6 +31,8 @@
 #   ETCD_VERSION         default 3.6.16
 #   KWOK_VERSION         default 0.8.0
 #   K8S_KWOK_NODES       fake nodes (default 1), each with K8S_KWOK_PODS pods (default 2000)
+#   SUBSTRAT_K8S_KUBELET auto (default), 1 or 0: also a node with a real kubelet and
+#                        containerd (see "a real kubelet" below)
 set -euo pipefail
 
 CACHE_DIR=${SUBSTRAT_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/substrat/k8s}
@@ -159,6 +161,184 @@ build() {
 	exec 9>&-
 }
 
+# ---------------------------------------------------------------- a real kubelet (optional)
+#
+# SUBSTRAT_K8S_KUBELET=auto (default) also starts a real node when it can:
+# root, and containerd and runc installed (Debian: apt-get install containerd
+# runc). =1 fails when it cannot, =0 never tries. The node is a kubelet built
+# from k8s.io/kubernetes like the rest, over a containerd of its own (its
+# socket, root and state in RUN_DIR/containerd; the native snapshotter;
+# restrict_oom_score_adj, as in a container without CAP_SYS_RESOURCE), with
+# two images built here, not pulled: a pause image (a static Go program) and
+# substrat-agent:test (this machine's /bin/sh, setsid, coreutils and grep with
+# their libraries). There is no CNI: the node stays NotReady, and pods run
+# there with the host's network, a toleration and their node named. The node
+# is RUN_DIR/kubelet-node, the image RUN_DIR/kubelet-image.
+
+kubelet_wanted() { # prints why not, and fails, when no kubelet can be started
+	case "${SUBSTRAT_K8S_KUBELET:-auto}" in
+	0) echo "SUBSTRAT_K8S_KUBELET=0"; return 1 ;;
+	esac
+	[ "$(id -u)" = 0 ] || { echo "not root"; return 1; }
+	command -v containerd >/dev/null || { echo "containerd is not installed"; return 1; }
+	command -v ctr >/dev/null || { echo "ctr is not installed"; return 1; }
+	command -v runc >/dev/null || { echo "runc is not installed"; return 1; }
+	return 0
+}
+
+KUBELET_BIN=$CACHE_DIR/bin/kubelet-v$K8S_VERSION
+
+build_kubelet() {
+	[ -x "$KUBELET_BIN/kubelet" ] && [ -f "$KUBELET_BIN/pause.tar" ] && return 0
+	local t0 src minor
+	t0=$(now)
+	log "building kubelet v$K8S_VERSION and a pause image into $KUBELET_BIN"
+	[ -f "$CACHE_DIR/src/k8s-v$K8S_VERSION/go.mod" ] || die "build kubernetes first"
+	src=$CACHE_DIR/src/kubelet-v$K8S_VERSION
+	rm -rf "$src" && mkdir -p "$src/pause"
+	sed 's/^module .*/module substratkubelet/' "$CACHE_DIR/src/k8s-v$K8S_VERSION/go.mod" >"$src/go.mod"
+	cp "$CACHE_DIR/src/k8s-v$K8S_VERSION/go.sum" "$src/go.sum"
+	printf '//go:build tools\n\npackage substratkubelet\n\nimport _ "k8s.io/kubernetes/cmd/kubelet"\n' >"$src/tools.go"
+	cat >"$src/pause/main.go" <<'EOF'
+// Command pause is the pod sandbox's process: it waits for a signal.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	<-c
+}
+EOF
+	(cd "$src" && go mod tidy) >&2 || die "go mod tidy failed for the kubelet"
+	minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+	rm -rf "$KUBELET_BIN.tmp" && mkdir -p "$KUBELET_BIN.tmp/pause"
+	(cd "$src" && go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+		-o "$KUBELET_BIN.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet) >&2 || die "building the kubelet failed"
+	(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$KUBELET_BIN.tmp/pause/pause" ./pause) >&2 || die "building pause failed"
+	image_tar registry.k8s.io/pause:3.10 "$KUBELET_BIN.tmp/pause.tar" "$KUBELET_BIN.tmp/pause" '["/pause"]'
+	rm -rf "$KUBELET_BIN.tmp/pause" "$KUBELET_BIN" && mv "$KUBELET_BIN.tmp" "$KUBELET_BIN"
+	log "kubelet built in $(since "$t0")s"
+}
+
+image_tar() { # image_tar REF OUT.tar ROOTFS ENTRYPOINT-JSON: a docker-archive of one layer
+	local ref=$1 out=$2 root=$3 ep=$4 work diff
+	work=$(mktemp -d)
+	tar -C "$root" -cf "$work/layer.tar" .
+	diff=sha256:$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+	printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/usr/bin:/bin"]},"rootfs":{"type":"layers","diff_ids":["%s"]}}\n' "$ep" "$diff" >"$work/config.json"
+	printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]\n' "$ref" >"$work/manifest.json"
+	tar -C "$work" -cf "$out" manifest.json config.json layer.tar
+	rm -rf "$work"
+}
+
+agent_image() { # the agent image, from this machine's binaries and their libraries
+	local root=$RUN_DIR/agent-root b r l
+	rm -rf "$root" && mkdir -p "$root"/{bin,usr/bin,tmp,workspace,etc}
+	for b in /bin/sh /usr/bin/setsid /usr/bin/head /usr/bin/mkfifo /usr/bin/mktemp /usr/bin/cat /usr/bin/tr \
+		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id; do
+		r=$(readlink -f "$b") || continue
+		mkdir -p "$root$(dirname "$b")" && cp "$r" "$root$b"
+		for l in $(ldd "$r" 2>/dev/null | grep -o '/[^ ]*'); do
+			mkdir -p "$root$(dirname "$l")" && cp -n "$(readlink -f "$l")" "$root$l"
+		done
+	done
+	printf 'root:x:0:0::/:/bin/sh\nagent:x:65532:65532::/workspace:/bin/sh\n' >"$root/etc/passwd"
+	chmod 1777 "$root/tmp"
+	image_tar docker.io/library/substrat-agent:test "$RUN_DIR/agent.tar" "$root" '["/bin/sh"]'
+	rm -rf "$root"
+}
+
+start_kubelet() { # after the control plane; uses api, wait_for, run from start
+	local why t port node=substrat-kubelet C=$RUN_DIR/containerd
+	if ! why=$(kubelet_wanted); then
+		[ "${SUBSTRAT_K8S_KUBELET:-auto}" = 1 ] && die "no kubelet: $why"
+		log "no real kubelet: $why"
+		return 0
+	fi
+	t=$(now)
+	build_kubelet
+	mkdir -p "$C"/{root,state,cni/bin,cni/conf} "$RUN_DIR"/kubelet/{root,certs}
+	cat >"$C/config.toml" <<EOF
+version = 2
+root = "$C/root"
+state = "$C/state"
+[grpc]
+  address = "$C/sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$C/cni/bin"
+    conf_dir = "$C/cni/conf"
+EOF
+	run containerd "$(command -v containerd)" --config "$C/config.toml"
+	wait_for 60 "containerd" ctr --address "$C/sock" version
+	agent_image
+	ctr --address "$C/sock" -n k8s.io images import --snapshotter native "$KUBELET_BIN/pause.tar" >/dev/null || die "importing pause"
+	ctr --address "$C/sock" -n k8s.io images import --snapshotter native "$RUN_DIR/agent.tar" >/dev/null || die "importing the agent image"
+	port=$(free_port "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT" "$KWOK_PORT")
+	cat >"$RUN_DIR/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $port
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+containerRuntimeEndpoint: unix://$C/sock
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+localStorageCapacityIsolation: false
+resolvConf: ""
+EOF
+	run kubelet "$KUBELET_BIN/kubelet" --config="$RUN_DIR/kubelet/config.yaml" --kubeconfig="$KUBECONFIG_PATH" \
+		--node-ip=127.0.0.1 --hostname-override="$node" --root-dir="$RUN_DIR/kubelet/root" --cert-dir="$RUN_DIR/kubelet/certs"
+	wait_for 120 "the kubelet's node" api GET "/api/v1/nodes/$node"
+	# The kubelet refuses a loopback node IP and so reports no address:
+	# the API server reaches it (exec) at the one given here.
+	curl -sS --fail --max-time 10 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $TOKEN" -X PATCH \
+		-H 'Content-Type: application/merge-patch+json' "https://127.0.0.1:$API_PORT/api/v1/nodes/$node/status" \
+		--data '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"'"$node"'"}]}}' >/dev/null ||
+		die "could not set the kubelet node's address"
+	echo "$node" >"$RUN_DIR/kubelet-node"
+	echo docker.io/library/substrat-agent:test >"$RUN_DIR/kubelet-image"
+	log "a real kubelet up, node $node on 127.0.0.1:$port, in $(since "$t")s"
+}
+
+stop_kubelet_pods() { # kill what the kubelet's containerd runs, before it goes
+	local C=$RUN_DIR/containerd id
+	[ -S "$C/sock" ] || return 0
+	for id in $(ctr --address "$C/sock" -n k8s.io tasks ls -q 2>/dev/null); do
+		ctr --address "$C/sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+	done
+	sleep 0.5
+	for id in $(ctr --address "$C/sock" -n k8s.io tasks ls -q 2>/dev/null); do
+		ctr --address "$C/sock" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1
+	done
+	for id in $(ctr --address "$C/sock" -n k8s.io containers ls -q 2>/dev/null); do
+		ctr --address "$C/sock" -n k8s.io containers delete "$id" >/dev/null 2>&1
+	done
+}
+
 # ---------------------------------------------------------------- start
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -179,12 +359,12 @@ start() {
 	mkdir -p "$RUN_DIR"
 	RUN_DIR=$(cd "$RUN_DIR" && pwd)
 	local c
-	for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+	for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet containerd; do
 		if [ -f "$RUN_DIR/$c.pid" ] && kill -0 "$(cat "$RUN_DIR/$c.pid")" 2>/dev/null; then
 			die "$c already runs from $RUN_DIR; stop it first"
 		fi
 	done
-	rm -rf "${RUN_DIR:?}"/{pki,data,logs,kubeconfig,kwok.yaml}
+	rm -rf "${RUN_DIR:?}"/{pki,data,logs,kubeconfig,kwok.yaml,containerd,kubelet,kubelet-node,kubelet-image}
 	mkdir -p "$RUN_DIR"/{pki,data,logs}
 	STARTED=1
 	local PKI=$RUN_DIR/pki T_START ETCD_PORT ETCD_PEER_PORT API_PORT KWOK_PORT t
@@ -344,6 +524,15 @@ EOF
 	for ((n = 0; n < KWOK_NODES; n++)); do wait_for 120 "node kwok-node-$n Ready" node_ready "$n"; done
 	log "kwok up, $KWOK_NODES fake node(s) Ready in $(since "$t")s"
 
+	# In a subshell whose failure stops only the kubelet (unless asked for).
+	if ! (STARTED=0 && start_kubelet); then
+		[ "${SUBSTRAT_K8S_KUBELET:-auto}" = 1 ] && die "the kubelet could not start (logs in $RUN_DIR/logs)"
+		log "no real kubelet: it could not start (logs in $RUN_DIR/logs); going on without"
+		stop_kubelet_pods
+		stop_one kubelet
+		stop_one containerd
+		rm -f "$RUN_DIR/kubelet-node" "$RUN_DIR/kubelet-image"
+	fi
 	log "control plane ready in $(since "$T_START")s; stop with: $SELF stop $RUN_DIR"
 	echo "$KUBECONFIG_PATH"
 }
@@ -385,9 +574,12 @@ stop() {
 	[ -d "$RUN_DIR" ] || return 0
 	local c
 	# The apiserver before etcd: with etcd gone first it hangs about 20 s.
-	for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+	stop_kubelet_pods
+	for c in kubelet containerd kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
 		stop_one "$c"
 	done
+	# What the kubelet mounted for its pods.
+	grep -F " $RUN_DIR/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null
 	if [ "${1:-}" = --keep ]; then
 		log "stopped; kept $RUN_DIR"
 	else

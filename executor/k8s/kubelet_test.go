@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"os"
 	"testing"
 	"time"
 
@@ -13,23 +12,20 @@ import (
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/executor/executortest"
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/k8stest"
 )
 
-// TestRealKubelet runs the executor's pods on a node with a real kubelet
-// and container runtime, when one is given: SUBSTRAT_K8S_KUBELET_NODE
-// names the node (of the cluster SUBSTRAT_K8S_KUBECONFIG or the one
-// k8stest starts), SUBSTRAT_K8S_IMAGE the image, which must be there
-// already (no registry is reached). The pods run on the host's network,
-// so no CNI is needed. What kwok cannot show is checked here: the
-// command runs in the container, as the pod's user, under its memory
-// limit, on a read-only root with a writable workspace; a killed or
-// fenced command dies. Not part of make test: the node is set up by
-// hand (see the report of issue 34.3).
+// TestRealKubelet runs the executor's pods on the node with a real
+// kubelet and containerd that scripts/k8s-control-plane.sh starts when it
+// can (k8stest.Kubelet; skipped otherwise), with an image built there from
+// this machine's binaries (no registry is reached). The pods run on the
+// host's network, so no CNI is needed. What kwok cannot show is checked
+// here: the command runs in the container, as the pod's user, under its
+// memory limit, on a read-only root with a writable workspace; the
+// conformance suite passes; a command whose pod is fenced dies, and its
+// Wait says so.
 func TestRealKubelet(t *testing.T) {
-	node, image := os.Getenv("SUBSTRAT_K8S_KUBELET_NODE"), os.Getenv("SUBSTRAT_K8S_IMAGE")
-	if node == "" || image == "" {
-		t.Skip("no node with a real kubelet: set SUBSTRAT_K8S_KUBELET_NODE and SUBSTRAT_K8S_IMAGE")
-	}
+	node, image := k8stest.Kubelet(t)
 	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
 		p.Spec.NodeName = node
 		p.Spec.HostNetwork = true

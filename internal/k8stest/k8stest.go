@@ -72,6 +72,29 @@ func Kubeconfig(t testing.TB) string {
 	return cluster.kubeconfig
 }
 
+// Kubelet returns the node with a real kubelet and container runtime
+// that the script started along (see scripts/k8s-control-plane.sh,
+// SUBSTRAT_K8S_KUBELET), and the image that is there for its pods; or
+// skips t, saying why there is none. $SUBSTRAT_K8S_KUBELET_NODE and
+// $SUBSTRAT_K8S_IMAGE name them in a cluster that is given.
+func Kubelet(t testing.TB) (node, image string) {
+	t.Helper()
+	Kubeconfig(t)
+	node, image = os.Getenv("SUBSTRAT_K8S_KUBELET_NODE"), os.Getenv("SUBSTRAT_K8S_IMAGE")
+	if node != "" && image != "" {
+		return node, image
+	}
+	if cluster.runDir == "" {
+		t.Skip("no node with a real kubelet: set SUBSTRAT_K8S_KUBELET_NODE and SUBSTRAT_K8S_IMAGE")
+	}
+	n, err1 := os.ReadFile(filepath.Join(cluster.runDir, "kubelet-node"))
+	i, err2 := os.ReadFile(filepath.Join(cluster.runDir, "kubelet-image"))
+	if err1 != nil || err2 != nil {
+		t.Skip("no node with a real kubelet: the control plane started none (it needs root, containerd and runc; its log says why)")
+	}
+	return strings.TrimSpace(string(n)), strings.TrimSpace(string(i))
+}
+
 // Started is how long the control plane took to start (0 when it was
 // given).
 func Started() time.Duration { return cluster.started }
