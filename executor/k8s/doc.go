@@ -4,8 +4,9 @@
 // NAMESPACE of that context's cluster.
 //
 // Pods. There is one pod per live agent session and incarnation,
-// substrat-AGENT-INCARNATION (Pod, PodName), labelled with the agent,
-// the incarnation and the daemon's home id (two homes may share a
+// substrat-AGENT-INCARNATION-xxxxx (Pod, PodPrefix: a name is never used
+// again), found by its labels: the agent, the incarnation and the
+// daemon's home id (two homes may share a
 // namespace; each sees only its own pods). Its container only waits;
 // the agent's limits are its resources, its workspace is a volume (by
 // default a PersistentVolumeClaim per agent, which outlives its pods),

@@ -46,17 +46,17 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestPodName(t *testing.T) {
+func TestPodPrefix(t *testing.T) {
 	id := fsstore.NewID()
-	if n := PodName(id, "7"); n != "substrat-"+id+"-7" {
-		t.Errorf("PodName = %q", n)
+	if n := PodPrefix(id, "7"); n != "substrat-"+id+"-7-" {
+		t.Errorf("PodPrefix = %q", n)
 	}
-	long := PodName(id, strings.Repeat("9", 40))
-	if !dnsLabelRE.MatchString(long) || long == PodName(id, strings.Repeat("9", 41)) {
-		t.Errorf("PodName of a long incarnation = %q", long)
+	long := PodPrefix(id, strings.Repeat("9", 40))
+	if !dnsLabelRE.MatchString(long+"abcde") || long == PodPrefix(id, strings.Repeat("9", 41)) {
+		t.Errorf("PodPrefix of a long incarnation = %q", long)
 	}
-	if n := PodName("Agent_1", "1"); !dnsLabelRE.MatchString(n) {
-		t.Errorf("PodName = %q, not a DNS label", n)
+	if n := PodPrefix("Agent_1", "1"); !dnsLabelRE.MatchString(n + "abcde") {
+		t.Errorf("PodPrefix = %q, not a DNS label", n)
 	}
 }
 
@@ -97,7 +97,7 @@ func TestPodSpec(t *testing.T) {
 	}
 	t.Logf("Ensure to Running (claim bound first): %v", time.Since(t0).Round(time.Millisecond))
 
-	if p.Name != PodName(a.ID, "3") || p.Labels[LabelAgent] != a.ID || p.Labels[LabelIncarnation] != "3" ||
+	if !strings.HasPrefix(p.Name, PodPrefix(a.ID, "3")) || p.Labels[LabelAgent] != a.ID || p.Labels[LabelIncarnation] != "3" ||
 		p.Labels[LabelHome] != e.opts.Home || p.Labels[LabelManagedBy] != ManagedBy {
 		t.Errorf("name %s, labels %v", p.Name, p.Labels)
 	}
@@ -382,10 +382,14 @@ func TestFencing(t *testing.T) {
 	// Incarnation 1 comes back (a daemon that should be dead): Ensure
 	// fences incarnation 2's pod, as the store's current incarnation is
 	// the caller's. (The home's lock keeps two daemons from doing so.)
+	two, err := e.find(ctx, id, "2")
+	if err != nil || two == nil {
+		t.Fatalf("incarnation 2's pod: %v", err)
+	}
 	if _, err := e.Ensure(ctx, Agent{ID: id, Incarnation: "3"}); err != nil {
 		t.Fatal(err)
 	}
-	gone(t, e, PodName(id, "2"))
+	gone(t, e, two.Name)
 	list, err := e.cs.CoreV1().Pods(e.target.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

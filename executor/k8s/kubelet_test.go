@@ -34,7 +34,7 @@ func TestRealKubelet(t *testing.T) {
 	ctx := ctxT(t)
 	a := Agent{ID: "a", Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20, CPUWeight: 100}}
 	t0 := time.Now()
-	running(t, e, a)
+	pod := running(t, e, a)
 	t.Logf("Ensure to Running on a real kubelet: %v", time.Since(t0).Round(time.Millisecond))
 
 	run := func(script string) (string, error) {
@@ -87,7 +87,7 @@ func TestRealKubelet(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("a fenced command still runs")
 	}
-	gone(t, e, PodName("a", "1"))
+	gone(t, e, pod.Name)
 	if _, err := e.Start(ctx, &executor.Cmd{Agent: "a", Incarnation: "1", Argv: []string{"true"}}); !errors.Is(err, ErrNoPod) {
 		t.Errorf("Start of the fenced incarnation: %v", err)
 	}

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -46,16 +45,19 @@ const (
 // also its hostname).
 var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-// PodName is the name of the pod of agent's incarnation: readable when
-// it can be (substrat-AGENT-INCARNATION), else a digest of both. Pods of
-// two incarnations have different names, so that a new one never waits
-// for a stale one to be gone.
-func PodName(agent, incarnation string) string {
-	if n := "substrat-" + agent + "-" + incarnation; dnsLabelRE.MatchString(n) {
+// PodPrefix is the prefix of the names of the pods of agent's
+// incarnation: readable when it can be (substrat-AGENT-INCARNATION-),
+// else a digest of both. The API server adds five characters
+// (generateName), so that no pod's name is ever used again: nothing meant
+// for a deleted pod (a late delete by name, as kwok does one) reaches the
+// one that replaces it, and a new pod never waits for an old one to go.
+// The executor finds pods by their labels.
+func PodPrefix(agent, incarnation string) string {
+	if n := "substrat-" + agent + "-" + incarnation + "-"; len(n) <= 58 && dnsLabelRE.MatchString(n+"x") {
 		return n
 	}
 	sum := sha256.Sum256([]byte(agent + "\x00" + incarnation))
-	return "substrat-" + hex.EncodeToString(sum[:12])
+	return "substrat-" + hex.EncodeToString(sum[:12]) + "-"
 }
 
 // ClaimName is the name of agent's default workspace claim.
@@ -116,9 +118,9 @@ func (e *Executor) Pod(a Agent) *corev1.Pod {
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      PodName(a.ID, a.Incarnation),
-			Namespace: e.target.Namespace,
-			Labels:    e.labels(a.ID, a.Incarnation),
+			GenerateName: PodPrefix(a.ID, a.Incarnation),
+			Namespace:    e.target.Namespace,
+			Labels:       e.labels(a.ID, a.Incarnation),
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyAlways,
@@ -169,8 +171,9 @@ func (e *Executor) Pod(a Agent) *corev1.Pod {
 // Ensure makes sure a's pod of its incarnation exists, and returns it
 // (it may still be Pending: see WaitRunning). It fences first: a pod of
 // the agent of another incarnation is stale, and deleted. A pod of its
-// incarnation that failed or was evicted is replaced. With the default
-// workspace, it makes the agent's claim if missing.
+// incarnation that failed or was evicted is replaced (one being deleted
+// too), and one more than one is deleted. With the default workspace,
+// it makes the agent's claim if missing.
 func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	if err := e.checkIDs(a.ID, a.Incarnation); err != nil {
 		return nil, err
@@ -178,24 +181,26 @@ func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	if _, err := e.Fence(ctx, a.ID, a.Incarnation); err != nil {
 		return nil, err
 	}
-	pods := e.cs.CoreV1().Pods(e.target.Namespace)
-	name := PodName(a.ID, a.Incarnation)
-	old, err := pods.Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	pods, err := e.pods(ctx, a.ID, a.Incarnation)
+	if err != nil {
 		return nil, err
-	default:
-		st := Classify(old, a.Incarnation)
-		if !st.Replace() && st.State != StateDeleting {
-			return old, nil
+	}
+	var keep *corev1.Pod
+	if cur := current(pods); cur != nil {
+		if st := Classify(cur, a.Incarnation); !st.Replace() && st.State != StateDeleting {
+			keep = cur
 		}
-		if err := e.deletePod(ctx, old, 0); err != nil {
-			return nil, err
+	}
+	for i := range pods {
+		p := &pods[i]
+		if p != keep && p.DeletionTimestamp == nil {
+			if err := e.deletePod(ctx, p, 0); err != nil {
+				return nil, err
+			}
 		}
-		if err := e.waitGone(ctx, old); err != nil {
-			return nil, err
-		}
+	}
+	if keep != nil {
+		return keep, nil
 	}
 	if e.opts.Workspace == nil {
 		if err := e.ensureClaim(ctx, a.ID); err != nil {
@@ -205,14 +210,49 @@ func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	return e.create(ctx, a)
 }
 
-// create creates a's pod; one that exists already is returned.
+// create creates a pod for a.
 func (e *Executor) create(ctx context.Context, a Agent) (*corev1.Pod, error) {
-	pods := e.cs.CoreV1().Pods(e.target.Namespace)
-	pod, err := pods.Create(ctx, e.Pod(a), metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return pods.Get(ctx, PodName(a.ID, a.Incarnation), metav1.GetOptions{})
+	return e.cs.CoreV1().Pods(e.target.Namespace).Create(ctx, e.Pod(a), metav1.CreateOptions{})
+}
+
+// pods lists the pods of agent's incarnation (of the executor's home).
+func (e *Executor) pods(ctx context.Context, agent, incarnation string) ([]corev1.Pod, error) {
+	sel := labels.SelectorFromSet(e.labels(agent, incarnation)).String()
+	list, err := e.cs.CoreV1().Pods(e.target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
 	}
-	return pod, err
+	return list.Items, nil
+}
+
+// current is the pod that stands for an agent's incarnation among pods:
+// the newest that is not being deleted, else the newest; nil for none.
+func current(pods []corev1.Pod) *corev1.Pod {
+	var cur *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		switch {
+		case cur == nil:
+			cur = p
+		case (p.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil):
+			if p.DeletionTimestamp == nil {
+				cur = p
+			}
+		case cur.CreationTimestamp.Before(&p.CreationTimestamp),
+			cur.CreationTimestamp.Equal(&p.CreationTimestamp) && p.Name > cur.Name:
+			cur = p
+		}
+	}
+	return cur
+}
+
+// find returns the current pod of agent's incarnation, or nil.
+func (e *Executor) find(ctx context.Context, agent, incarnation string) (*corev1.Pod, error) {
+	pods, err := e.pods(ctx, agent, incarnation)
+	if err != nil {
+		return nil, err
+	}
+	return current(pods), nil
 }
 
 // ensureClaim makes agent's default workspace claim, if missing.
@@ -299,93 +339,86 @@ func (e *Executor) Status(ctx context.Context, agent, incarnation string) (Statu
 	if err := e.checkIDs(agent, incarnation); err != nil {
 		return Status{}, err
 	}
-	p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, PodName(agent, incarnation), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return Status{State: StateMissing, Incarnation: incarnation}, nil
-	}
+	p, err := e.find(ctx, agent, incarnation)
 	if err != nil {
 		return Status{}, err
+	}
+	if p == nil {
+		return Status{State: StateMissing, Incarnation: incarnation}, nil
 	}
 	return Classify(p, incarnation), nil
 }
 
 // WaitRunning waits until the pod of agent's incarnation runs, and
-// returns it; or until it cannot (failed, evicted, an error that
-// waiting does not cure, gone), which it returns as ErrNotReady with
-// the Status; or until ctx ends.
+// returns it; or until it cannot (failed, evicted, being deleted, an
+// error that waiting does not cure), which it returns as ErrNotReady
+// with the Status, or there is none (ErrNoPod); or until ctx ends.
 func (e *Executor) WaitRunning(ctx context.Context, agent, incarnation string) (*corev1.Pod, error) {
 	if err := e.checkIDs(agent, incarnation); err != nil {
 		return nil, err
 	}
-	name := PodName(agent, incarnation)
-	var last Status
-	err := e.watchPod(ctx, name, func(p *corev1.Pod) (bool, error) {
-		if p == nil {
-			return true, fmt.Errorf("%w: %s is gone", ErrNoPod, name)
+	var got *corev1.Pod
+	err := e.watchPods(ctx, labels.SelectorFromSet(e.labels(agent, incarnation)).String(), func(pods []corev1.Pod) (bool, error) {
+		cur := current(pods)
+		if cur == nil {
+			return true, fmt.Errorf("%w: agent %s, incarnation %s", ErrNoPod, agent, incarnation)
 		}
-		last = Classify(p, incarnation)
-		switch last.State {
+		switch st := Classify(cur, incarnation); st.State {
 		case StateRunning:
+			got = cur.DeepCopy()
 			return true, nil
 		case StatePending:
 			return false, nil
+		default:
+			return true, fmt.Errorf("%w: pod %s: %s", ErrNotReady, cur.Name, st)
 		}
-		return true, fmt.Errorf("%w: %s", ErrNotReady, last)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, name, metav1.GetOptions{})
+	return got, err
 }
 
-// waitGone waits until p is deleted (or replaced by another of its
-// name).
-func (e *Executor) waitGone(ctx context.Context, p *corev1.Pod) error {
-	return e.watchPod(ctx, p.Name, func(q *corev1.Pod) (bool, error) {
-		return q == nil || q.UID != p.UID, nil
-	})
-}
-
-// watchPod calls done with the pod named name (nil once it is gone) as
-// it is now and at each change, until done says so or ctx ends.
-func (e *Executor) watchPod(ctx context.Context, name string, done func(*corev1.Pod) (bool, error)) error {
+// watchPods calls done with the pods that sel selects, as they are now
+// and at each change, until done says so or ctx ends.
+func (e *Executor) watchPods(ctx context.Context, sel string, done func([]corev1.Pod) (bool, error)) error {
 	pods := e.cs.CoreV1().Pods(e.target.Namespace)
 	for {
-		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return err
 		}
-		var p *corev1.Pod
-		if len(list.Items) > 0 {
-			p = &list.Items[0]
+		byUID := map[string]corev1.Pod{}
+		for _, p := range list.Items {
+			byUID[string(p.UID)] = p
 		}
-		if ok, err := done(p); ok || err != nil {
+		all := func() []corev1.Pod {
+			out := make([]corev1.Pod, 0, len(byUID))
+			for _, p := range byUID {
+				out = append(out, p)
+			}
+			return out
+		}
+		if ok, err := done(all()); ok || err != nil {
 			return err
 		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-			ResourceVersion: list.ResourceVersion,
-			TimeoutSeconds:  ptr.To[int64](60),
-		})
+		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion, TimeoutSeconds: ptr.To[int64](60)})
 		if err != nil {
 			return err
 		}
 		ok, err := func() (bool, error) {
 			defer w.Stop()
 			for ev := range w.ResultChan() {
-				switch ev.Type {
-				case watch.Added, watch.Modified:
-					if q, isPod := ev.Object.(*corev1.Pod); isPod {
-						if ok, err := done(q); ok || err != nil {
-							return true, err
-						}
-					}
-				case watch.Deleted:
-					if ok, err := done(nil); ok || err != nil {
-						return true, err
-					}
-				case watch.Error:
+				p, isPod := ev.Object.(*corev1.Pod)
+				switch {
+				case ev.Type == watch.Error:
 					return false, nil // list again
+				case !isPod:
+					continue
+				case ev.Type == watch.Deleted:
+					delete(byUID, string(p.UID))
+				default:
+					byUID[string(p.UID)] = *p
+				}
+				if ok, err := done(all()); ok || err != nil {
+					return true, err
 				}
 			}
 			return false, ctx.Err()

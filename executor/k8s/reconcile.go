@@ -50,17 +50,19 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 	)
 	for _, p := range pods {
 		a, ok := agents[p.Labels[LabelAgent]]
-		if !ok || p.Name != PodName(a.ID, a.Incarnation) {
-			doomed = append(doomed, p) // orphan, stale, or not named by us
+		if !ok {
+			doomed = append(doomed, p) // orphan
 			continue
 		}
 		st := Classify(p, a.Incarnation)
-		if st.Replace() {
-			doomed = append(doomed, p)
+		if st.State == StateDeleting {
+			continue // going: neither kept nor to delete
+		}
+		if st.Replace() || has[a.ID] {
+			doomed = append(doomed, p) // stale, failed, evicted, or one too many
 			continue
 		}
-		// Pending, running, broken (shown, not replaced), deleting (the
-		// next turn's Ensure waits for it).
+		// Pending, running, broken (shown, not replaced).
 		has[a.ID] = true
 		r.Kept = append(r.Kept, p.Name)
 	}
@@ -92,19 +94,15 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 		if e.opts.Workspace == nil {
 			err = e.ensureClaim(ctx, a.ID)
 		}
+		var p *corev1.Pod
 		if err == nil {
-			// A failed pod of the same name may still be going.
-			var p *corev1.Pod
-			if p, err = e.create(ctx, a); err == nil && p.DeletionTimestamp != nil {
-				if err = e.waitGone(ctx, p); err == nil {
-					_, err = e.create(ctx, a)
-				}
-			}
+			p, err = e.create(ctx, a)
 		}
 		if err != nil {
-			err = fmt.Errorf("agent %s: %w", a.ID, err)
+			note(nil, "", fmt.Errorf("agent %s: %w", a.ID, err))
+			return
 		}
-		note(&r.Created, PodName(a.ID, a.Incarnation), err)
+		note(&r.Created, p.Name, nil)
 	})
 	sort.Strings(r.Deleted)
 	sort.Strings(r.Created)

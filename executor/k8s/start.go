@@ -55,17 +55,14 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 	if !ssh.ValidID(c.Agent) || !ssh.ValidID(c.Incarnation) {
 		return nil, fmt.Errorf("%w: agent %q, incarnation %q", ErrID, c.Agent, c.Incarnation)
 	}
-	name := PodName(c.Agent, c.Incarnation)
-	pod, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("%w: agent %s, incarnation %s (pod %s)", ErrNoPod, c.Agent, c.Incarnation, name)
-	}
+	pod, err := e.find(ctx, c.Agent, c.Incarnation)
 	if err != nil {
 		return nil, err
 	}
-	if pod.Labels[LabelAgent] != c.Agent || pod.Labels[LabelHome] != e.opts.Home {
-		return nil, fmt.Errorf("%w: pod %s is not agent %s's of this home", ErrNoPod, name, c.Agent)
+	if pod == nil {
+		return nil, fmt.Errorf("%w: agent %s, incarnation %s", ErrNoPod, c.Agent, c.Incarnation)
 	}
+	name := pod.Name
 	if st := Classify(pod, c.Incarnation); st.State != StateRunning {
 		return nil, fmt.Errorf("%w: pod %s: %s", ErrNotReady, name, st)
 	}
