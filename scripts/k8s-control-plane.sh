@@ -278,6 +278,8 @@ state = "$C/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "$C/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$C/cni/bin"
     conf_dir = "$C/cni/conf"
@@ -309,8 +311,32 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 localStorageCapacityIsolation: false
 resolvConf: ""
+podLogsDir: $RUN_DIR/kubelet/pod-logs
 EOF
-	run kubelet "$KUBELET_BIN/kubelet" --config="$RUN_DIR/kubelet/config.yaml" --kubeconfig="$KUBECONFIG_PATH" \
+	# The kubelet runs in a mount namespace of its own, where it changes
+	# nothing of this machine: it sets kernel sysctls it wants
+	# (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops...), which
+	# are not namespaced, so it is shown files that already hold them; and
+	# /var/lib/kubelet (its device plugins' socket, wherever its root) is
+	# one of its own.
+	local sys=$RUN_DIR/kubelet/sysctl kv f
+	mkdir -p "$sys" "$RUN_DIR/kubelet/var-lib-kubelet" "$RUN_DIR/kubelet/pod-logs"
+	local binds=""
+	for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
+		kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
+		f=${kv%%=*}
+		echo "${kv#*=}" >"$sys/${f//\//.}"
+		binds="$binds mount --bind $sys/${f//\//.} /proc/sys/$f &&"
+	done
+	if [ -d /var/lib/kubelet ]; then
+		binds="$binds mount --bind $RUN_DIR/kubelet/var-lib-kubelet /var/lib/kubelet &&"
+	else
+		binds="$binds mount -t tmpfs -o mode=0755 tmpfs /var/lib && mkdir /var/lib/kubelet &&"
+	fi
+	command -v unshare >/dev/null || die "unshare (util-linux) is not installed"
+	# shellcheck disable=SC2016
+	run kubelet unshare --mount --propagation slave /bin/sh -c "$binds"' exec "$0" "$@"' \
+		"$KUBELET_BIN/kubelet" --config="$RUN_DIR/kubelet/config.yaml" --kubeconfig="$KUBECONFIG_PATH" \
 		--node-ip=127.0.0.1 --hostname-override="$node" --root-dir="$RUN_DIR/kubelet/root" --cert-dir="$RUN_DIR/kubelet/certs"
 	wait_for 120 "the kubelet's node" api GET "/api/v1/nodes/$node"
 	# The kubelet refuses a loopback node IP and so reports no address:

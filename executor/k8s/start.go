@@ -88,6 +88,12 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	if same(stdout, stderr) {
+		// The streams are copied at once: one writer for both is
+		// written by one at a time, as exec.Cmd does.
+		w := &lockedWriter{w: stdout}
+		stdout, stderr = w, w
+	}
 	go ssh.Feed(pw, c)
 	go func() {
 		defer close(p.done)
@@ -205,6 +211,29 @@ func exitStatus(err error) error {
 		}
 	}
 	return err
+}
+
+// same reports whether a and b are the same writer (false when they
+// cannot be compared).
+func same(a, b io.Writer) (eq bool) {
+	defer func() {
+		if recover() != nil {
+			eq = false
+		}
+	}()
+	return a == b
+}
+
+// lockedWriter serializes the writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 type process struct {
