@@ -604,8 +604,10 @@ stop() {
 	for c in kubelet containerd kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
 		stop_one "$c"
 	done
-	# What the kubelet mounted for its pods.
-	grep -F " $RUN_DIR/" /proc/mounts | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null
+	# What the kubelet mounted for its pods; the shims' socket directory
+	# containerd makes, when nothing else uses it.
+	{ grep -F " $RUN_DIR/" /proc/mounts || true; } | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null || true
+	if [ -d "$RUN_DIR/containerd" ]; then rmdir /run/containerd/s /run/containerd 2>/dev/null || true; fi
 	if [ "${1:-}" = --keep ]; then
 		log "stopped; kept $RUN_DIR"
 	else

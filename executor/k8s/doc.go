@@ -45,5 +45,16 @@
 // status mapping and the exec path (client-go, the API server's
 // streaming, the wrapper and the framing) are tested for real; no
 // container, image, volume mount, security context or resource limit is
-// enforced, since there is no kubelet or container runtime.
+// enforced there, since kwok has no container runtime.
+//
+// Where it can (root, containerd and runc installed), the script also
+// starts a node with a real kubelet (built the same way) over a
+// containerd of its own, with a pause image and an agent image built
+// there from this machine's binaries; no registry is reached. On it
+// (TestRealKubelet) a command runs in a real container, as the pod's
+// user, under its memory limit in the cgroup, on a read-only root with a
+// writable workspace; the conformance suite passes; and a command whose
+// pod is fenced dies, and its Wait says so. That node has no CNI (its
+// pods use the host's network) and no volume but emptyDir is tried;
+// claims, CPU weights, seccomp and a pids limit are not checked there.
 package k8s
