@@ -270,6 +270,8 @@ root = "$C/root"
 state = "$C/state"
 [grpc]
   address = "$C/sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$C/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.10"
   restrict_oom_score_adj = true
