@@ -79,7 +79,7 @@ build_k8s() {
 	log "building kubernetes v$K8S_VERSION ($comps) into $K8S_BIN (first time: several minutes)"
 	src=$CACHE_DIR/src/k8s-v$K8S_VERSION
 	rm -rf "$src" && mkdir -p "$src"
-	kdir=$(moddir "k8s.io/kubernetes@v$K8S_VERSION")
+	kdir=$(moddir "k8s.io/kubernetes@v$K8S_VERSION") || true
 	if [ -z "$kdir" ] || [ ! -f "$kdir/go.mod" ]; then die "could not download k8s.io/kubernetes@v$K8S_VERSION (is the Go module proxy reachable?)"; fi
 	staging="v0.${K8S_VERSION#1.}"
 	minor=$(echo "$K8S_VERSION" | cut -d. -f2)
@@ -132,7 +132,7 @@ build_kwok() {
 	mkdir -p "$KWOK_BIN"
 	(cd "$CACHE_DIR" && GOBIN="$KWOK_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION") >&2 || die "building kwok failed"
 	# kwok needs its Stage objects in its config: kwokctl's defaults, from the module source.
-	kdir=$(moddir "sigs.k8s.io/kwok@v$KWOK_VERSION")
+	kdir=$(moddir "sigs.k8s.io/kwok@v$KWOK_VERSION") || true
 	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
 		pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
 		[ -f "$kdir/kustomize/stage/$f" ] || die "kwok stage $f not found in $kdir"
