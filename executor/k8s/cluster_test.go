@@ -43,16 +43,16 @@ func newExec(t testing.TB, opts Options) *Executor {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		e.core.Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
 	// The service account controller makes default/ServiceAccount, which
 	// admission wants before any pod.
 	waitFor(t, "the namespace's default service account", func() (bool, error) {
-		_, err := e.cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		_, err := e.core.ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -114,7 +114,7 @@ func running(t testing.TB, e *Executor, a Agent) *corev1.Pod {
 func gone(t testing.TB, e *Executor, name string) {
 	t.Helper()
 	waitFor(t, "pod "+name+" to be gone", func() (bool, error) {
-		_, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		_, err := e.core.Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}

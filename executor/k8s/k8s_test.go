@@ -80,11 +80,11 @@ func TestPodSpec(t *testing.T) {
 			ClaimRef:                      &corev1.ObjectReference{Namespace: e.target.Namespace, Name: ClaimName(a.ID)},
 		},
 	}
-	if _, err := e.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+	if _, err := e.core.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+		e.core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
 	})
 
 	t0 := time.Now()
@@ -138,7 +138,7 @@ func TestPodSpec(t *testing.T) {
 	}) {
 		t.Errorf("mounts %+v", c.VolumeMounts)
 	}
-	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.target.Namespace).Get(ctx, ClaimName(a.ID), metav1.GetOptions{})
+	pvc, err := e.core.PersistentVolumeClaims(e.target.Namespace).Get(ctx, ClaimName(a.ID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +159,12 @@ func TestPodSpec(t *testing.T) {
 	}
 	// The restricted Pod Security Standard admits it: enforce it on the
 	// namespace and make another pod.
-	ns, err := e.cs.CoreV1().Namespaces().Get(ctx, e.target.Namespace, metav1.GetOptions{})
+	ns, err := e.core.Namespaces().Get(ctx, e.target.Namespace, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
-	if _, err := e.cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.core.Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	b := Agent{ID: fsstore.NewID(), Incarnation: "1"}
@@ -186,7 +186,7 @@ func TestPodSpec(t *testing.T) {
 	if st, err := e.Status(ctx, a.ID, "3"); err != nil || st.State != StateMissing {
 		t.Fatalf("status after Delete: %v, %v", st, err)
 	}
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.target.Namespace).Get(ctx, ClaimName(a.ID), metav1.GetOptions{}); err != nil {
+	if _, err := e.core.PersistentVolumeClaims(e.target.Namespace).Get(ctx, ClaimName(a.ID), metav1.GetOptions{}); err != nil {
 		t.Fatalf("the claim went with the pod: %v", err)
 	}
 	if err := e.DeleteWorkspace(ctx, a.ID); err != nil {
@@ -202,7 +202,7 @@ func TestPodSpec(t *testing.T) {
 func TestStatus(t *testing.T) {
 	e := newExec(t, Options{})
 	ctx := ctxT(t)
-	pods := e.cs.CoreV1().Pods(e.target.Namespace)
+	pods := e.core.Pods(e.target.Namespace)
 
 	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
 	if st, err := e.Status(ctx, a.ID, "1"); err != nil || st.State != StateMissing {
@@ -305,12 +305,12 @@ func TestStatus(t *testing.T) {
 func update(t *testing.T, e *Executor, name string, f func(*corev1.Pod)) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		p, err := e.core.Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		f(p)
-		_, err = e.cs.CoreV1().Pods(e.target.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
+		_, err = e.core.Pods(e.target.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -324,12 +324,12 @@ func setStatus(t *testing.T, e *Executor, name string, f func(*corev1.Pod)) *cor
 	t.Helper()
 	var out *corev1.Pod
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		p, err := e.core.Pods(e.target.Namespace).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		f(p)
-		out, err = e.cs.CoreV1().Pods(e.target.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+		out, err = e.core.Pods(e.target.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -390,7 +390,7 @@ func TestFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone(t, e, two.Name)
-	list, err := e.cs.CoreV1().Pods(e.target.Namespace).List(ctx, metav1.ListOptions{})
+	list, err := e.core.Pods(e.target.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

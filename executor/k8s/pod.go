@@ -212,13 +212,13 @@ func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 
 // create creates a pod for a.
 func (e *Executor) create(ctx context.Context, a Agent) (*corev1.Pod, error) {
-	return e.cs.CoreV1().Pods(e.target.Namespace).Create(ctx, e.Pod(a), metav1.CreateOptions{})
+	return e.core.Pods(e.target.Namespace).Create(ctx, e.Pod(a), metav1.CreateOptions{})
 }
 
 // pods lists the pods of agent's incarnation (of the executor's home).
 func (e *Executor) pods(ctx context.Context, agent, incarnation string) ([]corev1.Pod, error) {
 	sel := labels.SelectorFromSet(e.labels(agent, incarnation)).String()
-	list, err := e.cs.CoreV1().Pods(e.target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := e.core.Pods(e.target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +267,7 @@ func (e *Executor) ensureClaim(ctx context.Context, agent string) error {
 	if e.opts.StorageClass != "" {
 		pvc.Spec.StorageClassName = ptr.To(e.opts.StorageClass)
 	}
-	_, err := e.cs.CoreV1().PersistentVolumeClaims(e.target.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
+	_, err := e.core.PersistentVolumeClaims(e.target.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -282,7 +282,7 @@ func (e *Executor) Fence(ctx context.Context, agent, incarnation string) ([]stri
 		return nil, err
 	}
 	sel := labels.SelectorFromSet(e.labels(agent, "")).String()
-	list, err := e.cs.CoreV1().Pods(e.target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	list, err := e.core.Pods(e.target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("fence %s: %w", agent, err)
 	}
@@ -307,14 +307,14 @@ func (e *Executor) Delete(ctx context.Context, agent string) error {
 		return fmt.Errorf("%w: agent %q", ErrID, agent)
 	}
 	sel := labels.SelectorFromSet(e.labels(agent, "")).String()
-	return e.cs.CoreV1().Pods(e.target.Namespace).DeleteCollection(ctx,
+	return e.core.Pods(e.target.Namespace).DeleteCollection(ctx,
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: sel})
 }
 
 // DeleteWorkspace deletes agent's default workspace claim, and with it
 // (as its reclaim policy says) the workspace.
 func (e *Executor) DeleteWorkspace(ctx context.Context, agent string) error {
-	err := e.cs.CoreV1().PersistentVolumeClaims(e.target.Namespace).Delete(ctx, ClaimName(agent), metav1.DeleteOptions{})
+	err := e.core.PersistentVolumeClaims(e.target.Namespace).Delete(ctx, ClaimName(agent), metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -324,7 +324,7 @@ func (e *Executor) DeleteWorkspace(ctx context.Context, agent string) error {
 // deletePod deletes p, and only p (not a pod of the same name made
 // since), at once: its grace is grace seconds.
 func (e *Executor) deletePod(ctx context.Context, p *corev1.Pod, grace int64) error {
-	err := e.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	err := e.core.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To(grace),
 		Preconditions:      &metav1.Preconditions{UID: ptr.To(p.UID)},
 	})
@@ -379,7 +379,7 @@ func (e *Executor) WaitRunning(ctx context.Context, agent, incarnation string) (
 // watchPods calls done with the pods that sel selects, as they are now
 // and at each change, until done says so or ctx ends.
 func (e *Executor) watchPods(ctx context.Context, sel string, done func([]corev1.Pod) (bool, error)) error {
-	pods := e.cs.CoreV1().Pods(e.target.Namespace)
+	pods := e.core.Pods(e.target.Namespace)
 	for {
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {

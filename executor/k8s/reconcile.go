@@ -115,7 +115,7 @@ func (e *Executor) listHome(ctx context.Context) ([]*corev1.Pod, error) {
 	var pods []*corev1.Pod
 	opts := metav1.ListOptions{LabelSelector: e.homeSelector(), Limit: 500}
 	for {
-		list, err := e.cs.CoreV1().Pods(e.target.Namespace).List(ctx, opts)
+		list, err := e.core.Pods(e.target.Namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}

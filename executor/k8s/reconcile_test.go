@@ -79,10 +79,10 @@ func TestReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, kept.Name, metav1.GetOptions{}); err != nil || p.UID != kept.UID {
+	if p, err := e.core.Pods(e.target.Namespace).Get(ctx, kept.Name, metav1.GetOptions{}); err != nil || p.UID != kept.UID {
 		t.Errorf("the kept pod: %v", err)
 	}
-	if p, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, otherPod.Name, metav1.GetOptions{}); err != nil || p.UID != otherPod.UID {
+	if p, err := e.core.Pods(e.target.Namespace).Get(ctx, otherPod.Name, metav1.GetOptions{}); err != nil || p.UID != otherPod.UID {
 		t.Errorf("another home's pod: %v", err)
 	}
 	// Again: nothing to do.
@@ -98,7 +98,7 @@ func TestReconcile(t *testing.T) {
 		pods, err := e.listHome(ctx)
 		return len(pods) == 0, err
 	})
-	if _, err := e.cs.CoreV1().Pods(e.target.Namespace).Get(ctx, otherPod.Name, metav1.GetOptions{}); err != nil {
+	if _, err := e.core.Pods(e.target.Namespace).Get(ctx, otherPod.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("another home's pod: %v", err)
 	}
 }

@@ -155,7 +155,7 @@ var ErrPodGone = errors.New("k8s executor: the pod went while the command ran")
 func (e *Executor) stillRunning(was *corev1.Pod) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
-	now, err := e.cs.CoreV1().Pods(was.Namespace).Get(ctx, was.Name, metav1.GetOptions{})
+	now, err := e.core.Pods(was.Namespace).Get(ctx, was.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("%w: pod %s deleted", ErrPodGone, was.Name)
@@ -175,7 +175,7 @@ func (e *Executor) stillRunning(was *corev1.Pod) error {
 // WebSocket, falling back to SPDY when the server takes no WebSocket,
 // as kubectl does.
 func (e *Executor) executor(pod string, argv []string) (remotecommand.Executor, error) {
-	req := e.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.target.Namespace).Name(pod).SubResource("exec").
+	req := e.core.RESTClient().Post().Resource("pods").Namespace(e.target.Namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: Container, Command: argv, Stdin: true, Stdout: true, Stderr: true,
 		}, scheme.ParameterCodec)
