@@ -146,7 +146,9 @@ build_kwok() {
 build() {
 	command -v go >/dev/null || die "go not found"
 	mkdir -p "$CACHE_DIR"
-	built && return 0
+	local kubelet=0
+	kubelet_wanted >/dev/null && kubelet=1
+	built && { [ $kubelet = 0 ] || [ -x "$KUBELET_BIN/kubelet" ]; } && return 0
 	# One build at a time per cache: make test and the tests may both ask.
 	exec 9>"$CACHE_DIR/build.lock"
 	flock 9
@@ -158,6 +160,8 @@ build() {
 		build_kwok
 		log "built in $(since "$t0")s (cache $CACHE_DIR)"
 	fi
+	# The kubelet too, where one can run (see "a real kubelet").
+	if [ $kubelet = 1 ]; then build_kubelet; fi
 	exec 9>&-
 }
 

@@ -26,9 +26,13 @@
 //
 // Fencing. The current daemon's incarnation wins. Ensure and Fence
 // delete an agent's pods of any other incarnation, and what ran in them
-// dies with them; Start runs only in the pod of the command's own
-// incarnation, so a stale incarnation's command finds no pod and is
-// refused (ErrNoPod).
+// dies with them (the kubelet kills their containers). Start runs only in
+// a pod of the command's own incarnation, found by its labels, and execs
+// into it by its name, which no other pod ever has: so a stale
+// incarnation's command finds no pod and is refused (ErrNoPod), and one
+// cannot land in a newer incarnation's pod even if a fence comes between
+// the look-up and the exec. A command whose pod goes while it runs
+// fails (ErrPodGone): its stream would otherwise end as a clean exit.
 //
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
