@@ -13,7 +13,7 @@ PKGS := ./...
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z][a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build bin/substrat
@@ -32,9 +32,13 @@ lint: tools ## gofmt, go vet, staticcheck, go mod tidy -diff, and the package de
 	$(GO) mod tidy -diff
 	@scripts/check-deps.sh
 
+.PHONY: k8s
+k8s: ## build the Kubernetes control plane the tests run against, once per machine (cached in SUBSTRAT_K8S_CACHE, default ~/.cache/substrat/k8s)
+	@scripts/k8s-control-plane.sh build
+
 .PHONY: test
-test: lint ## everything CI runs: lint, then go test -race
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+test: lint k8s ## everything CI runs: lint, the control plane's build, then go test -race
+	SUBSTRAT_K8S_REQUIRE=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 .PHONY: race
 race: ## go test -race only

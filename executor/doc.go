@@ -7,7 +7,8 @@
 // working directory and the three streams; the executor starts it and
 // returns a Process to wait on and kill. Local runs it on this machine
 // in a process group of its own, as the daemon always has;
-// executor/ssh runs it on another host over the system OpenSSH client.
+// executor/ssh runs it on another host over the system OpenSSH client;
+// executor/k8s in a Kubernetes pod of the agent's, through an exec.
 //
 // An executor knows nothing of how the sandbox is built: its input is
 // argv. Resource limits are applied the same way, as a wrapper in front

@@ -81,10 +81,12 @@
 //     ('substrat agent limits'); the daemon enforces them with a cgroup
 //     per agent, or rlimits (see supervisor/daemon/limits);
 //   - executor: where the agent's provider process and tool commands
-//     run: absent for this machine, or "ssh://HOST" for a host reached
+//     run: absent for this machine, "ssh://HOST" for a host reached
 //     with the system OpenSSH client (HOST is an ssh destination: a name
 //     from the ssh_config, user@host; never starting with '-', no spaces,
-//     controls or shell characters). Children inherit it unless created
+//     controls or shell characters), or "k8s://CONTEXT/NAMESPACE" for a
+//     pod in NAMESPACE of the cluster of the kubeconfig's context CONTEXT
+//     (package executor/k8s). Children inherit it unless created
 //     with their own. Set at create ('substrat agent create --executor
 //     ssh://HOST') and changed by an "executor" event ({executor,
 //     reason}); see executor.go. The provider's processes of an agent

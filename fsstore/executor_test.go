@@ -30,6 +30,29 @@ func TestValidateExecutor(t *testing.T) {
 			t.Errorf("ValidateExecutor(%q) = %v, want %q", c.in, err, c.want)
 		}
 	}
+	for _, ok := range []string{"k8s://kind-dev/agents", "k8s://arn:aws:eks:eu-west-1:1:cluster/prod/substrat", "k8s://u@c/ns-1"} {
+		if err := ValidateExecutor(ok); err != nil {
+			t.Errorf("ValidateExecutor(%q): %v", ok, err)
+		}
+	}
+	for _, c := range []struct{ in, want string }{
+		{"k8s://ctx", "names no namespace"},
+		{"k8s:///ns", "names no context"},
+		{"k8s://-ctx/ns", "cannot start with '-'"},
+		{"k8s://c tx/ns", "letters, digits"},
+		{"k8s://ctx;rm/ns", "letters, digits"},
+		{"k8s://ctx/NS", "a namespace is"},
+		{"k8s://ctx/", "a namespace is"},
+		{"k8s://ctx/a.b", "a namespace is"},
+		{"K8S://ctx/ns", "nor k8s://CONTEXT/NAMESPACE"},
+	} {
+		if err := ValidateExecutor(c.in); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ValidateExecutor(%q) = %v, want %q", c.in, err, c.want)
+		}
+	}
+	if k := ExecutorKubernetes("k8s://c/n"); k != "k8s://c/n" || ExecutorKubernetes("ssh://h") != "" {
+		t.Errorf("ExecutorKubernetes: %q", k)
+	}
 	if h := ExecutorHost("ssh://u@h"); h != "u@h" {
 		t.Errorf("ExecutorHost: %q", h)
 	}

@@ -106,7 +106,7 @@ type Session struct {
 	WorkDir           string            `json:"work_dir,omitempty"`
 	Permissions       *Permissions      `json:"permissions,omitempty"`
 	Limits            *Limits           `json:"limits,omitempty"`
-	Executor          string            `json:"executor,omitempty"` // where its processes run: "" here, ssh://HOST (executor.go)
+	Executor          string            `json:"executor,omitempty"` // where its processes run: "" here, ssh://HOST, k8s://CONTEXT/NAMESPACE (executor.go)
 	AgentState        AgentState        `json:"agent_state"`
 	SessionState      SessionState      `json:"session_state"`
 	StateReason       string            `json:"state_reason,omitempty"`

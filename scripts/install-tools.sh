@@ -22,6 +22,10 @@ command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v git >/dev/null 2>&1 || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+# openssl and curl: scripts/k8s-control-plane.sh (the Kubernetes
+# executor's tests) makes its certificates and probes with them.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get"
   SUDO=

@@ -2,8 +2,9 @@
 // needs from its environment: each provider's CLI on its PATH and its key
 // in its environment, bubblewrap, git, the resource-limit mechanism, a
 // home where write, fsync and rename work, a systemd user unit that
-// hands the daemon PATH and the keys, and each host named by live agents'
-// ssh executors (executor/ssh.Check). `substrat doctor` runs the checks
+// hands the daemon PATH and the keys, each host named by live agents'
+// ssh executors (executor/ssh.Check), and each cluster named by their
+// Kubernetes executors (executor/k8s.Check). `substrat doctor` runs the checks
 // in the daemon's process (daemon.doctor) when it runs, so that they see
 // its PATH and environment, and in its own process otherwise.
 //
@@ -46,10 +47,20 @@ type Input struct {
 	// SSH counts the live agents by the host of their ssh executor
 	// (ssh://HOST): each host in use is checked.
 	SSH map[string]int
+	// K8s counts the live agents by their Kubernetes executor
+	// (k8s://CONTEXT/NAMESPACE): each one in use is checked.
+	K8s map[string]int
 }
 
 // CountExecutor counts a live agent's executor ("" this machine).
 func (in *Input) CountExecutor(executor string) {
+	if k := fsstore.ExecutorKubernetes(executor); k != "" {
+		if in.K8s == nil {
+			in.K8s = map[string]int{}
+		}
+		in.K8s[k]++
+		return
+	}
 	host := fsstore.ExecutorHost(executor)
 	if host == "" {
 		return
@@ -106,6 +117,9 @@ func Run(ctx context.Context, in Input) []api.DoctorCheck {
 	out = append(out, checkUnit(unitPath(in.Unit), in.Used)...)
 	for _, host := range slices.Sorted(maps.Keys(in.SSH)) {
 		out = append(out, checkSSH(ctx, host, in.SSH[host]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(in.K8s)) {
+		out = append(out, checkK8s(ctx, k, in.K8s[k]))
 	}
 	for i := range out {
 		out[i].Where = in.Where

@@ -1,0 +1,64 @@
+// Package k8s is the executor that runs agents' processes in Kubernetes
+// pods, with client-go: an agent created with --executor
+// k8s://CONTEXT/NAMESPACE (CONTEXT a context of the kubeconfig) runs in
+// NAMESPACE of that context's cluster.
+//
+// Pods. There is one pod per live agent session and incarnation,
+// substrat-AGENT-INCARNATION-xxxxx (Pod, PodPrefix: a name is never used
+// again), found by its labels: the agent, the incarnation and the
+// daemon's home id (two homes may share a
+// namespace; each sees only its own pods). Its container only waits;
+// the agent's limits are its resources, its workspace is a volume (by
+// default a PersistentVolumeClaim per agent, which outlives its pods),
+// and it runs hardened: not root, no privilege escalation, no
+// capability, the runtime's seccomp profile, a read-only root with a
+// private /tmp, no service account token. Ensure makes it; WaitRunning
+// waits for it; Status maps it onto what the daemon shows and does
+// (Classify: missing, pending, running, failed, evicted, broken,
+// deleting, stale).
+//
+// Processes. Start runs a turn's argv through an exec into the pod
+// (WebSocket, else SPDY, as kubectl does), with the transport of
+// executor/ssh: the same wrapper in the pod, and the request and input
+// framed on the exec's standard input (ssh.WrapperArgv, ssh.Feed). The
+// pod is the sandbox: the daemon gives the argv the pod runs, and the
+// image needs /bin/sh, setsid, GNU head, mkfifo and mktemp.
+//
+// Fencing. The current daemon's incarnation wins. Ensure and Fence
+// delete an agent's pods of any other incarnation, and what ran in them
+// dies with them (the kubelet kills their containers). Start runs only in
+// a pod of the command's own incarnation, found by its labels, and execs
+// into it by its name, which no other pod ever has: so a stale
+// incarnation's command finds no pod and is refused (ErrNoPod), and one
+// cannot land in a newer incarnation's pod even if a fence comes between
+// the look-up and the exec. A command whose pod goes while it runs
+// fails (ErrPodGone): its stream would otherwise end as a clean exit.
+//
+// Reconcile. At the daemon's start, Reconcile makes the home's pods
+// agree with the store, and the store wins: pods of no live agent
+// (orphans), of a stale incarnation, or failed or evicted, are deleted;
+// busy agents without a pod get one.
+//
+// Tests. They run against a real control plane that
+// scripts/k8s-control-plane.sh builds from the Go module proxy (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, kwok for fake
+// nodes). Pods are scheduled and go Running with no container; an exec
+// goes through the real API server to kwok, which stands for the
+// kubelet and runs the command on the test's machine. So the pod
+// lifecycle, the spec as the API server admits it, reconcile, fencing,
+// status mapping and the exec path (client-go, the API server's
+// streaming, the wrapper and the framing) are tested for real; no
+// container, image, volume mount, security context or resource limit is
+// enforced there, since kwok has no container runtime.
+//
+// Where it can (root, containerd and runc installed), the script also
+// starts a node with a real kubelet (built the same way) over a
+// containerd of its own, with a pause image and an agent image built
+// there from this machine's binaries; no registry is reached. On it
+// (TestRealKubelet) a command runs in a real container, as the pod's
+// user, under its memory limit in the cgroup, on a read-only root with a
+// writable workspace; the conformance suite passes; and a command whose
+// pod is fenced dies, and its Wait says so. That node has no CNI (its
+// pods use the host's network) and no volume but emptyDir is tried;
+// claims, CPU weights, seccomp and a pids limit are not checked there.
+package k8s

@@ -1,0 +1,150 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Reconciled is what Reconcile did: the names of the pods it deleted
+// (orphans: no live agent, or a stale incarnation, or failed), made
+// (busy agents that had none), and kept.
+type Reconciled struct {
+	Deleted, Created, Kept []string
+}
+
+// Reconcile makes the pods of the executor's home agree with the store,
+// at the daemon's start: live is every live agent of the store whose
+// executor is this one. The store wins:
+//   - a pod of no live agent is an orphan, and deleted;
+//   - a pod of another incarnation than its agent's is stale, and
+//     deleted (fencing);
+//   - a failed or evicted pod is deleted;
+//   - a busy agent without a pod (so also one whose pod was deleted
+//     above) gets one; an idle agent's is made by its next turn.
+//
+// Pods of other homes, and objects that are not the executor's, are not
+// looked at. It does what it can and returns every error together.
+func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, error) {
+	agents := make(map[string]Agent, len(live))
+	for _, a := range live {
+		if err := e.checkIDs(a.ID, a.Incarnation); err != nil {
+			return Reconciled{}, err
+		}
+		agents[a.ID] = a
+	}
+	pods, err := e.listHome(ctx)
+	if err != nil {
+		return Reconciled{}, err
+	}
+	var (
+		r        Reconciled
+		doomed   []*corev1.Pod
+		creating []Agent
+		has      = map[string]bool{} // agents whose pod is kept
+	)
+	for _, p := range pods {
+		a, ok := agents[p.Labels[LabelAgent]]
+		if !ok {
+			doomed = append(doomed, p) // orphan
+			continue
+		}
+		st := Classify(p, a.Incarnation)
+		if st.State == StateDeleting {
+			continue // going: neither kept nor to delete
+		}
+		if st.Replace() || has[a.ID] {
+			doomed = append(doomed, p) // stale, failed, evicted, or one too many
+			continue
+		}
+		// Pending, running, broken (shown, not replaced).
+		has[a.ID] = true
+		r.Kept = append(r.Kept, p.Name)
+	}
+	for _, a := range live {
+		if a.Busy && !has[a.ID] {
+			creating = append(creating, a)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	note := func(list *[]string, name string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		*list = append(*list, name)
+	}
+	e.parallel(len(doomed), func(i int) {
+		err := e.deletePod(ctx, doomed[i], 0)
+		note(&r.Deleted, doomed[i].Name, err)
+	})
+	e.parallel(len(creating), func(i int) {
+		a := creating[i]
+		var err error
+		if e.opts.Workspace == nil {
+			err = e.ensureClaim(ctx, a.ID)
+		}
+		var p *corev1.Pod
+		if err == nil {
+			p, err = e.create(ctx, a)
+		}
+		if err != nil {
+			note(nil, "", fmt.Errorf("agent %s: %w", a.ID, err))
+			return
+		}
+		note(&r.Created, p.Name, nil)
+	})
+	sort.Strings(r.Deleted)
+	sort.Strings(r.Created)
+	sort.Strings(r.Kept)
+	return r, errors.Join(errs...)
+}
+
+// listHome lists the pods of the executor's home, page by page.
+func (e *Executor) listHome(ctx context.Context) ([]*corev1.Pod, error) {
+	var pods []*corev1.Pod
+	opts := metav1.ListOptions{LabelSelector: e.homeSelector(), Limit: 500}
+	for {
+		list, err := e.core.Pods(e.target.Namespace).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			pods = append(pods, &list.Items[i])
+		}
+		if list.Continue == "" {
+			return pods, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// parallel runs f(0..n-1) on at most Options.Workers goroutines.
+func (e *Executor) parallel(n int, f func(int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(n, e.opts.Workers); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}

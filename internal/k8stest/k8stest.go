@@ -1,0 +1,153 @@
+// Package k8stest gives tests a real Kubernetes control plane on
+// loopback: scripts/k8s-control-plane.sh builds it once per machine from
+// the Go module proxy (into its cache, $SUBSTRAT_K8S_CACHE) and starts
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+// (fake nodes: pods are scheduled and go Running with no container, and
+// kwok serves an exec into any pod by running the command on this
+// machine). One control plane per test binary, started by the first test
+// that asks (Kubeconfig) and stopped by Main.
+//
+// Environment:
+//
+//	SUBSTRAT_K8S_KUBECONFIG  use this running cluster (its current
+//	                         context) instead, and start nothing
+//	SUBSTRAT_K8S_REQUIRE=1   a control plane that cannot start fails the
+//	                         test instead of skipping it (make test sets
+//	                         it, after building the binaries)
+package k8stest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Context is the name of the context of the kubeconfig the script
+// writes.
+const Context = "substrat-test"
+
+var cluster struct {
+	once       sync.Once
+	kubeconfig string
+	runDir     string
+	script     string
+	skip       string // why the tests are skipped
+	started    time.Duration
+}
+
+// Main runs the tests, then stops the control plane if one was started.
+// Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if cluster.runDir != "" {
+		cmd := exec.Command(cluster.script, "stop", cluster.runDir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// Kubeconfig returns the path of a kubeconfig for the control plane,
+// whose current context is Context, starting it the first time. It
+// skips t when no control plane can be started (no Go module proxy to
+// build it from, say), or fails it with SUBSTRAT_K8S_REQUIRE=1.
+func Kubeconfig(t testing.TB) string {
+	t.Helper()
+	cluster.once.Do(start)
+	if cluster.skip != "" {
+		if os.Getenv("SUBSTRAT_K8S_REQUIRE") == "1" {
+			t.Fatal(cluster.skip)
+		}
+		t.Skip(cluster.skip)
+	}
+	return cluster.kubeconfig
+}
+
+// Kubelet returns the node with a real kubelet and container runtime
+// that the script started along (see scripts/k8s-control-plane.sh,
+// SUBSTRAT_K8S_KUBELET), and the image that is there for its pods; or
+// skips t, saying why there is none. $SUBSTRAT_K8S_KUBELET_NODE and
+// $SUBSTRAT_K8S_IMAGE name them in a cluster that is given.
+func Kubelet(t testing.TB) (node, image string) {
+	t.Helper()
+	Kubeconfig(t)
+	node, image = os.Getenv("SUBSTRAT_K8S_KUBELET_NODE"), os.Getenv("SUBSTRAT_K8S_IMAGE")
+	if node != "" && image != "" {
+		return node, image
+	}
+	if cluster.runDir == "" {
+		t.Skip("no node with a real kubelet: set SUBSTRAT_K8S_KUBELET_NODE and SUBSTRAT_K8S_IMAGE")
+	}
+	n, err1 := os.ReadFile(filepath.Join(cluster.runDir, "kubelet-node"))
+	i, err2 := os.ReadFile(filepath.Join(cluster.runDir, "kubelet-image"))
+	if err1 != nil || err2 != nil {
+		t.Skip("no node with a real kubelet: the control plane started none (it needs root, containerd and runc; its log says why)")
+	}
+	return strings.TrimSpace(string(n)), strings.TrimSpace(string(i))
+}
+
+// Started is how long the control plane took to start (0 when it was
+// given).
+func Started() time.Duration { return cluster.started }
+
+// Script is the path of scripts/k8s-control-plane.sh, found above the
+// working directory (a package of the module).
+func Script() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		s := filepath.Join(dir, "scripts", "k8s-control-plane.sh")
+		if _, err := os.Stat(s); err == nil {
+			return s, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("scripts/k8s-control-plane.sh not found above the package")
+		}
+		dir = up
+	}
+}
+
+func start() {
+	if kc := os.Getenv("SUBSTRAT_K8S_KUBECONFIG"); kc != "" {
+		cluster.kubeconfig = kc
+		return
+	}
+	script, err := Script()
+	if err != nil {
+		cluster.skip = err.Error()
+		return
+	}
+	cluster.script = script
+	dir, err := os.MkdirTemp("", "substrat-k8s")
+	if err != nil {
+		cluster.skip = err.Error()
+		return
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(script, "start", dir)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(dir)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		cluster.skip = fmt.Sprintf("no control plane (%s start: %v):\n%s", script, err,
+			strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		return
+	}
+	cluster.started = time.Since(t0)
+	cluster.runDir = dir
+	cluster.kubeconfig = strings.TrimSpace(stdout.String())
+	fmt.Fprintf(os.Stderr, "k8stest: control plane started in %v\n", cluster.started.Round(time.Millisecond))
+}
