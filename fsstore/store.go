@@ -575,40 +575,5 @@ func (a *Agent) SnapshotSeq() uint64 {
 // recipient, and the watcher looks at inboxes it is told of).
 func (a *Agent) PendingAtLoad() int { return a.pending }
 
-// Pending returns the undelivered messages in inbox/new, oldest first, and
-// the files there that are not valid messages.
-func (a *Agent) Pending() ([]*Message, []BadMessage, error) {
-	return ReadInbox(a.store.fs, a.files.Inbox(), InboxNew)
-}
-
-// MarkDelivered links messages from inbox/new into inbox/cur, after the
-// caller committed their message_delivered event. The links are not
-// fsynced here: the event made the delivery durable, and until the next
-// snapshot the load replays that event and finishes a delivery whose link
-// a crash lost (FindUnfinishedDelivery). So Snapshot, and SweepDelivered
-// before it removes a name from new/, fsync cur/ first.
-func (a *Agent) MarkDelivered(ids []string) error {
-	if err := linkDelivered(a.store.fs, a.files.Inbox(), ids); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	a.curUnsynced = true
-	a.mu.Unlock()
-	return nil
-}
-
-// syncDeliveredLocked makes the links MarkDelivered made durable.
-func (a *Agent) syncDeliveredLocked() error {
-	if !a.curUnsynced || planted(BugSnapshotBeforeCurSync) { // planted bug (faults.go)
-		return nil
-	}
-	cur := a.files.Inbox().Sub(InboxCur)
-	if err := a.store.fs.SyncDir(cur); err != nil {
-		return wrap("deliver", cur, err, "")
-	}
-	a.curUnsynced = false
-	return nil
-}
-
 // Close closes the agent's log.
 func (a *Agent) Close() error { return a.log.Close() }
