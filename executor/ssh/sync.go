@@ -82,10 +82,12 @@ func (e *Executor) Push(ctx context.Context, agent, local string) error {
 // bytes if there is one ("big NAME"), then the total size of the place
 // in bytes and its number of entries ("total N M"); "none" if there is
 // no place. It runs outside the
-// sandbox on what the agent wrote: find and du follow no symlink.
+// sandbox on what the agent wrote: find and du follow no symlink. du
+// counts every hard link (-l): rsync, without -H, writes each as a file
+// of its own here.
 const placeScript = `[ -d "$1" ] || { echo none; exit 0; }; cd -- "$1" || exit 1;` +
 	` b=$(find . -type f -size +"$2"c -print | head -n 1); [ -z "$b" ] || printf 'big %s\n' "$b";` +
-	` printf 'total %s %s\n' "$(du -s -b . | cut -f1)" "$(find . | wc -l)"`
+	` printf 'total %s %s\n' "$(du -s -b -l . | cut -f1)" "$(find . | wc -l)"`
 
 // Pull copies the agent's place on the host back into local, which it
 // then mirrors, with what the agent wrote there treated as hostile: see
