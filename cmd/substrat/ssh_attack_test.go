@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+	wire "github.com/substrat/substrat/supervisor/api"
+)
+
+// TestSSHExecutorViewSwap: the workspace root of an agent on the host
+// is a view of a subdirectory of another workspace, whose agents (here
+// the test, writing what a sandboxed agent of the source can write)
+// swap that subdirectory for a symlink out of the home while the turn
+// runs there. What comes back lands in the subdirectory the sandbox was
+// built on, never through the symlink: nothing is written or deleted
+// outside.
+func TestSSHExecutorViewSwap(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "src"}, nil)
+	src := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "src")
+	sub := filepath.Join(src, "sub")
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(sub, "shared.txt"), "for the view")
+	mustCall(d, wire.WorkspaceView, wire.ViewParams{Source: "USER/src", Name: "v", Subdir: "sub", Mode: "rw"}, nil)
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "v", Executor: "ssh://" + s.Host}, &a)
+	showOnFailure(t, d, a.ID)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "writewait hello.txt from the host"}, nil)
+	place := wsCopy(places, sub, "place")
+	waitFile(t, filepath.Join(place, "hello.txt"))
+	// The source's agent: its sub now leads to the user's files.
+	victim := t.TempDir()
+	write(filepath.Join(victim, "precious"), "the user's")
+	if err := os.Rename(sub, filepath.Join(src, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, sub); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(place, "release"), "")
+	d.waitFirstTurn("far")
+	time.Sleep(100 * time.Millisecond)
+	if b, err := os.ReadFile(filepath.Join(victim, "precious")); err != nil || string(b) != "the user's" {
+		t.Errorf("the pull deleted or replaced a file outside the workspace: %q, %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(victim, "hello.txt")); err == nil {
+		t.Errorf("the pull wrote through the symlink into %s", victim)
+	}
+	// It came back into the directory the sandbox was built on.
+	if b, err := os.ReadFile(filepath.Join(src, "moved", "hello.txt")); err != nil || string(b) != "from the host" {
+		t.Errorf("hello.txt in the directory the turn ran on: %q, %v", b, err)
+	}
+}
