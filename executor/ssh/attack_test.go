@@ -5,7 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPullHardLinks: a place whose files are hard links of one big file
@@ -36,4 +39,57 @@ func TestPullHardLinks(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(local, "la")); !os.IsNotExist(err) {
 		t.Fatal("a refused place came back")
 	}
+}
+
+// TestPullRaceSymlink: while Pull writes into local, a process that can
+// write there too (an agent of the same workspace at work on this
+// machine) swaps a directory of it for a symlink out of it, again and
+// again. Nothing is written outside.
+func TestPullRaceSymlink(t *testing.T) {
+	_, e := start(t)
+	ctx := context.Background()
+	local, outside := t.TempDir(), t.TempDir()
+	write(t, outside, map[string]string{"precious": "the user's", "sub/precious": "the user's"})
+	if err := e.Push(ctx, "agentr", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := e.Place(ctx, "agentr")
+	files := map[string]string{}
+	for i := range 300 {
+		files[filepath.Join("d", "f"+strconv.Itoa(i))] = "x"
+	}
+	write(t, dir, files)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d, tmp := filepath.Join(local, "d"), filepath.Join(local, "d.tmp")
+		os.Mkdir(d, 0o755)
+		os.Symlink(outside, tmp)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, tmp, unix.RENAME_EXCHANGE) != nil {
+				os.Symlink(outside, tmp)
+				os.Mkdir(d, 0o755)
+			}
+		}
+	}()
+	for i := range 10 {
+		for k := range files {
+			files[k] = "x" + strconv.Itoa(i)
+		}
+		write(t, dir, files)
+		e.Pull(ctx, "agentr", local) // it may fail: the swaps are in its way
+		if got := tree(t, outside); len(got) != 3 || got["precious"] != "the user's" || got["sub/precious"] != "the user's" {
+			close(stop)
+			<-done
+			t.Fatalf("pull %d changed what lies outside, through a swapped directory: %v", i, got)
+		}
+	}
+	close(stop)
+	<-done
 }
