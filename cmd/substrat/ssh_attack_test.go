@@ -63,3 +63,40 @@ func TestSSHExecutorViewSwap(t *testing.T) {
 		t.Errorf("hello.txt in the directory the turn ran on: %q, %v", b, err)
 	}
 }
+
+// TestSSHExecutorReadOnlyView: an agent on the host whose workspace is a
+// read-only view of another's root writes nothing there, so its turn's
+// end brings nothing back: what the source's agents wrote here while it
+// ran (the test, as one of them) is neither deleted nor reverted.
+func TestSSHExecutorReadOnlyView(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "src"}, nil)
+	src := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "src")
+	if err := os.WriteFile(filepath.Join(src, "old.txt"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(d, wire.WorkspaceView, wire.ViewParams{Source: "USER/src", Name: "v", Mode: "ro"}, nil)
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "reader", Model: model, Workspace: "v", Executor: "ssh://" + s.Host}, &a)
+	showOnFailure(t, d, a.ID)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "reader", Text: "wait"}, nil)
+	place := wsCopy(places, src, "place")
+	waitFile(t, filepath.Join(place, "old.txt"))
+	// The source's agent at work here meanwhile.
+	if err := os.WriteFile(filepath.Join(src, "new.txt"), []byte("made here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "old.txt"), []byte("changed here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(place, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitFirstTurn("reader")
+	for name, want := range map[string]string{"new.txt": "made here", "old.txt": "changed here"} {
+		if b, err := os.ReadFile(filepath.Join(src, name)); err != nil || string(b) != want {
+			t.Errorf("%s in the source after the read-only agent's turn: %q, %v; want %q", name, b, err, want)
+		}
+	}
+}

@@ -31,7 +31,8 @@ import (
 // keyed by the workspace root's path), which they share as they share
 // the root here; an agent's own extras (below) have a copy of their own.
 // A copy is pushed when its first process starts and comes back when
-// its last ends (Pull: what the agent wrote is hostile, see
+// its last ends (a workspace's root only if one of them could write it:
+// a read-only view's turn undoes nothing made here meanwhile) (Pull: what the agent wrote is hostile, see
 // executor/ssh), so that agents at work in the same workspace on the
 // host see each other's files, as they do here. A change made here
 // meanwhile (by the user, by an agent running here) reaches the host at
@@ -95,6 +96,10 @@ type remoteCopy struct {
 	mu sync.Mutex // held while it is copied either way; guards the fields below
 	// running counts the processes that use it.
 	running int
+	// written: a process that used it since its push could write its
+	// root (else it has nothing to bring back, and bringing it back
+	// would undo what changed here meanwhile).
+	written bool
 	// synced: it came back after the last process that used it, in
 	// this daemon's life. Until then it may hold work not brought back,
 	// and is salvaged before the next push.
@@ -263,7 +268,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 		if err != nil {
 			return provider.Process{}, err
 		}
-		local, rootSrc := spec.Root.Host, spec.Root
+		local, rootSrc, rootRW := spec.Root.Host, spec.Root, !spec.RootReadOnly
 		place, err := e.Place(ctx, workspaceKey(local))
 		if err != nil {
 			return provider.Process{}, err
@@ -329,7 +334,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			}
 			spec.Mounts[i].Source = bwrap.Source{Host: remote}
 		}
-		if err := h.remotes.ready(ctx, e, sess.ID, local, rootSrc, shared, own); err != nil {
+		if err := h.remotes.ready(ctx, e, sess.ID, local, rootSrc, rootRW, shared, own); err != nil {
 			return provider.Process{}, err
 		}
 		// bwrap as the host's PATH finds it (the sandbox's PATH).
@@ -362,7 +367,7 @@ func excludes(x extra, all []extra) []string {
 // ready fences agent's stale processes on e's host and begins its
 // copies (the workspace root local with shared, its own extras own), for
 // its Start hook to take.
-func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local string, root bwrap.Source, shared, own []extra) error {
+func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local string, root bwrap.Source, rootRW bool, shared, own []extra) error {
 	r.mu.Lock()
 	stale := r.pending[agent]
 	delete(r.pending, agent)
@@ -380,10 +385,10 @@ func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local strin
 		ws.unsync()
 		self.unsync()
 	}
-	if err := self.begin(ctx, "", bwrap.Source{}, own); err != nil {
+	if err := self.begin(ctx, "", bwrap.Source{}, false, own); err != nil {
 		return err
 	}
-	if err := ws.begin(ctx, local, root, shared); err != nil {
+	if err := ws.begin(ctx, local, root, rootRW, shared); err != nil {
 		self.end(ctx)
 		return err
 	}
@@ -421,14 +426,15 @@ func (c *remoteCopy) unsync() {
 	c.mu.Unlock()
 }
 
-// begin counts a process that uses c; the first pushes it (local, if
-// not "", found as root says, to the place; extras beside it), after a
-// salvage if it is not synced.
-func (c *remoteCopy) begin(ctx context.Context, local string, root bwrap.Source, extras []extra) (err error) {
+// begin counts a process that uses c, and can write its root if rw;
+// the first pushes it (local, if not "", found as root says, to the
+// place; extras beside it), after a salvage if it is not synced.
+func (c *remoteCopy) begin(ctx context.Context, local string, root bwrap.Source, rw bool, extras []extra) (err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.running > 0 {
 		c.running++
+		c.written = c.written || rw
 		return nil
 	}
 	// What is copied either way, until it comes back, is what is found
@@ -487,6 +493,7 @@ func (c *remoteCopy) begin(ctx context.Context, local string, root bwrap.Source,
 		}
 	}
 	c.running = 1
+	c.written = rw
 	return nil
 }
 
@@ -500,7 +507,7 @@ func (c *remoteCopy) end(ctx context.Context) error {
 	}
 	defer c.close()
 	var err error
-	if c.local != "" {
+	if c.local != "" && c.written {
 		err = c.e.Pull(ctx, c.key, c.opened)
 	}
 	for _, x := range c.extras {
