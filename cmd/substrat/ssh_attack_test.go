@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,38 @@ func TestSSHExecutorReadOnlyView(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(src, name)); err != nil || string(b) != want {
 			t.Errorf("%s in the source after the read-only agent's turn: %q, %v; want %q", name, b, err, want)
 		}
+	}
+}
+
+// TestSSHExecutorLinkRW: a read-write link is refused on a host, as the
+// README says, also one into another workspace of the home (which an
+// agent can make with link_from): its copy would come back over that
+// workspace, undoing what its own agents did meanwhile.
+func TestSSHExecutorLinkRW(t *testing.T) {
+	d, s, places := sshDaemon(t)
+	model := lookPath(t, "remote-model")
+	for _, name := range []string{"lab", "other"} {
+		mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: name}, nil)
+	}
+	other := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "other")
+	if err := os.MkdirAll(filepath.Join(other, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(d, wire.WorkspaceLink, wire.LinkParams{Workspace: "lab", Source: filepath.Join(other, "sub"), Target: "/data", Mode: "rw"}, nil)
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "write x.txt y"}, nil)
+	events := fsstore.Layout{Home: d.home}.Agent(a.ID).Events()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(events)
+		if strings.Contains(string(b), "read-write: not on an ssh executor") {
+			break
+		}
+		if strings.Contains(string(b), `"type":"turn"`) || time.Now().After(deadline) {
+			t.Fatalf("the turn with a read-write link ran on the host, or failed otherwise:\n%s", b)
+		}
+	}
+	if _, err := os.Stat(wsCopy(places, fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab"), "place")); err == nil {
+		t.Error("the workspace went to the host")
 	}
 }

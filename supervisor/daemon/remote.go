@@ -31,10 +31,11 @@ import (
 // keyed by the workspace root's path), which they share as they share
 // the root here; an agent's own extras (below) have a copy of their own.
 // A copy is pushed when its first process starts and comes back when
-// its last ends (a workspace's root only if one of them could write it:
-// a read-only view's turn undoes nothing made here meanwhile) (Pull: what the agent wrote is hostile, see
-// executor/ssh), so that agents at work in the same workspace on the
-// host see each other's files, as they do here. A change made here
+// its last ends (Pull: what the agent wrote is hostile, see
+// executor/ssh; a workspace's root only if one of them could write it,
+// so that a read-only view's turn undoes nothing made here meanwhile),
+// so that agents at work in the same workspace on the host see each
+// other's files, as they do here. A change made here
 // meanwhile (by the user, by an agent running here) reaches the host at
 // the next push, and is replaced by the host's copy at the next pull
 // (the copy is a mirror): one workspace is best kept on one machine.
@@ -274,6 +275,8 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			return provider.Process{}, err
 		}
 		home := h.store.Layout().Home
+		wsScope, wsName, _ := strings.Cut(sess.Workspace, "/")
+		gitDir := h.store.Layout().WorkspaceGitDir(wsScope, wsName) // a git workspace's, read-write
 		sock := ""
 		if needs.ToolSocket {
 			if sock, err = h.toolSocket(sess.ID); err != nil {
@@ -292,6 +295,11 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 				}
 				spec.Mounts[i].Source = bwrap.Source{Host: remote}
 				continue
+			case ofWorkspace[m.Target] && !m.ReadOnly && m.Host != gitDir:
+				// A read-write link, into the home or not (a
+				// directory of another workspace, link_from's).
+				return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s links %s read-write: not on an ssh executor",
+					sess.Name, hostName, sess.Workspace, m.Host)
 			case strings.HasPrefix(m.Host, home+"/"):
 				// The home's: a git workspace's git directory, a CLI's
 				// own HOME, its MCP config.
