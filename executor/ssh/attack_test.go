@@ -93,3 +93,37 @@ func TestPullRaceSymlink(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// TestPullNames: names that look like rsync's options or hold a newline,
+// quotes, a glob or a colon come back as the files they are, and do
+// nothing else: no option is taken, nothing outside the place changes.
+func TestPullNames(t *testing.T) {
+	_, e := start(t)
+	ctx := context.Background()
+	local := t.TempDir()
+	write(t, local, map[string]string{"keep": "here"})
+	if err := e.Push(ctx, "agentn", local); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := e.Place(ctx, "agentn")
+	names := map[string]string{
+		"--delete-excluded": "1", "-e sh -c 'touch pwned-n'": "2", "two\nlines": "3",
+		"big x\ntotal 0 0": "4", "a:b": "5", "*": "6", "$(touch pwned-n)": "7", ";touch pwned-n;": "10", "--rsh=sh": "8",
+		"sub/-r": "9",
+	}
+	write(t, dir, names)
+	if err := e.Pull(ctx, "agentn", local); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"keep": "here", "sub": "dir"}
+	for k, v := range names {
+		want[k] = v
+	}
+	same(t, "pulled", tree(t, local), want)
+	for _, d := range []string{".", local, dir, filepath.Dir(dir)} {
+		if _, err := os.Stat(filepath.Join(d, "pwned-n")); err == nil {
+			os.Remove(filepath.Join(d, "pwned-n"))
+			t.Fatal("a name was run")
+		}
+	}
+}
