@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -125,5 +127,51 @@ func TestPullNames(t *testing.T) {
 			os.Remove(filepath.Join(d, "pwned-n"))
 			t.Fatal("a name was run")
 		}
+	}
+}
+
+// TestNoAgentForwarding: the user's ssh_config may forward their ssh
+// agent (ForwardAgent yes) to a host for their own logins; the
+// executor's connection does not, as a host that runs agents could use
+// the user's keys through it.
+func TestNoAgentForwarding(t *testing.T) {
+	s, _ := start(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent")
+	agent := exec.Command("ssh-agent", "-D", "-a", sock)
+	if err := agent.Start(); err != nil {
+		t.Skip("no ssh-agent: ", err)
+	}
+	defer func() { agent.Process.Kill(); agent.Wait() }()
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Setenv("SSH_AUTH_SOCK", sock)
+	base, err := os.ReadFile(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "ssh_config")
+	if err := os.WriteFile(cfg, append(base, "  ForwardAgent yes\n  ForwardX11 yes\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(s.Host, Options{Config: cfg, Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	if err := e.connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.client(ctx, `echo "agent=${SSH_AUTH_SOCK}"`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != "agent=\n" {
+		t.Fatalf("the host got the user's ssh agent: %q", out)
 	}
 }

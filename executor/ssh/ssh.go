@@ -125,6 +125,9 @@ func (e *Executor) Close() error {
 }
 
 // args returns the options every ssh of the executor takes, then more.
+// No agent or X11 forwarding, whatever the user's ssh_config says for
+// the host: a host that runs agents is not to reach the user's keys or
+// display (the command line wins over the config).
 func (e *Executor) args(more ...string) []string {
 	var a []string
 	if e.opts.Config != "" {
@@ -133,6 +136,8 @@ func (e *Executor) args(more ...string) []string {
 	a = append(a,
 		"-o", "ControlPath="+e.socket(),
 		"-o", "BatchMode=yes",
+		"-o", "ForwardAgent=no",
+		"-o", "ForwardX11=no",
 	)
 	return append(a, more...)
 }
