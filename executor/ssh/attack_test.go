@@ -3,6 +3,7 @@ package ssh
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,5 +174,49 @@ func TestNoAgentForwarding(t *testing.T) {
 	}
 	if string(out) != "agent=\n" {
 		t.Fatalf("the host got the user's ssh agent: %q", out)
+	}
+}
+
+// TestNoConfigForwardings: forwardings the user's ssh_config sets up for
+// their own logins to the host (RemoteForward: a socket of this machine
+// reachable there) are not made by the executor's connection; its own
+// (Forward, the agents' tool sockets) still are.
+func TestNoConfigForwardings(t *testing.T) {
+	s, _ := start(t)
+	dir := t.TempDir()
+	local := filepath.Join(dir, "local.sock")
+	l, err := net.Listen("unix", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	remote := filepath.Join(dir, "remote.sock")
+	base, err := os.ReadFile(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "ssh_config")
+	if err := os.WriteFile(cfg, append(base, "  RemoteForward "+remote+" "+local+"\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(s.Host, Options{Config: cfg, Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	if _, err := e.run(ctx, `true`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(remote); err == nil {
+		t.Fatal("the user's RemoteForward was made on the host")
+	}
+	fw, err := e.Forward(ctx, "agentf", "tool.sock", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fw); err != nil {
+		t.Fatalf("the executor's own forwarding: %v", err)
 	}
 }

@@ -172,7 +172,13 @@ func (e *Executor) connect(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
+	// No forwarding the user's ssh_config sets up for the host
+	// (RemoteForward, LocalForward, DynamicForward), here nor through a
+	// client of the master (client, rsh): a port of this machine
+	// forwarded there would be reachable from a sandbox with the
+	// network. Forward's (ssh -O forward) are still made.
 	cmd := exec.CommandContext(ctx, "ssh", e.args(
+		"-o", "ClearAllForwardings=yes",
 		"-o", "ControlMaster=yes",
 		"-o", "ControlPersist=10m",
 		"-o", "ServerAliveInterval=15",
@@ -193,7 +199,7 @@ func (e *Executor) socket() string { return filepath.Join(e.ctlDir, "master") }
 // client returns an ssh client command through the master that runs the
 // POSIX shell command line script on the host.
 func (e *Executor) client(ctx context.Context, script string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ssh", e.args("-o", "ControlMaster=no", "-T", "--", e.host, script)...)
+	return exec.CommandContext(ctx, "ssh", e.args("-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes", "-T", "--", e.host, script)...)
 }
 
 // run runs script on the host with args ($1, $2...) and returns its

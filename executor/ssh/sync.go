@@ -38,7 +38,7 @@ var rsyncFlags = []string{
 // in rsync's own quoting (words split on spaces, single quotes keep
 // them together).
 func (e *Executor) rsh() (string, error) {
-	words := append([]string{"ssh"}, e.args("-o", "ControlMaster=no")...)
+	words := append([]string{"ssh"}, e.args("-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes")...)
 	for i, w := range words {
 		if strings.ContainsAny(w, "'\"\\\n") {
 			return "", fmt.Errorf("ssh executor: %q cannot be passed to rsync", w)
