@@ -37,6 +37,7 @@ import (
 //	commitwait NAME TEXT  the same, then wait for a file "release"
 //	writewait NAME TEXT   write, then wait for a file "release"
 //	limits           say its data size limit (/proc/self/limits)
+//	wait             wait for a file "release", writing nothing
 func remoteModel() int {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
@@ -48,7 +49,7 @@ func remoteModel() int {
 	}
 	var words []string // of the last line that is a command
 	for _, l := range strings.Split(turn.Prompt, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait" || f[0] == "writewait" || f[0] == "limits") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "cut" || f[0] == "commit" || f[0] == "commitwait" || f[0] == "writewait" || f[0] == "limits" || f[0] == "wait") {
 			words = f
 		}
 	}
@@ -90,6 +91,13 @@ func remoteModel() int {
 			time.Sleep(20 * time.Millisecond)
 		}
 		return done("committed " + strings.TrimSpace(string(out)))
+	case len(words) == 1 && words[0] == "wait":
+		for {
+			if _, err := os.Stat("/workspace/release"); err == nil {
+				return done("released")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	case len(words) == 1 && words[0] == "limits":
 		b, _ := os.ReadFile("/proc/self/limits")
 		for _, l := range strings.Split(string(b), "\n") {

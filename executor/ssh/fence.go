@@ -17,8 +17,11 @@ import (
 // command line, which /proc shows NUL-separated), and kills its process
 // group. A wrapper leads its group (sshd made it a session leader), so a
 // process that only looks like one, and does not lead its group, is
-// left alone.
-const fenceScript = `a=$1; i=$2;` +
+// left alone; and it runs in sshd's PID namespace, the script's, so a
+// sandboxed process (bwrap's namespace of its own) that leads a group
+// and dresses up as a stale wrapper of another agent is left alone too:
+// it would make that agent's copies look unsynced, and salvaged.
+const fenceScript = `a=$1; i=$2; ns=$(readlink /proc/$$/ns/pid) || exit 1;` +
 	` for f in $(grep -l -a -s -F ` + Marker + ` /proc/[0-9]*/cmdline); do` +
 	` p=${f#/proc/}; p=${p%/cmdline};` +
 	` stale=$(tr '\0' '\n' <"$f" 2>/dev/null | { read -r _; read -r _; read -r _; read -r m; read -r ag; read -r in;` +
@@ -26,6 +29,7 @@ const fenceScript = `a=$1; i=$2;` +
 	` [ "$stale" = y ] || continue;` +
 	` s=$(cat "/proc/$p/stat" 2>/dev/null) || continue; s=${s##*) }; set -- $s;` +
 	` [ "$3" = "$p" ] || continue;` +
+	` [ "$(readlink "/proc/$p/ns/pid" 2>/dev/null)" = "$ns" ] || continue;` +
 	` kill -9 "-$p" 2>/dev/null && echo "$p";` +
 	` done; exit 0`
 

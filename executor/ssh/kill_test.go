@@ -236,24 +236,27 @@ func TestFence(t *testing.T) {
 }
 
 // TestFenceForged: a process in a sandbox that dresses up as a stale
-// wrapper of another agent (its command line is one) gets no real
-// process killed: Fence may kill the forger's own process (it leads a
-// group of its own in its sandbox, bwrap --new-session), never the
-// victim's.
+// wrapper of another agent (its command line is one, and it leads a
+// group of its own in its sandbox: setsid there) gets no process
+// killed, not even its own: Fence finds no stale process of the victim
+// (which would make the daemon salvage the victim's copies).
 func TestFenceForged(t *testing.T) {
 	s, e := start(t)
 	victim, forger := token("victim"), token("forger")
 	v := sleeper(t, e, victim, "new")
 	forged := "1000." + strings.TrimPrefix(sleeper(t, e, forger, "i1").sleep, "1000.") + "9"
 	p, err := e.Start(context.Background(), &executor.Cmd{Agent: forger, Incarnation: "i1",
-		Argv:   sandboxed(t.TempDir(), "/bin/sh", "-c", `sleep "$3"; :`, Marker, victim, "old", forged),
+		Argv:   sandboxed(t.TempDir(), "/usr/bin/setsid", "-w", "/bin/sh", "-c", `sleep "$3"; :`, Marker, victim, "old", forged),
 		Stdout: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
 	until(t, func() bool { return len(remote(t, s, Marker+" "+victim+" old "+forged)) > 0 }) // the forgery runs
-	if _, err := e.Fence(context.Background(), victim, "new"); err != nil {
-		t.Fatal(err)
+	if pids, err := e.Fence(context.Background(), victim, "new"); err != nil || len(pids) > 0 {
+		t.Fatalf("Fence of the victim: %v, %v; want nothing killed", pids, err)
+	}
+	if len(remote(t, s, Marker+" "+victim+" old "+forged)) == 0 {
+		t.Error("Fence killed the forger's process")
 	}
 	if len(remote(t, s, v.sleep)) == 0 {
 		t.Fatal("Fence killed the victim's real process because of a forged one")

@@ -125,6 +125,9 @@ func (e *Executor) Close() error {
 }
 
 // args returns the options every ssh of the executor takes, then more.
+// No agent or X11 forwarding, whatever the user's ssh_config says for
+// the host: a host that runs agents is not to reach the user's keys or
+// display (the command line wins over the config).
 func (e *Executor) args(more ...string) []string {
 	var a []string
 	if e.opts.Config != "" {
@@ -133,6 +136,8 @@ func (e *Executor) args(more ...string) []string {
 	a = append(a,
 		"-o", "ControlPath="+e.socket(),
 		"-o", "BatchMode=yes",
+		"-o", "ForwardAgent=no",
+		"-o", "ForwardX11=no",
 	)
 	return append(a, more...)
 }
@@ -167,7 +172,13 @@ func (e *Executor) connect(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
+	// No forwarding the user's ssh_config sets up for the host
+	// (RemoteForward, LocalForward, DynamicForward), here nor through a
+	// client of the master (client, rsh): a port of this machine
+	// forwarded there would be reachable from a sandbox with the
+	// network. Forward's (ssh -O forward) are still made.
 	cmd := exec.CommandContext(ctx, "ssh", e.args(
+		"-o", "ClearAllForwardings=yes",
 		"-o", "ControlMaster=yes",
 		"-o", "ControlPersist=10m",
 		"-o", "ServerAliveInterval=15",
@@ -188,7 +199,7 @@ func (e *Executor) socket() string { return filepath.Join(e.ctlDir, "master") }
 // client returns an ssh client command through the master that runs the
 // POSIX shell command line script on the host.
 func (e *Executor) client(ctx context.Context, script string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ssh", e.args("-o", "ControlMaster=no", "-T", "--", e.host, script)...)
+	return exec.CommandContext(ctx, "ssh", e.args("-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes", "-T", "--", e.host, script)...)
 }
 
 // run runs script on the host with args ($1, $2...) and returns its

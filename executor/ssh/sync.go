@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // rsyncFlags are what a place's copy takes, both ways: files,
@@ -36,7 +38,7 @@ var rsyncFlags = []string{
 // in rsync's own quoting (words split on spaces, single quotes keep
 // them together).
 func (e *Executor) rsh() (string, error) {
-	words := append([]string{"ssh"}, e.args("-o", "ControlMaster=no")...)
+	words := append([]string{"ssh"}, e.args("-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes")...)
 	for i, w := range words {
 		if strings.ContainsAny(w, "'\"\\\n") {
 			return "", fmt.Errorf("ssh executor: %q cannot be passed to rsync", w)
@@ -48,7 +50,47 @@ func (e *Executor) rsh() (string, error) {
 	return strings.Join(words, " "), nil
 }
 
-// rsync runs rsync with the place's flags, then more.
+// FDPrefix begins a local path that names an open descriptor of this
+// process: FDPrefix + N, or FDPrefix + N + "/" for a directory. Push,
+// Pull, Salvage, PushExtra and PullExtra take such a path for what the
+// caller opened (an O_PATH descriptor will do): rsync gets the
+// descriptor itself, so that the file or directory opened is the one
+// copied, whatever its name leads to by then (a directory swapped for a
+// symlink meanwhile is not followed). The caller keeps it open until
+// the call returns.
+const FDPrefix = "/proc/self/fd/"
+
+// localFD returns the descriptor that the local path p names, if it is
+// an FDPrefix path, and what follows its number.
+func localFD(p string) (fd int, rest string, ok bool) {
+	n, ok := strings.CutPrefix(p, FDPrefix)
+	if !ok {
+		return 0, "", false
+	}
+	num, rest, _ := strings.Cut(n, "/")
+	fd, err := strconv.Atoi(num)
+	if err != nil || fd < 0 {
+		return 0, "", false
+	}
+	if rest != "" {
+		rest = "/" + rest
+	} else if strings.HasSuffix(n, "/") {
+		rest = "/"
+	}
+	return fd, rest, true
+}
+
+// statLocal is os.Lstat of a local path, or os.Stat of the file an
+// FDPrefix path's descriptor refers to (not of its magic link).
+func statLocal(p string) (os.FileInfo, error) {
+	if _, _, ok := localFD(p); ok {
+		return os.Stat(p)
+	}
+	return os.Lstat(p)
+}
+
+// rsync runs rsync with the place's flags, then more; an argument that
+// is an FDPrefix path is passed as that descriptor (see FDPrefix).
 func (e *Executor) rsync(ctx context.Context, more ...string) error {
 	if err := e.connect(ctx); err != nil {
 		return err
@@ -58,7 +100,28 @@ func (e *Executor) rsync(ctx context.Context, more ...string) error {
 		return err
 	}
 	args := append([]string{"--rsh=" + rsh}, rsyncFlags...)
-	out, err := exec.CommandContext(ctx, "rsync", append(args, more...)...).CombinedOutput()
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, a := range more {
+		fd, rest, ok := localFD(a)
+		if !ok {
+			args = append(args, a)
+			continue
+		}
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("ssh executor: local %s: %w", a, err)
+		}
+		files = append(files, os.NewFile(uintptr(dup), a))
+		args = append(args, FDPrefix+strconv.Itoa(2+len(files))+rest)
+	}
+	cmd := exec.CommandContext(ctx, "rsync", args...)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("rsync with %s: %v: %s", e.host, err, strings.TrimSpace(string(out)))
 	}
@@ -82,10 +145,12 @@ func (e *Executor) Push(ctx context.Context, agent, local string) error {
 // bytes if there is one ("big NAME"), then the total size of the place
 // in bytes and its number of entries ("total N M"); "none" if there is
 // no place. It runs outside the
-// sandbox on what the agent wrote: find and du follow no symlink.
+// sandbox on what the agent wrote: find and du follow no symlink. du
+// counts every hard link (-l): rsync, without -H, writes each as a file
+// of its own here.
 const placeScript = `[ -d "$1" ] || { echo none; exit 0; }; cd -- "$1" || exit 1;` +
 	` b=$(find . -type f -size +"$2"c -print | head -n 1); [ -z "$b" ] || printf 'big %s\n' "$b";` +
-	` printf 'total %s %s\n' "$(du -s -b . | cut -f1)" "$(find . | wc -l)"`
+	` printf 'total %s %s\n' "$(du -s -b -l . | cut -f1)" "$(find . | wc -l)"`
 
 // Pull copies the agent's place on the host back into local, which it
 // then mirrors, with what the agent wrote there treated as hostile: see
@@ -148,7 +213,7 @@ func (e *Executor) PushExtra(ctx context.Context, agent, rel, local string) erro
 	if err != nil {
 		return err
 	}
-	fi, err := os.Lstat(local)
+	fi, err := statLocal(local)
 	if err != nil {
 		return err
 	}
@@ -161,6 +226,12 @@ func (e *Executor) PushExtra(ctx context.Context, agent, rel, local string) erro
 	case fi.Mode().IsRegular():
 		if _, err := e.run(ctx, `mkdir -p -- "$1"`, filepath.Dir(dir)); err != nil {
 			return err
+		}
+		if _, _, ok := localFD(local); ok {
+			// One regular file, opened: --copy-links reads it through
+			// its magic link, and there is no other link to follow. (A
+			// name, swapped for a symlink since, goes as a symlink.)
+			return e.rsync(ctx, "--copy-links", local, e.host+":"+dir)
 		}
 		return e.rsync(ctx, local, e.host+":"+dir)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +32,10 @@ import (
 // the root here; an agent's own extras (below) have a copy of their own.
 // A copy is pushed when its first process starts and comes back when
 // its last ends (Pull: what the agent wrote is hostile, see
-// executor/ssh), so that agents at work in the same workspace on the
-// host see each other's files, as they do here. A change made here
+// executor/ssh; a workspace's root only if one of them could write it,
+// so that a read-only view's turn undoes nothing made here meanwhile),
+// so that agents at work in the same workspace on the host see each
+// other's files, as they do here. A change made here
 // meanwhile (by the user, by an agent running here) reaches the host at
 // the next push, and is replaced by the host's copy at the next pull
 // (the copy is a mirror): one workspace is best kept on one machine.
@@ -94,14 +97,30 @@ type remoteCopy struct {
 	mu sync.Mutex // held while it is copied either way; guards the fields below
 	// running counts the processes that use it.
 	running int
+	// written: a process that used it since its push could write its
+	// root (else it has nothing to bring back, and bringing it back
+	// would undo what changed here meanwhile).
+	written bool
 	// synced: it came back after the last process that used it, in
 	// this daemon's life. Until then it may hold work not brought back,
 	// and is salvaged before the next push.
 	synced bool
 	// local is the workspace root it copies ("" for an agent's own),
-	// and extras what goes with it, as of its last push.
+	// and extras what goes with it, as of its last push; opened names
+	// the directory local was found to be then (openLocal), open until
+	// it comes back, and done closes it and the extras'.
 	local  string
+	opened string
 	extras []extra
+	done   []func()
+}
+
+// close closes what c's last push opened.
+func (c *remoteCopy) close() {
+	for _, f := range c.done {
+		f()
+	}
+	c.done = nil
 }
 
 // extra is a file or directory of this machine that a provider process
@@ -110,8 +129,28 @@ type remoteCopy struct {
 // process if read-write, but for keep.
 type extra struct {
 	rel, local string
+	src        bwrap.Source // how local is found, as bwrap binds it here
+	opened     string       // local opened (openLocal), while it is in use
 	rw         bool
 	keep       []string // a read-write one's excludes
+}
+
+// openLocal opens src as a local sandbox's bind would be (bwrap.Open: no
+// symlink where none may be, none out of where it must stay) and returns
+// the path that names what it opened for the executor (ssh.FDPrefix),
+// and the closer of it. A copy either way goes to or from that very
+// directory: one that an agent swapped for a symlink (a view's subdir,
+// a link's parent) since the sandbox was checked is not followed.
+func openLocal(src bwrap.Source) (string, func(), error) {
+	f, err := bwrap.Open(src)
+	if err != nil {
+		return "", nil, err
+	}
+	p := ssh.FDPrefix + strconv.Itoa(int(f.Fd()))
+	if dir, _ := bwrap.IsDir(f); dir {
+		p += "/"
+	}
+	return p, func() { f.Close() }, nil
 }
 
 // remoteRun is a process readied on a host: the copies it uses.
@@ -230,12 +269,14 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 		if err != nil {
 			return provider.Process{}, err
 		}
-		local := spec.Root.Host
+		local, rootSrc, rootRW := spec.Root.Host, spec.Root, !spec.RootReadOnly
 		place, err := e.Place(ctx, workspaceKey(local))
 		if err != nil {
 			return provider.Process{}, err
 		}
 		home := h.store.Layout().Home
+		wsScope, wsName, _ := strings.Cut(sess.Workspace, "/")
+		gitDir := h.store.Layout().WorkspaceGitDir(wsScope, wsName) // a git workspace's, read-write
 		sock := ""
 		if needs.ToolSocket {
 			if sock, err = h.toolSocket(sess.ID); err != nil {
@@ -254,15 +295,20 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 				}
 				spec.Mounts[i].Source = bwrap.Source{Host: remote}
 				continue
+			case ofWorkspace[m.Target] && !m.ReadOnly && m.Host != gitDir:
+				// A read-write link, into the home or not (a
+				// directory of another workspace, link_from's).
+				return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s links %s read-write: not on an ssh executor",
+					sess.Name, hostName, sess.Workspace, m.Host)
 			case strings.HasPrefix(m.Host, home+"/"):
 				// The home's: a git workspace's git directory, a CLI's
 				// own HOME, its MCP config.
-				x = extra{rel: strings.TrimPrefix(m.Host, home+"/"), local: m.Host, rw: !m.ReadOnly}
+				x = extra{rel: strings.TrimPrefix(m.Host, home+"/"), local: m.Host, src: m.Source, rw: !m.ReadOnly}
 			case ofWorkspace[m.Target] && m.ReadOnly:
 				// The workspace's, read-only, outside the home: a git
 				// workspace's repository (its clone's alternates and
 				// origin), a read-only link. A copy goes to the host.
-				x = extra{rel: filepath.Join(hostPaths, m.Host), local: m.Host}
+				x = extra{rel: filepath.Join(hostPaths, m.Host), local: m.Host, src: m.Source}
 			case ofWorkspace[m.Target]:
 				return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s links %s read-write: not on an ssh executor",
 					sess.Name, hostName, sess.Workspace, m.Host)
@@ -296,7 +342,7 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			}
 			spec.Mounts[i].Source = bwrap.Source{Host: remote}
 		}
-		if err := h.remotes.ready(ctx, e, sess.ID, local, shared, own); err != nil {
+		if err := h.remotes.ready(ctx, e, sess.ID, local, rootSrc, rootRW, shared, own); err != nil {
 			return provider.Process{}, err
 		}
 		// bwrap as the host's PATH finds it (the sandbox's PATH).
@@ -329,7 +375,7 @@ func excludes(x extra, all []extra) []string {
 // ready fences agent's stale processes on e's host and begins its
 // copies (the workspace root local with shared, its own extras own), for
 // its Start hook to take.
-func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local string, shared, own []extra) error {
+func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local string, root bwrap.Source, rootRW bool, shared, own []extra) error {
 	r.mu.Lock()
 	stale := r.pending[agent]
 	delete(r.pending, agent)
@@ -347,10 +393,10 @@ func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local strin
 		ws.unsync()
 		self.unsync()
 	}
-	if err := self.begin(ctx, "", own); err != nil {
+	if err := self.begin(ctx, "", bwrap.Source{}, false, own); err != nil {
 		return err
 	}
-	if err := ws.begin(ctx, local, shared); err != nil {
+	if err := ws.begin(ctx, local, root, rootRW, shared); err != nil {
 		self.end(ctx)
 		return err
 	}
@@ -388,48 +434,74 @@ func (c *remoteCopy) unsync() {
 	c.mu.Unlock()
 }
 
-// begin counts a process that uses c; the first pushes it (local, if
-// not "", to the place; extras beside it), after a salvage if it is not
-// synced.
-func (c *remoteCopy) begin(ctx context.Context, local string, extras []extra) error {
+// begin counts a process that uses c, and can write its root if rw;
+// the first pushes it (local, if not "", found as root says, to the
+// place; extras beside it), after a salvage if it is not synced.
+func (c *remoteCopy) begin(ctx context.Context, local string, root bwrap.Source, rw bool, extras []extra) (err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.running > 0 {
 		c.running++
+		c.written = c.written || rw
 		return nil
 	}
+	// What is copied either way, until it comes back, is what is found
+	// now as the sandbox would find it: opened once, so that a
+	// directory swapped for a symlink meanwhile is not followed.
+	c.close()
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	opened := ""
+	if local != "" {
+		p, done, err := openLocal(root)
+		if err != nil {
+			return err
+		}
+		c.done = append(c.done, done)
+		opened = p
+	}
 	for i, x := range extras {
+		p, done, err := openLocal(x.src)
+		if err != nil {
+			return err
+		}
+		c.done = append(c.done, done)
+		extras[i].opened = p
 		if x.rw {
 			extras[i].keep = excludes(x, extras)
 		}
 	}
 	if !c.synced {
 		if local != "" {
-			if err := c.e.Salvage(ctx, c.key, local); err != nil {
+			if err := c.e.Salvage(ctx, c.key, opened); err != nil {
 				return fmt.Errorf("bringing back what was left on %s: %w", c.e.Host(), err)
 			}
 		}
 		for _, x := range extras {
 			if x.rw {
-				if err := c.e.PullExtra(ctx, c.key, x.rel, x.local, true, x.keep...); err != nil {
+				if err := c.e.PullExtra(ctx, c.key, x.rel, x.opened, true, x.keep...); err != nil {
 					return fmt.Errorf("bringing back what was left on %s: %w", c.e.Host(), err)
 				}
 			}
 		}
 	}
 	c.synced = false // until it comes back
-	c.local, c.extras = local, extras
+	c.local, c.opened, c.extras = local, opened, extras
 	for _, x := range extras {
-		if err := c.e.PushExtra(ctx, c.key, x.rel, x.local); err != nil {
+		if err := c.e.PushExtra(ctx, c.key, x.rel, x.opened); err != nil {
 			return err
 		}
 	}
 	if local != "" {
-		if err := c.e.Push(ctx, c.key, local); err != nil {
+		if err := c.e.Push(ctx, c.key, opened); err != nil {
 			return err
 		}
 	}
 	c.running = 1
+	c.written = rw
 	return nil
 }
 
@@ -441,16 +513,17 @@ func (c *remoteCopy) end(ctx context.Context) error {
 	if c.running--; c.running > 0 {
 		return nil
 	}
+	defer c.close()
 	var err error
-	if c.local != "" {
-		err = c.e.Pull(ctx, c.key, c.local)
+	if c.local != "" && c.written {
+		err = c.e.Pull(ctx, c.key, c.opened)
 	}
 	for _, x := range c.extras {
 		if err != nil {
 			break
 		}
 		if x.rw {
-			err = c.e.PullExtra(ctx, c.key, x.rel, x.local, false, x.keep...)
+			err = c.e.PullExtra(ctx, c.key, x.rel, x.opened, false, x.keep...)
 		}
 	}
 	c.synced = err == nil
