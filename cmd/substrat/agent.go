@@ -558,8 +558,11 @@ func isFile(path string) bool {
 
 // executorShown is an agent's executor as inspect shows it.
 func executorShown(e string) string {
-	if e == "" {
+	switch {
+	case e == "":
 		return "local"
+	case strings.HasPrefix(e, "k8s://"):
+		return e + " (recorded; its turns still run on this machine)"
 	}
 	return e + " (its provider's processes run there)"
 }

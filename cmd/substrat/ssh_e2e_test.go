@@ -740,7 +740,22 @@ func TestSSHExecutorShared(t *testing.T) {
 // one that does not runs under the same limit.
 func TestSSHExecutorLimits(t *testing.T) {
 	d, s, _ := sshDaemon(t)
-	hog, model := lookPath(t, "hog-model"), lookPath(t, "remote-model")
+	// The models are shell scripts, not this test binary: built with
+	// -race, it cannot start under a data-segment limit (ThreadSanitizer
+	// maps its shadow memory first).
+	dir := t.TempDir()
+	hog, model := filepath.Join(dir, "hog-model"), filepath.Join(dir, "calm-model")
+	scripts := map[string]string{
+		// Holds 300 MiB, past its limit, then says done.
+		hog: `read -r turn; head -c 314572800 /dev/zero | tail -c 314572800 >/dev/null || exit 1; echo '{"type":"done","text":"survived"}'`,
+		// Says its data-segment limit.
+		model: `read -r turn; echo "{\"type\":\"done\",\"text\":\"$(awk '/^Max data size/ {print $1, $2, $3, $4, $5, $6}' /proc/self/limits)\"}"`,
+	}
+	for path, body := range scripts {
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab"}, nil)
 	mem := &fsstore.Limits{MemoryBytes: 256 << 20}
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "hog", Model: hog, Workspace: "lab", Executor: "ssh://" + s.Host, Limits: mem}, nil)
