@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/substrat/substrat/executor/k8s"
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/k8stest"
+	wire "github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/daemon"
+)
+
+// k8sModel is a script-provider model program (k8s-model in TestMain)
+// for an agent on a Kubernetes executor. It works in its working
+// directory, the pod's workspace (on kwok, whose exec runs it on this
+// machine, a directory of the test). The last line of its prompt that is
+// one of these says what to do:
+//
+//	write NAME TEXT  write TEXT to NAME, then say where it works
+//	attack           plant what must not come back: symlinks out of
+//	                 the tree, a git hook and config, a .git file
+func k8sModel() int {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(nil, 1<<20)
+	var turn struct {
+		Prompt string `json:"prompt"`
+	}
+	if !in.Scan() || json.Unmarshal(in.Bytes(), &turn) != nil {
+		return 1
+	}
+	var words []string
+	for _, l := range strings.Split(turn.Prompt, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack") {
+			words = f
+		}
+	}
+	out := json.NewEncoder(os.Stdout)
+	done := func(text string) int {
+		out.Encode(map[string]any{"type": "done", "text": text})
+		return 0
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case len(words) >= 3 && words[0] == "write":
+		if err := os.WriteFile(words[1], []byte(strings.Join(words[2:], " ")), 0o644); err != nil {
+			return fail(err)
+		}
+		return done("wrote " + words[1] + " in " + wd + " as " + os.Getenv("SUBSTRAT_AGENT_ID"))
+	case len(words) == 1 && words[0] == "attack":
+		for _, step := range []error{
+			os.Symlink("/etc", "etc"),
+			os.Symlink("../../../../../../../etc/passwd", "passwd"),
+			os.MkdirAll(".git/hooks", 0o755),
+			os.WriteFile(".git/hooks/post-checkout", []byte("#!/bin/sh\ntouch /tmp/hook-ran\n"), 0o755),
+			os.WriteFile(".git/config", []byte("[core]\n\tfsmonitor = touch /tmp/fsmonitor-ran\n"), 0o644),
+			os.MkdirAll("sub", 0o755),
+			os.WriteFile("sub/.git", []byte("gitdir: /etc\n"), 0o644),
+			os.WriteFile("innocent.txt", []byte("plain data"), 0o644),
+		} {
+			if step != nil {
+				return fail(step)
+			}
+		}
+		return done("planted")
+	}
+	return done("say what to do")
+}
+
+// k8sCluster is the test control plane (internal/k8stest), its
+// kubeconfig and a namespace of the test's own.
+func k8sCluster(t *testing.T) (kubeconfig, ns string, core corev1client.CoreV1Interface) {
+	t.Helper()
+	kubeconfig = k8stest.Kubeconfig(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if core, err = corev1client.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ns = "e2e-" + strings.ToLower(fsstore.NewID())
+	if len(ns) > 63 {
+		ns = ns[:63]
+	}
+	ctx := context.Background()
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { core.Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	// Admission wants the namespace's default service account first.
+	waitUntil(t, "the namespace's default service account", func() bool {
+		_, err := core.ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	return kubeconfig, ns, core
+}
+
+// waitUntil polls cond for at most two minutes (a bound for a test that
+// would hang, not a timing assertion).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// agentPods lists the pods of agent in ns.
+func agentPods(t *testing.T, core corev1client.CoreV1Interface, ns, agent string) []corev1.Pod {
+	t.Helper()
+	list, err := core.Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.LabelAgent + "=" + agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// TestK8sExecutorE2E: an agent created with --executor
+// k8s://CONTEXT/NAMESPACE runs its turns in its pod, on the test's real
+// control plane (kwok's nodes: the exec runs the command on this
+// machine, in the pod's workspace, which the test makes a directory of
+// its own). Its workspace goes there and what it wrote comes back; what
+// it planted to attack this side does not; a daemon restart's reconcile
+// deletes the pod of the previous incarnation, and the next turn runs in
+// a pod of the new one.
+func TestK8sExecutorE2E(t *testing.T) {
+	kubeconfig, ns, core := k8sCluster(t)
+	inPod := t.TempDir() // the pod's workspace, on kwok
+	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
+	model := lookPath(t, "k8s-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	if err := os.WriteFile(filepath.Join(root, "input.txt"), []byte("from here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab",
+		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
+	// A volume for its workspace claim (the control plane has no
+	// provisioner).
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(a.ID)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(a.ID)},
+		},
+	}
+	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+
+	t0 := time.Now()
+	res := d.send("far", "write hello.txt hi from the pod")
+	first := time.Since(t0)
+	if want := "wrote hello.txt in " + inPod + " as " + a.ID; res.Text != want {
+		t.Fatalf("the turn said %q, want %q", res.Text, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "hello.txt")); err != nil || string(b) != "hi from the pod" {
+		t.Fatalf("hello.txt in the workspace: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(inPod, "input.txt")); err != nil || string(b) != "from here" {
+		t.Fatalf("input.txt in the pod: %q, %v", b, err)
+	}
+	// Its pod: the agent's labels, this home's, one incarnation.
+	homeID, err := fsstore.HomeID(d.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := agentPods(t, core, ns, a.ID)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods of the agent", len(pods))
+	}
+	pod := pods[0]
+	inc := pod.Labels[k8s.LabelIncarnation]
+	if pod.Labels[k8s.LabelHome] != homeID || pod.Labels[k8s.LabelManagedBy] != k8s.ManagedBy || inc == "" ||
+		!strings.HasPrefix(pod.Name, k8s.PodPrefix(a.ID, inc)) || pod.Status.Phase != corev1.PodRunning {
+		t.Fatalf("pod %s: labels %v, phase %s", pod.Name, pod.Labels, pod.Status.Phase)
+	}
+	if v := pod.Spec.Volumes[0]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != k8s.ClaimName(a.ID) {
+		t.Errorf("the pod's workspace volume: %+v", v)
+	}
+
+	// A turn in the running pod: its cost (kwok's exec runs here).
+	os.Remove(filepath.Join(root, "input.txt"))
+	var warm time.Duration
+	for i := range 3 {
+		t0 = time.Now()
+		d.send("far", fmt.Sprintf("write second.txt again %d", i))
+		warm += time.Since(t0)
+	}
+	warm /= 3
+	if _, err := os.Lstat(filepath.Join(inPod, "input.txt")); !os.IsNotExist(err) {
+		t.Errorf("input.txt removed here is still in the pod: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "second.txt")); string(b) != "again 2" {
+		t.Errorf("second.txt: %q", b)
+	}
+	// The same turn on this machine, in its sandbox, to compare.
+	needBwrap(t)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "here", Network: true}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "near", Model: model, Workspace: "here"}, nil)
+	d.send("near", "write x.txt warm-up")
+	var local time.Duration
+	for i := range 3 {
+		t0 = time.Now()
+		d.send("near", fmt.Sprintf("write x.txt %d", i))
+		local += time.Since(t0)
+	}
+	local /= 3
+	t.Logf("a turn in a pod on kwok: the first %v (pod made), then %v; on this machine in bwrap %v: %v more",
+		first.Round(time.Millisecond), warm.Round(time.Millisecond), local.Round(time.Millisecond), (warm - local).Round(time.Millisecond))
+
+	// The attack: nothing of it comes back, the plain file does.
+	if res := d.send("far", "attack"); res.Text != "planted" {
+		t.Fatalf("the attack turn said %q", res.Text)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "innocent.txt")); err != nil || string(b) != "plain data" {
+		t.Fatalf("innocent.txt: %q, %v", b, err)
+	}
+	for _, bad := range []string{"etc", "passwd", ".git", "sub/.git"} {
+		if fi, err := os.Lstat(filepath.Join(root, bad)); !os.IsNotExist(err) {
+			t.Errorf("%s came back from the pod: %v, %v", bad, fi, err)
+		}
+	}
+
+	// A restart (kill -9): the start's reconcile deletes the pod of the
+	// previous incarnation (the agent is idle: none is made).
+	d.kill()
+	d.start()
+	waitUntil(t, "the stale pod's deletion", func() bool {
+		_, err := core.Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log()); !strings.Contains(string(b), pod.Name) {
+		t.Errorf("the daemon's log does not name the stale pod %s it deleted", pod.Name)
+	}
+	res = d.send("far", "write third.txt after the restart")
+	if !strings.HasPrefix(res.Text, "wrote third.txt") {
+		t.Fatalf("the turn after the restart said %q", res.Text)
+	}
+	pods = agentPods(t, core, ns, a.ID)
+	if len(pods) != 1 || pods[0].Labels[k8s.LabelIncarnation] == inc || pods[0].Name == pod.Name {
+		t.Fatalf("after the restart: %d pods, the first of incarnation %q (before: %q)", len(pods), pods[0].Labels[k8s.LabelIncarnation], inc)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "third.txt")); string(b) != "after the restart" {
+		t.Errorf("third.txt: %q", b)
+	}
+	// Its end deletes its pod; the claim stays.
+	var ended []wire.AgentInfo
+	mustCall(d, wire.AgentTerminate, wire.TerminateParams{Ref: "far"}, &ended)
+	waitUntil(t, "the terminated agent's pod's deletion", func() bool { return len(agentPods(t, core, ns, a.ID)) == 0 })
+	if _, err := core.PersistentVolumeClaims(ns).Get(context.Background(), k8s.ClaimName(a.ID), metav1.GetOptions{}); err != nil {
+		t.Errorf("the workspace claim: %v", err)
+	}
+}
