@@ -153,6 +153,12 @@ func TestK8sExecutorE2E(t *testing.T) {
 	inPod := t.TempDir() // the pod's workspace, on kwok
 	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
 	model := lookPath(t, "k8s-model")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
+			t.Logf("the daemon's log:\n%s", b)
+		}
+	})
 	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
 	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
 	if err := os.WriteFile(filepath.Join(root, "input.txt"), []byte("from here"), 0o644); err != nil {

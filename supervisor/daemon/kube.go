@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/executor/k8s"
@@ -268,6 +271,22 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 		if err != nil {
 			return nil, err
 		}
+		// The caller closes its files once the hook returns; the
+		// exec's streams are copied after, from copies of their own.
+		var files []*os.File
+		for _, w := range []*io.Writer{&stdio.Stdout, &stdio.Stderr} {
+			if f, ok := (*w).(*os.File); ok {
+				fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+				if err != nil {
+					closeAll(files)
+					release()
+					return nil, err
+				}
+				dup := os.NewFile(uintptr(fd), f.Name())
+				files = append(files, dup)
+				*w = dup
+			}
+		}
 		inc := h.kubes.incarnation
 		run, err := func() (executor.Process, error) {
 			if fenced, err := e.Fence(ctx, sess.ID, inc); err != nil {
@@ -291,10 +310,23 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 				Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 		}()
 		if err != nil {
+			closeAll(files)
 			release()
 			return nil, err
 		}
+		go func() {
+			// The streams end with the exec's (Wait may be called more
+			// than once on it).
+			run.Wait()
+			closeAll(files)
+		}()
 		return &kubeProcess{Process: run, e: e, log: h.log, agent: sess.ID, incarnation: inc, local: local, release: release}, nil
+	}
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
 }
 
