@@ -245,7 +245,8 @@ agent_image() { # the agent image, from this machine's binaries and their librar
 	local root=$RUN_DIR/agent-root b r l
 	rm -rf "$root" && mkdir -p "$root"/{bin,usr/bin,tmp,workspace,etc}
 	for b in /bin/sh /usr/bin/setsid /usr/bin/head /usr/bin/mkfifo /usr/bin/mktemp /usr/bin/cat /usr/bin/tr \
-		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id; do
+		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id \
+		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir; do
 		r=$(readlink -f "$b") || continue
 		mkdir -p "$root$(dirname "$b")" && cp "$r" "$root$b"
 		for l in $(ldd "$r" 2>/dev/null | grep -o '/[^ ]*'); do
