@@ -301,7 +301,7 @@ func readTar(r io.Reader, stage string) (map[string]kind, error) {
 			}
 			names[name] = kindDir
 			root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-		case tar.TypeReg, tar.TypeRegA, tar.TypeLink:
+		case tar.TypeReg, tar.TypeLink: // (the reader makes a TypeRegA a TypeReg)
 			size := hdr.Size
 			var src io.Reader = tr
 			closeSrc := func() error { return nil }

@@ -124,6 +124,24 @@ func TestPushPull(t *testing.T) {
 	}
 }
 
+// TestEnsureNewLimits: a pod whose resources are not the agent's limits
+// (they changed since it was made) is replaced by Ensure; one that has
+// them is kept.
+func TestEnsureNewLimits(t *testing.T) {
+	e := newExec(t, Options{Workspace: emptyDir})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
+	first := running(t, e, a)
+	if again := running(t, e, a); again.Name != first.Name {
+		t.Fatalf("the same limits: pod %s replaced by %s", first.Name, again.Name)
+	}
+	a.Limits.MemoryBytes = 128 << 20
+	second := running(t, e, a)
+	if second.Name == first.Name {
+		t.Fatal("new limits: the pod was kept")
+	}
+	gone(t, e, first.Name)
+}
+
 // TestReadTarHostile: what a hostile stream may hold that tar -c does
 // not write: names out of the tree, entries through a symlink or a file
 // of the stream, hard links out, devices; and the count bound.
