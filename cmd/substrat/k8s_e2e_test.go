@@ -34,6 +34,8 @@ import (
 //	write NAME TEXT  write TEXT to NAME, then say where it works
 //	attack           plant what must not come back: symlinks out of
 //	                 the tree, a git hook and config, a .git file
+//	hold PATH        write PATH.started, then wait until PATH exists
+//	                 (both outside the workspace)
 func k8sModel() int {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
@@ -45,7 +47,7 @@ func k8sModel() int {
 	}
 	var words []string
 	for _, l := range strings.Split(turn.Prompt, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "write" || f[0] == "attack" || f[0] == "hold") {
 			words = f
 		}
 	}
@@ -68,6 +70,16 @@ func k8sModel() int {
 			return fail(err)
 		}
 		return done("wrote " + words[1] + " in " + wd + " as " + os.Getenv("SUBSTRAT_AGENT_ID"))
+	case len(words) == 2 && words[0] == "hold":
+		if err := os.WriteFile(words[1]+".started", nil, 0o644); err != nil {
+			return fail(err)
+		}
+		for {
+			if _, err := os.Stat(words[1]); err == nil {
+				return done("released")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	case len(words) == 1 && words[0] == "attack":
 		for _, step := range []error{
 			os.Symlink("/etc", "etc"),
@@ -286,5 +298,77 @@ func TestK8sExecutorE2E(t *testing.T) {
 	waitUntil(t, "the terminated agent's pod's deletion", func() bool { return len(agentPods(t, core, ns, a.ID)) == 0 })
 	if _, err := core.PersistentVolumeClaims(ns).Get(context.Background(), k8s.ClaimName(a.ID), metav1.GetOptions{}); err != nil {
 		t.Errorf("the workspace claim: %v", err)
+	}
+}
+
+// TestK8sExecutorPodGone: a turn whose pod is deleted while its process
+// runs fails as cut short (k8s.ErrPodGone), and is retried in a new pod.
+// (On kwok the process outlives its pod, this machine's; the exec's end
+// is what finds the pod gone.)
+func TestK8sExecutorPodGone(t *testing.T) {
+	kubeconfig, ns, core := k8sCluster(t)
+	inPod := t.TempDir()
+	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
+	cfg := `{"version": 1, "retry": {"limit": 5, "window": "1m", "base": "200ms"}}`
+	if err := os.WriteFile(filepath.Join(d.home, "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.kill()
+	d.start()
+	model := lookPath(t, "k8s-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab",
+		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(a.ID)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(a.ID)},
+		},
+	}
+	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	release := filepath.Join(t.TempDir(), "release")
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "hold " + release}, nil)
+	waitFile(t, release+".started")
+	pods := agentPods(t, core, ns, a.ID)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods", len(pods))
+	}
+	zero := int64(0)
+	if err := core.Pods(ns).Delete(context.Background(), pods[0].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the pod's deletion", func() bool {
+		_, err := core.Pods(ns).Get(context.Background(), pods[0].Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitFirstTurn("far")
+	events, err := os.ReadFile(fsstore.Layout{Home: d.home}.Agent(a.ID).Events())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed string
+	for _, l := range strings.Split(string(events), "\n") {
+		if strings.Contains(l, `"`+fsstore.EvTurnFailed+`"`) {
+			failed = l
+		}
+	}
+	if !strings.Contains(failed, "the pod went while the command ran") {
+		t.Fatalf("no turn failed as its pod went:\n%s", events)
+	}
+	t.Logf("the cut turn: %s", failed)
+	after := agentPods(t, core, ns, a.ID)
+	if len(after) != 1 || after[0].Name == pods[0].Name {
+		t.Fatalf("after the retry: %d pods", len(after))
 	}
 }
