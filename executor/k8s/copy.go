@@ -378,7 +378,8 @@ func trimName(s string) string {
 
 // mirror moves the tree stage (its entries names) into local, which it
 // then mirrors: local's entries that are not in stage are deleted, but
-// for .git at any depth, which is neither replaced nor deleted. No
+// for .git at any depth, which is neither replaced nor deleted (nor the
+// directories that hold one). No
 // symlink of local is followed: each entry is written through an
 // os.Root of local, parents before what they hold, and one of another
 // kind is replaced.
@@ -394,7 +395,10 @@ func mirror(stage, local string, names map[string]kind) error {
 	}
 	defer sroot.Close()
 	// Deletions first: what is in local and not in stage (or of another
-	// kind, which is replaced).
+	// kind, which is replaced). A directory goes after what it holds,
+	// and only if it is empty then: one that holds a .git stays, with
+	// it.
+	var dirs []string
 	err = filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == local {
 			return err
@@ -422,16 +426,17 @@ func mirror(stage, local string, names map[string]kind) error {
 		if names[name] == k && k != 0 {
 			return nil
 		}
-		if err := root.RemoveAll(name); err != nil {
-			return err
+		if k == kindDir {
+			dirs = append(dirs, name)
+			return nil
 		}
-		if d.IsDir() {
-			return filepath.SkipDir
-		}
-		return nil
+		return root.Remove(name)
 	})
 	if err != nil {
 		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		root.Remove(dirs[i]) // fails if it still holds a .git
 	}
 	return filepath.WalkDir(stage, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == stage {

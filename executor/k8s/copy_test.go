@@ -40,6 +40,8 @@ func TestPushPull(t *testing.T) {
 	write(local, "sub/run.sh", "#!/bin/sh\n", 0o755)
 	write(local, ".git/config", "[core]\n", 0o644)
 	write(local, "sub/.git/HEAD", "x", 0o644)
+	write(local, "gone/.git/HEAD", "y", 0o644)
+	write(local, "gone/deep/f", "z", 0o644)
 	os.Symlink("a.txt", filepath.Join(local, "in-link"))
 	os.Symlink("/etc/passwd", filepath.Join(local, "out-link"))
 	write(inPod, "stale.txt", "from before", 0o644)
@@ -68,6 +70,7 @@ func TestPushPull(t *testing.T) {
 	write(inPod, "new/b.txt", "B", 0o644)
 	write(inPod, "a.txt", "A2", 0o644)
 	os.Remove(filepath.Join(inPod, "sub/run.sh"))
+	os.RemoveAll(filepath.Join(inPod, "gone"))
 	os.Symlink("/etc", filepath.Join(inPod, "etc"))
 	os.Symlink("../../../../../../etc/passwd", filepath.Join(inPod, "new/passwd"))
 	write(inPod, ".git/hooks/post-checkout", "#!/bin/sh\ntouch /tmp/pwned\n", 0o755)
@@ -82,12 +85,12 @@ func TestPushPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("pull: %v", time.Since(t0).Round(time.Millisecond))
-	for name, want := range map[string]string{"a.txt": "A2", "new/b.txt": "B", ".git/config": "[core]\n", "sub/.git/HEAD": "x"} {
+	for name, want := range map[string]string{"a.txt": "A2", "new/b.txt": "B", ".git/config": "[core]\n", "sub/.git/HEAD": "x", "gone/.git/HEAD": "y"} {
 		if b, err := os.ReadFile(filepath.Join(local, name)); err != nil || string(b) != want {
 			t.Errorf("%s here: %q, %v; want %q", name, b, err, want)
 		}
 	}
-	for _, gone := range []string{"sub/run.sh", "etc", "new/passwd", ".git/hooks", "deep/.git", "fifo", "out-link"} {
+	for _, gone := range []string{"sub/run.sh", "etc", "new/passwd", ".git/hooks", "deep/.git", "fifo", "out-link", "gone/deep"} {
 		if _, err := os.Lstat(filepath.Join(local, gone)); !os.IsNotExist(err) {
 			t.Errorf("%s came back: %v", gone, err)
 		}
