@@ -129,6 +129,25 @@ func k8sCluster(t *testing.T) (kubeconfig, ns string, core corev1client.CoreV1In
 	return kubeconfig, ns, core
 }
 
+// k8sDaemon starts a daemon whose Kubernetes executors reach the test's
+// control plane (kubeconfig), with the pods' workspace at inPod (kwok's
+// exec runs on this machine).
+func k8sDaemon(t *testing.T, kubeconfig, inPod string) *e2eDaemon {
+	t.Helper()
+	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
+	t.Cleanup(func() {
+		// Under -race, the daemon (this test binary) reports there.
+		if b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out")); strings.Contains(string(b), "DATA RACE") {
+			t.Errorf("the daemon raced:\n%s", b)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
+			t.Logf("the daemon's log:\n%s", b)
+		}
+	})
+	return d
+}
+
 // waitUntil polls cond for at most two minutes (a bound for a test that
 // would hang, not a timing assertion).
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -163,14 +182,8 @@ func agentPods(t *testing.T, core corev1client.CoreV1Interface, ns, agent string
 func TestK8sExecutorE2E(t *testing.T) {
 	kubeconfig, ns, core := k8sCluster(t)
 	inPod := t.TempDir() // the pod's workspace, on kwok
-	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
+	d := k8sDaemon(t, kubeconfig, inPod)
 	model := lookPath(t, "k8s-model")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
-			t.Logf("the daemon's log:\n%s", b)
-		}
-	})
 	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
 	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
 	if err := os.WriteFile(filepath.Join(root, "input.txt"), []byte("from here"), 0o644); err != nil {
@@ -308,7 +321,7 @@ func TestK8sExecutorE2E(t *testing.T) {
 func TestK8sExecutorPodGone(t *testing.T) {
 	kubeconfig, ns, core := k8sCluster(t)
 	inPod := t.TempDir()
-	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
+	d := k8sDaemon(t, kubeconfig, inPod)
 	cfg := `{"version": 1, "retry": {"limit": 5, "window": "1m", "base": "200ms"}}`
 	if err := os.WriteFile(filepath.Join(d.home, "config.json"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
