@@ -385,3 +385,91 @@ func TestK8sExecutorPodGone(t *testing.T) {
 		t.Fatalf("after the retry: %d pods", len(after))
 	}
 }
+
+// k8sShellModel is a script-provider model program in sh, for the agent
+// image of the real kubelet (which has no Go test binary): it writes
+// hello.txt with its user id, plants what must not come back, and says
+// so.
+const k8sShellModel = `#!/bin/sh
+read -r turn
+echo "hi from $(id -u) in $(pwd)" > hello.txt
+ln -s /etc etc
+mkdir -p .git/hooks sub
+echo evil > .git/hooks/post-checkout
+echo 'gitdir: /etc' > sub/.git
+echo '{"type":"done","text":"wrote hello.txt"}'
+`
+
+// k8sShellModelPath is where TestMain wrote k8sShellModel ("" if it
+// could not).
+var k8sShellModelPath string
+
+// TestK8sExecutorRealKubelet: the daemon's turn in a pod of the node
+// with a real kubelet and container runtime (skipped where there is
+// none): the workspace goes into the container's claim, the model runs
+// there as the pod's user, and its work comes back, its attack not.
+func TestK8sExecutorRealKubelet(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	if k8sShellModelPath == "" {
+		t.Skip("no model program for the agent image")
+	}
+	kubeconfig, ns, core := k8sCluster(t)
+	spec := `{"nodeName":"` + node + `","hostNetwork":true,"tolerations":[{"operator":"Exists"}]}`
+	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sImageEnv+"="+image, daemon.K8sPodSpecEnv+"="+spec)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
+			t.Logf("the daemon's log:\n%s", b)
+		}
+	})
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	os.WriteFile(filepath.Join(root, "input.txt"), []byte("from here"), 0o644)
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: k8sShellModelPath, Workspace: "lab",
+		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
+	vol := t.TempDir()
+	if err := os.Chmod(vol, 0o777); err != nil { // the pod's user writes it
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(a.ID)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: vol}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(a.ID)},
+		},
+	}
+	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+
+	t0 := time.Now()
+	res := d.send("far", "go")
+	first := time.Since(t0)
+	if res.Text != "wrote hello.txt" {
+		t.Fatalf("the turn said %q", res.Text)
+	}
+	t0 = time.Now()
+	d.send("far", "again")
+	t.Logf("a turn in a pod on the real kubelet: the first %v (pod made), then %v", first.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+	if b, err := os.ReadFile(filepath.Join(root, "hello.txt")); err != nil || string(b) != "hi from 65532 in /workspace\n" {
+		t.Errorf("hello.txt: %q, %v", b, err)
+	}
+	// The workspace went into the claim's volume.
+	if b, err := os.ReadFile(filepath.Join(vol, "input.txt")); err != nil || string(b) != "from here" {
+		t.Errorf("input.txt in the claim: %q, %v", b, err)
+	}
+	for _, bad := range []string{"etc", ".git", "sub/.git"} {
+		if _, err := os.Lstat(filepath.Join(root, bad)); !os.IsNotExist(err) {
+			t.Errorf("%s came back from the pod: %v", bad, err)
+		}
+	}
+	pods := agentPods(t, core, ns, a.ID)
+	if len(pods) != 1 || pods[0].Spec.NodeName != node {
+		t.Fatalf("%d pods, on %v", len(pods), pods)
+	}
+}

@@ -40,6 +40,18 @@ func TestMain(m *testing.M) {
 type stopK8s struct{ m *testing.M }
 
 func (s stopK8s) Run() int {
+	// The model program of a daemon's turn on the real kubelet, which
+	// goes into the agent image (scripts/k8s-control-plane.sh) at the
+	// same path.
+	if dir, err := os.MkdirTemp("/var/tmp", "substrat-k8s-model-"); err == nil {
+		os.Chmod(dir, 0o755)
+		p := filepath.Join(dir, "model.sh")
+		if os.WriteFile(p, []byte(k8sShellModel), 0o755) == nil {
+			os.Setenv("SUBSTRAT_K8S_IMAGE_FILES", p)
+			k8sShellModelPath = p
+		}
+		defer os.RemoveAll(dir)
+	}
 	code := s.m.Run()
 	k8stest.Stop()
 	return code

@@ -55,9 +55,13 @@ func Main(m *testing.M) {
 // Run that calls Stop after m.Run).
 func Stop() {
 	if cluster.runDir != "" {
-		cmd := exec.Command(cluster.script, "stop", cluster.runDir)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
+		// Its output through a pipe of its own, then ours: written
+		// straight to the test binary's standard error at its end (under
+		// testscript.Main), the script's first line failed, and with it
+		// the stop.
+		out, err := exec.Command(cluster.script, "stop", cluster.runDir).CombinedOutput()
+		os.Stderr.Write(out)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 		}
 		cluster.runDir = ""

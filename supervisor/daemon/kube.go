@@ -2,15 +2,18 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/executor/k8s"
@@ -73,7 +76,46 @@ const (
 	// (k8s.DefaultMountPath when unset). On kwok, whose exec runs the
 	// command on its own machine, the tests set a directory there.
 	K8sMountPathEnv = "SUBSTRAT_K8S_MOUNT_PATH"
+	// K8sPodSpecEnv is JSON of the fields of a pod spec that say where
+	// the pods run, set on each: nodeName, nodeSelector, affinity,
+	// tolerations, priorityClassName, runtimeClassName, imagePullSecrets,
+	// hostNetwork. No other field is taken.
+	K8sPodSpecEnv = "SUBSTRAT_K8S_POD_SPEC"
 )
+
+// podPlacement is what K8sPodSpecEnv may set.
+type podPlacement struct {
+	NodeName          string                        `json:"nodeName,omitempty"`
+	NodeSelector      map[string]string             `json:"nodeSelector,omitempty"`
+	Affinity          *corev1.Affinity              `json:"affinity,omitempty"`
+	Tolerations       []corev1.Toleration           `json:"tolerations,omitempty"`
+	PriorityClassName string                        `json:"priorityClassName,omitempty"`
+	RuntimeClassName  *string                       `json:"runtimeClassName,omitempty"`
+	ImagePullSecrets  []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	HostNetwork       bool                          `json:"hostNetwork,omitempty"`
+}
+
+// placement returns the Customize of K8sPodSpecEnv's value v (nil for
+// "").
+func placement(v string) (func(*corev1.Pod), error) {
+	if v == "" {
+		return nil, nil
+	}
+	var pl podPlacement
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pl); err != nil {
+		return nil, fmt.Errorf("$%s: %w", K8sPodSpecEnv, err)
+	}
+	return func(p *corev1.Pod) {
+		s := &p.Spec
+		s.NodeName, s.NodeSelector, s.Affinity, s.Tolerations = pl.NodeName, pl.NodeSelector, pl.Affinity, pl.Tolerations
+		s.PriorityClassName, s.ImagePullSecrets, s.HostNetwork = pl.PriorityClassName, pl.ImagePullSecrets, pl.HostNetwork
+		if pl.RuntimeClassName != nil {
+			s.RuntimeClassName = pl.RuntimeClassName
+		}
+	}, nil
+}
 
 // k8sPodTimeout bounds the wait for an agent's pod to run.
 const k8sPodTimeout = 5 * time.Minute
@@ -101,7 +143,11 @@ func (k *kubes) executor(target string) (*k8s.Executor, error) {
 	if id == "" {
 		return nil, fmt.Errorf("the home %s has no id yet", k.home)
 	}
-	e, err := k8s.New(t, k8s.Options{Home: id, Image: os.Getenv(K8sImageEnv), MountPath: os.Getenv(K8sMountPathEnv)})
+	custom, err := placement(os.Getenv(K8sPodSpecEnv))
+	if err != nil {
+		return nil, err
+	}
+	e, err := k8s.New(t, k8s.Options{Home: id, Image: os.Getenv(K8sImageEnv), MountPath: os.Getenv(K8sMountPathEnv), Customize: custom})
 	if err != nil {
 		return nil, err
 	}
