@@ -55,11 +55,11 @@ func Main(m *testing.M) {
 // Run that calls Stop after m.Run).
 func Stop() {
 	if cluster.runDir != "" {
-		// Its output through a pipe of its own, then ours: written
-		// straight to the test binary's standard error at its end (under
-		// testscript.Main), the script's first line failed, and with it
-		// the stop.
-		out, err := exec.Command(cluster.script, "stop", cluster.runDir).CombinedOutput()
+		// Through bash by name, its output through a pipe of its own:
+		// at the end of cmd/substrat's tests (testscript.Main), the
+		// script run by its #! line exited 1 before its first command,
+		// and left the control plane running.
+		out, err := exec.Command("bash", cluster.script, "stop", cluster.runDir).CombinedOutput()
 		os.Stderr.Write(out)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
