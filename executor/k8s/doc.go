@@ -85,9 +85,10 @@
 // writable workspace; the conformance suite passes; a command whose
 // pod is fenced dies, and its Wait says so; and a turn's Push, command
 // and Pull go through a real container's volume, as its user, with the
-// hostile part left behind (TestRealKubeletTurn). The daemon's own turn
-// is not run there (its model program would have to be in the image).
-// That node has no CNI (its pods use the host's network) and no volume
-// but emptyDir is tried; claims, CPU weights, seccomp and a pids limit
-// are not checked there.
+// hostile part left behind (TestRealKubeletTurn); and so does the
+// daemon's own turn, in a claim bound to a host-path volume, with a model
+// program put in the image (cmd/substrat TestK8sExecutorRealKubelet).
+// That node has no CNI (its pods use the host's network) and no
+// provisioner; CPU weights, seccomp and a pids limit are not checked
+// there.
 package k8s
