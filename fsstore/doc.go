@@ -93,7 +93,12 @@
 //     on ssh://HOST run there, in a copy of its workspace that the
 //     daemon pushes before each and pulls back after (see
 //     supervisor/daemon/remote.go); nothing on the host writes the
-//     store.
+//     store. Those of an agent on k8s://CONTEXT/NAMESPACE run in its pod
+//     of the daemon's incarnation, with a copy of its workspace pushed
+//     into the pod before each and pulled back after (see
+//     supervisor/daemon/kube.go); at its start the daemon deletes the
+//     pods of no live agent or of an earlier incarnation (the store
+//     wins).
 //   - approvals: the agent's approval requests that wait ({id, tool,
 //     input, tool_use_id, call_key, batch, approver, requested_at,
 //     deadline}) and the last 20 answered (with answer allow, deny or expired, reason, by,

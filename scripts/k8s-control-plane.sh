@@ -33,6 +33,8 @@
 #   K8S_KWOK_NODES       fake nodes (default 1), each with K8S_KWOK_PODS pods (default 2000)
 #   SUBSTRAT_K8S_KUBELET auto (default), 1 or 0: also a node with a real kubelet and
 #                        containerd (see "a real kubelet" below)
+#   SUBSTRAT_K8S_IMAGE_FILES  absolute paths of more files for the agent image, at
+#                        the same paths (space-separated: a test's model program)
 set -euo pipefail
 
 CACHE_DIR=${SUBSTRAT_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/substrat/k8s}
@@ -245,7 +247,8 @@ agent_image() { # the agent image, from this machine's binaries and their librar
 	local root=$RUN_DIR/agent-root b r l
 	rm -rf "$root" && mkdir -p "$root"/{bin,usr/bin,tmp,workspace,etc}
 	for b in /bin/sh /usr/bin/setsid /usr/bin/head /usr/bin/mkfifo /usr/bin/mktemp /usr/bin/cat /usr/bin/tr \
-		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id; do
+		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id \
+		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir ${SUBSTRAT_K8S_IMAGE_FILES:-}; do
 		r=$(readlink -f "$b") || continue
 		mkdir -p "$root$(dirname "$b")" && cp "$r" "$root$b"
 		for l in $(ldd "$r" 2>/dev/null | grep -o '/[^ ]*'); do

@@ -59,7 +59,7 @@ type AgentCreateCmd struct {
 	ApprovalWait string   `name:"approval-timeout" help:"How long an approval request waits before it is denied (default 10m)." placeholder:"DURATION"`
 	Parent       string   `help:"Parent agent ref; without it the agent is a root." predictor:"agent"`
 	Pool         string   `help:"Slot pool of the agent's session (default: the default pool)."`
-	Executor     string   `help:"Where its processes are to run: ssh://HOST (an ssh destination: its provider's processes run there, in a copy of its workspace, which it needs) or k8s://CONTEXT/NAMESPACE (recorded and checked; turns do not run in pods yet); default: its parent's, else this machine." placeholder:"ssh://HOST|k8s://CONTEXT/NAMESPACE"`
+	Executor     string   `help:"Where its processes are to run: ssh://HOST (an ssh destination: its provider's processes run there, in a copy of its workspace, which it needs) or k8s://CONTEXT/NAMESPACE (a context of the kubeconfig: they run in a pod there, with a copy of its workspace, which it needs); default: its parent's, else this machine." placeholder:"ssh://HOST|k8s://CONTEXT/NAMESPACE"`
 	BudgetTokens int64    `help:"Token budget for the agent's subtree."`
 	BudgetCost   float64  `help:"Cost budget (USD) for the agent's subtree."`
 	Memory       string   `help:"Memory limit of its processes together: 512M, 2G, or none (default: its parent's, else config.json's)." placeholder:"SIZE"`

@@ -19,18 +19,42 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/k8stest"
 	"github.com/substrat/substrat/supervisor/api"
 	"github.com/substrat/substrat/supervisor/rpc"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(stopK8s{m}, map[string]func(){
+		"k8s-model":      func() { os.Exit(k8sModel()) },
 		"substrat":       func() { os.Exit(run(os.Args[1:])) },
 		"approver-model": func() { os.Exit(approverModel()) },
 		"hog-model":      func() { os.Exit(hogModel()) },
 		"forkbomb-model": func() { os.Exit(forkBombModel()) },
 		"remote-model":   func() { os.Exit(remoteModel()) },
 	})
+}
+
+// stopK8s runs the tests, then stops the Kubernetes control plane one
+// of them started (internal/k8stest).
+type stopK8s struct{ m *testing.M }
+
+func (s stopK8s) Run() int {
+	// The model program of a daemon's turn on the real kubelet, which
+	// goes into the agent image (scripts/k8s-control-plane.sh) at the
+	// same path.
+	if dir, err := os.MkdirTemp("/var/tmp", "substrat-k8s-model-"); err == nil {
+		os.Chmod(dir, 0o755)
+		p := filepath.Join(dir, "model.sh")
+		if os.WriteFile(p, []byte(k8sShellModel), 0o755) == nil {
+			os.Setenv("SUBSTRAT_K8S_IMAGE_FILES", p)
+			k8sShellModelPath = p
+		}
+		defer os.RemoveAll(dir)
+	}
+	code := s.m.Run()
+	k8stest.Stop()
+	return code
 }
 
 // TestScripts drives the real binary through testdata/script/*.txtar.

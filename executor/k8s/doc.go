@@ -34,10 +34,32 @@
 // the look-up and the exec. A command whose pod goes while it runs
 // fails (ErrPodGone): its stream would otherwise end as a clean exit.
 //
+// Copies. Push copies a workspace into the pod's workspace volume and
+// Pull copies it back, each through an exec like Start's (a tar stream
+// on its input or output: the image needs tar and find too). Push makes
+// the pod's copy a mirror; Pull treats what comes back as hostile, under
+// the SSH executor's rules and bounds: no .git at any depth either way
+// (and this side's are neither replaced nor deleted), no symlink that
+// points out of the tree, no device, FIFO or socket, no hard link but to
+// a file of the stream, no owner and no mode but the executable bit; a
+// file over MaxFileSize, more than MaxTotalSize or MaxFiles entries
+// refuse the whole copy (ErrRefused). What comes back is unpacked into a
+// directory of its own first, checked entry by entry (nothing goes
+// through a symlink or a file of the stream), then moved into the local
+// tree through an os.Root, with none of its symlinks followed; a file
+// whose bytes did not change is left alone.
+//
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
 // (orphans), of a stale incarnation, or failed or evicted, are deleted;
 // busy agents without a pod get one.
+//
+// The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
+// k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
+// a pod whose resources are not those limits is replaced), WaitRunning,
+// Push of the workspace root, Start of the provider's process (no bwrap:
+// the pod is the sandbox), and Pull when it has ended; a pod that went
+// meanwhile (ErrPodGone) fails the turn, which is retried.
 //
 // Tests. They run against a real control plane that
 // scripts/k8s-control-plane.sh builds from the Go module proxy (etcd,
@@ -46,8 +68,11 @@
 // goes through the real API server to kwok, which stands for the
 // kubelet and runs the command on the test's machine. So the pod
 // lifecycle, the spec as the API server admits it, reconcile, fencing,
-// status mapping and the exec path (client-go, the API server's
-// streaming, the wrapper and the framing) are tested for real; no
+// status mapping, the exec path (client-go, the API server's streaming,
+// the wrapper and the framing), and Push and Pull (the pod's workspace
+// being a directory of the test, MountPath) are tested for real; and so
+// are the daemon's turn in a pod, its restart's reconcile, and an attack
+// through the copy back (cmd/substrat TestK8sExecutorE2E); no
 // container, image, volume mount, security context or resource limit is
 // enforced there, since kwok has no container runtime.
 //
@@ -57,8 +82,13 @@
 // there from this machine's binaries; no registry is reached. On it
 // (TestRealKubelet) a command runs in a real container, as the pod's
 // user, under its memory limit in the cgroup, on a read-only root with a
-// writable workspace; the conformance suite passes; and a command whose
-// pod is fenced dies, and its Wait says so. That node has no CNI (its
-// pods use the host's network) and no volume but emptyDir is tried;
-// claims, CPU weights, seccomp and a pids limit are not checked there.
+// writable workspace; the conformance suite passes; a command whose
+// pod is fenced dies, and its Wait says so; and a turn's Push, command
+// and Pull go through a real container's volume, as its user, with the
+// hostile part left behind (TestRealKubeletTurn); and so does the
+// daemon's own turn, in a claim bound to a host-path volume, with a model
+// program put in the image (cmd/substrat TestK8sExecutorRealKubelet).
+// That node has no CNI (its pods use the host's network) and no
+// provisioner; CPU weights, seccomp and a pids limit are not checked
+// there.
 package k8s

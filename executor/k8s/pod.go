@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -172,7 +173,8 @@ func (e *Executor) Pod(a Agent) *corev1.Pod {
 // (it may still be Pending: see WaitRunning). It fences first: a pod of
 // the agent of another incarnation is stale, and deleted. A pod of its
 // incarnation that failed or was evicted is replaced (one being deleted
-// too), and one more than one is deleted. With the default workspace,
+// too), and so is one whose resources are not a's limits (they changed);
+// one more than one is deleted. With the default workspace,
 // it makes the agent's claim if missing.
 func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	if err := e.checkIDs(a.ID, a.Incarnation); err != nil {
@@ -187,7 +189,7 @@ func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	}
 	var keep *corev1.Pod
 	if cur := current(pods); cur != nil {
-		if st := Classify(cur, a.Incarnation); !st.Replace() && st.State != StateDeleting {
+		if st := Classify(cur, a.Incarnation); !st.Replace() && st.State != StateDeleting && sameResources(cur, e.Pod(a)) {
 			keep = cur
 		}
 	}
@@ -208,6 +210,15 @@ func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 		}
 	}
 	return e.create(ctx, a)
+}
+
+// sameResources reports whether pod's container has the resources of
+// want's.
+func sameResources(pod, want *corev1.Pod) bool {
+	if len(pod.Spec.Containers) == 0 || len(want.Spec.Containers) == 0 {
+		return false
+	}
+	return apiequality.Semantic.DeepEqual(pod.Spec.Containers[0].Resources, want.Spec.Containers[0].Resources)
 }
 
 // create creates a pod for a.

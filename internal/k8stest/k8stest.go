@@ -46,14 +46,26 @@ var cluster struct {
 // Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
+// Stop stops the control plane if one was started: for a TestMain that
+// cannot call Main (testscript.Main runs the tests itself; give it a
+// Run that calls Stop after m.Run).
+func Stop() {
 	if cluster.runDir != "" {
-		cmd := exec.Command(cluster.script, "stop", cluster.runDir)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
+		// Through bash by name, its output through a pipe of its own:
+		// at the end of cmd/substrat's tests (testscript.Main), the
+		// script run by its #! line exited 1 before its first command,
+		// and left the control plane running.
+		out, err := exec.Command("bash", cluster.script, "stop", cluster.runDir).CombinedOutput()
+		os.Stderr.Write(out)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 		}
+		cluster.runDir = ""
 	}
-	os.Exit(code)
 }
 
 // Kubeconfig returns the path of a kubeconfig for the control plane,

@@ -28,11 +28,13 @@ type host struct {
 	notify  *notifier
 	limits  *limits.Manager
 	remotes *remotes
+	kubes   *kubes
 }
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
 	h := &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout()),
 		limits: limits.New(store.Layout().Home, log), remotes: newRemotes(log)}
+	h.kubes = newKubes(log, h.remotes.incarnation, store.Layout().Home)
 	h.notify = newNotifier(store.Layout().Home, log, func() int {
 		if h.core == nil {
 			return supervisor.DefaultSettings().NotifyConcurrency
@@ -85,8 +87,12 @@ func (h *host) Track(agent string) func(pid int) func() { return h.procs.track(a
 func (h *host) Sandbox(sess *fsstore.Session) provider.SandboxFunc { return h.sandboxFor(sess) }
 
 // Start implements supervisor.Host: an agent on an ssh executor runs
-// its processes there (remote.go).
+// its processes there (remote.go), one on a Kubernetes executor in its
+// pod (kube.go).
 func (h *host) Start(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc {
+	if target := fsstore.ExecutorKubernetes(sess.Executor); target != "" {
+		return h.k8sStart(sess, l, target)
+	}
 	return h.startFor(sess, l)
 }
 
@@ -105,6 +111,7 @@ func (h *host) CloseToolSocket(id string) {
 	}
 	h.closeToolSocket(id)
 	h.remotes.forget(id)
+	h.kubes.forget(id)
 	if err := h.limits.Remove(id); err != nil {
 		h.log.Warn("agent cgroup not removed", "agent", id, "err", err)
 	}

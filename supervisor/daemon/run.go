@@ -142,6 +142,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := d.recover(ctx, unclean); err != nil {
 		return err
 	}
+	// Pods on Kubernetes executors agree with the store (kube.go).
+	d.host.kubes.reconcile(d.core)
 	ln, err := d.listen(nofile)
 	if err != nil {
 		return err

@@ -25,6 +25,9 @@ func (h *host) sandboxFor(sess *fsstore.Session) provider.SandboxFunc {
 	if hostName := fsstore.ExecutorHost(sess.Executor); hostName != "" {
 		return h.remoteSandbox(sess, hostName)
 	}
+	if target := fsstore.ExecutorKubernetes(sess.Executor); target != "" {
+		return h.k8sSandbox(sess, target)
+	}
 	return func(ctx context.Context, p provider.Process, needs provider.SandboxNeeds) (provider.Process, error) {
 		spec, argv, err := h.sandboxSpec(sess, p, needs)
 		if err != nil {

@@ -1,0 +1,553 @@
+package k8s
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/executor/ssh"
+)
+
+// ErrRefused: a workspace that Pull refuses to bring back (over its
+// bounds); the local copy is left as it was.
+var ErrRefused = errors.New("k8s executor: workspace refused")
+
+// Bounds of what Pull brings back: the SSH executor's.
+const (
+	MaxFileSize  = ssh.DefaultMaxFileSize
+	MaxTotalSize = ssh.DefaultMaxTotalSize
+	MaxFiles     = ssh.DefaultMaxFiles
+)
+
+// The bounds in force (tests lower them).
+var (
+	maxFileSize  int64 = MaxFileSize
+	maxTotalSize int64 = MaxTotalSize
+	maxFiles     int64 = MaxFiles
+)
+
+// MountPath is where the workspace is mounted in the executor's pods.
+func (e *Executor) MountPath() string { return e.opts.MountPath }
+
+// copyPath is the PATH of the copies' commands in the pod.
+const copyPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// pushScript empties the workspace in the pod ($1; a volume's
+// lost+found stays) and unpacks the tar stream of its input there, as
+// the pod's user (no owner kept, modes under umask 022).
+const pushScript = `umask 022; d=$1; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
+	` find "$d" -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} + && tar -x -o -f - -C "$d"`
+
+// pullScript writes a tar stream of the workspace in the pod ($1),
+// without .git at any depth.
+const pullScript = `cd -- "$1" || exit 2; exec tar -c -f - --exclude=.git --exclude=lost+found .`
+
+// Push copies the local directory local into the workspace of the pod of
+// agent's incarnation (through an exec, as Start runs a command), which
+// it then mirrors: files, directories, and symlinks that stay inside
+// the tree, with their modification times and executable bit. No .git
+// travels, at any depth; nor a symlink out of the tree, a device, FIFO
+// or socket, an owner or a set-id bit. The pod's image needs tar and
+// find (busybox's will do).
+func (e *Executor) Push(ctx context.Context, agent, incarnation, local string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTar(pw, local)) }()
+	defer pr.CloseWithError(errors.New("push ended"))
+	var stderr bytes.Buffer
+	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
+		Argv: []string{"/bin/sh", "-c", pushScript, "substrat-push", e.opts.MountPath}, Env: []string{copyPath},
+		Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
+	if err != nil {
+		return err
+	}
+	if err := p.Wait(); err != nil {
+		return fmt.Errorf("copying %s into the pod: %w: %s", local, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// Pull copies the workspace of the pod of agent's incarnation back into
+// local, which it then mirrors, with what the agent wrote there treated
+// as hostile, under the rules of the SSH executor's Pull: no .git at any
+// depth (and local's own are neither replaced nor deleted), no symlink
+// that points out of the tree, no device, FIFO, socket or hard link to
+// outside it, no owner, no mode but the executable bit; a file larger
+// than MaxFileSize, more than MaxTotalSize in all, or more than MaxFiles
+// entries refuses the whole workspace (ErrRefused), and local is left as
+// it was. What comes back is first unpacked into a directory of its own
+// (under tmp, "" for the system's), then moved into local with no
+// symlink of local followed (os.Root). Call it when no process of the
+// agent runs in the pod.
+func (e *Executor) Pull(ctx context.Context, agent, incarnation, local, tmp string) error {
+	stage, err := os.MkdirTemp(tmp, "substrat-pull-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
+		Argv: []string{"/bin/sh", "-c", pullScript, "substrat-pull", e.opts.MountPath}, Env: []string{copyPath},
+		Stdout: pw, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := p.Wait()
+		pw.Close()
+		done <- err
+	}()
+	names, rerr := readTar(pr, stage)
+	if rerr == nil {
+		// What follows the archive's end (tar's padding of its last
+		// record), up to a bound.
+		if n, _ := io.CopyN(io.Discard, pr, 1<<20); n == 1<<20 {
+			rerr = fmt.Errorf("%w: more than 1 MiB after the end of its archive", ErrRefused)
+		}
+	}
+	if rerr != nil {
+		p.Kill()
+	}
+	pr.CloseWithError(errors.New("pull ended"))
+	werr := <-done
+	if ee := (*executor.ExitError)(nil); rerr == nil && errors.As(werr, &ee) && ee.Code == 1 {
+		// GNU tar's "some files differ": one changed while it was read
+		// (a process the agent left in the pod). The archive is whole.
+		werr = nil
+	}
+	if rerr != nil {
+		return fmt.Errorf("copying the pod's workspace back into %s: %w", local, rerr)
+	}
+	if werr != nil {
+		return fmt.Errorf("copying the pod's workspace back into %s: %w: %s", local, werr, strings.TrimSpace(stderr.String()))
+	}
+	return mirror(stage, local, names)
+}
+
+// skipped reports whether name (slash-separated, relative) is never
+// copied: .git at any depth.
+func skipped(name string) bool {
+	for _, c := range strings.Split(name, "/") {
+		if c == ".git" {
+			return true
+		}
+	}
+	return false
+}
+
+// safeLink reports whether a symlink at name (relative to the tree) to
+// target stays inside the tree, as rsync's --safe-links decides it.
+func safeLink(name, target string) bool {
+	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
+		return false
+	}
+	return filepath.IsLocal(path.Join(path.Dir(name), target))
+}
+
+// writeTar writes the tree local as a tar stream: see Push.
+func writeTar(w io.Writer, local string) error {
+	tw := tar.NewWriter(w)
+	root := filepath.Clean(local)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == root {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		if d.Name() == ".git" {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		hdr := &tar.Header{Name: name, ModTime: fi.ModTime(), Mode: 0o644}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, name+"/", 0o755
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil || !safeLink(name, target) {
+				return nil
+			}
+			hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, target, 0o777
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return nil // gone meanwhile
+			}
+			defer f.Close()
+			if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
+				return nil
+			}
+			if fi.Mode()&0o100 != 0 {
+				hdr.Mode = 0o755
+			}
+			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+			if err != nil {
+				return err
+			}
+			// A file that shrank meanwhile is padded: the header said
+			// its size.
+			_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
+			return err
+		}
+		return nil // a device, FIFO or socket
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
+}
+
+// kind is what an entry of a pulled tree is.
+type kind byte
+
+const (
+	kindDir kind = iota + 1
+	kindFile
+	kindLink
+)
+
+// readTar unpacks the tar stream r into the empty directory stage,
+// under Pull's rules and bounds, and returns the entries kept (by their
+// slash-separated relative names).
+func readTar(r io.Reader, stage string) (map[string]kind, error) {
+	root, err := os.OpenRoot(stage)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	names := map[string]kind{}
+	var entries, total int64
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return names, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if entries++; entries > maxFiles {
+			return nil, fmt.Errorf("%w: it holds more than %d entries", ErrRefused, maxFiles)
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+hdr.Name), "/"), "/")
+		if name == "" || name == "." {
+			continue // the root itself
+		}
+		if !filepath.IsLocal(name) || skipped(name) || names[name] != 0 {
+			continue
+		}
+		// Every parent is a directory of the stream (made if the stream
+		// did not name it): nothing goes through a symlink or a file.
+		parentOK := true
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if k := names[dir]; k != 0 && k != kindDir {
+				parentOK = false
+				break
+			}
+		}
+		if !parentOK {
+			continue
+		}
+		mkParents := func() error {
+			var chain []string
+			for dir := path.Dir(name); dir != "." && names[dir] == 0; dir = path.Dir(dir) {
+				chain = append(chain, dir)
+			}
+			for i := len(chain) - 1; i >= 0; i-- {
+				if err := root.Mkdir(chain[i], 0o755); err != nil {
+					return err
+				}
+				names[chain[i]] = kindDir
+			}
+			return nil
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := mkParents(); err != nil {
+				return nil, err
+			}
+			if err := root.Mkdir(name, 0o755); err != nil {
+				return nil, err
+			}
+			names[name] = kindDir
+			root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+		case tar.TypeReg, tar.TypeLink: // (the reader makes a TypeRegA a TypeReg)
+			size := hdr.Size
+			var src io.Reader = tr
+			closeSrc := func() error { return nil }
+			if hdr.Typeflag == tar.TypeLink {
+				// A hard link: a copy of a file of the stream, if it is
+				// one.
+				target := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+hdr.Linkname), "/"), "/")
+				if names[target] != kindFile {
+					continue
+				}
+				f, err := root.Open(target)
+				if err != nil {
+					return nil, err
+				}
+				fi, err := f.Stat()
+				if err != nil {
+					f.Close()
+					return nil, err
+				}
+				size, src = fi.Size(), f
+				closeSrc = f.Close
+			}
+			if size > maxFileSize {
+				return nil, fmt.Errorf("%w: it holds a file larger than %d bytes: %q", ErrRefused, maxFileSize, trimName(name))
+			}
+			if total += size; total > maxTotalSize {
+				return nil, fmt.Errorf("%w: it holds more than %d bytes", ErrRefused, maxTotalSize)
+			}
+			if err := mkParents(); err != nil {
+				return nil, err
+			}
+			mode := os.FileMode(0o644)
+			if hdr.Mode&0o100 != 0 {
+				mode = 0o755
+			}
+			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return nil, err
+			}
+			_, err = io.CopyN(f, src, size)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			closeSrc()
+			if err != nil {
+				return nil, err
+			}
+			root.Chmod(name, mode)
+			root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+			names[name] = kindFile
+		case tar.TypeSymlink:
+			if !safeLink(name, hdr.Linkname) {
+				continue
+			}
+			if err := mkParents(); err != nil {
+				return nil, err
+			}
+			if err := root.Symlink(hdr.Linkname, name); err != nil {
+				return nil, err
+			}
+			names[name] = kindLink
+		default:
+			// A device, FIFO, or what this does not know: skipped.
+		}
+	}
+}
+
+func trimName(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// mirror moves the tree stage (its entries names) into local, which it
+// then mirrors: local's entries that are not in stage are deleted, but
+// for .git at any depth, which is neither replaced nor deleted (nor the
+// directories that hold one). No
+// symlink of local is followed: each entry is written through an
+// os.Root of local, parents before what they hold, and one of another
+// kind is replaced.
+func mirror(stage, local string, names map[string]kind) error {
+	root, err := os.OpenRoot(local)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	sroot, err := os.OpenRoot(stage)
+	if err != nil {
+		return err
+	}
+	defer sroot.Close()
+	// Deletions first: what is in local and not in stage (or of another
+	// kind, which is replaced). A directory goes after what it holds,
+	// and only if it is empty then: one that holds a .git stays, with
+	// it.
+	var dirs []string
+	err = filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == local {
+			return err
+		}
+		rel, err := filepath.Rel(local, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		if d.Name() == ".git" {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		var k kind
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			k = kindLink
+		case d.IsDir():
+			k = kindDir
+		case d.Type().IsRegular():
+			k = kindFile
+		}
+		if names[name] == k && k != 0 {
+			return nil
+		}
+		if k == kindDir {
+			dirs = append(dirs, name)
+			return nil
+		}
+		return root.Remove(name)
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		root.Remove(dirs[i]) // fails if it still holds a .git
+	}
+	return filepath.WalkDir(stage, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == stage {
+			return err
+		}
+		rel, err := filepath.Rel(stage, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch names[name] {
+		case kindDir:
+			if err := root.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			// Its time once what it holds is in: set below, after the
+			// walk would be exact, but a directory's time matters little.
+			root.Chtimes(name, fi.ModTime(), fi.ModTime())
+		case kindLink:
+			target, err := sroot.Readlink(name)
+			if err != nil {
+				return err
+			}
+			if cur, err := root.Readlink(name); err == nil && cur == target {
+				return nil
+			}
+			root.Remove(name)
+			return root.Symlink(target, name)
+		case kindFile:
+			if sameFile(root, sroot, name, fi) {
+				return nil
+			}
+			tmp := name + ".substrat-pull"
+			root.Remove(tmp)
+			in, err := sroot.Open(name)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(out, in)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = root.Chtimes(tmp, fi.ModTime(), fi.ModTime())
+			}
+			if err == nil {
+				err = root.Rename(tmp, name)
+			}
+			if err != nil {
+				root.Remove(tmp)
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// sameFile reports whether local's regular file name already holds what
+// the staged one does: its bytes, and its executable bit. (Times are
+// not enough: a tar stream's are to the second.)
+func sameFile(root, sroot *os.Root, name string, fi fs.FileInfo) bool {
+	cur, err := root.Lstat(name)
+	if err != nil || !cur.Mode().IsRegular() || cur.Size() != fi.Size() || cur.Mode()&0o100 != fi.Mode()&0o100 {
+		return false
+	}
+	a, err := root.Open(name)
+	if err != nil {
+		return false
+	}
+	defer a.Close()
+	b, err := sroot.Open(name)
+	if err != nil {
+		return false
+	}
+	defer b.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, ea := io.ReadFull(a, ba)
+		nb, eb := io.ReadFull(b, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false
+		}
+		if ea != nil || eb != nil {
+			return (ea == io.EOF || ea == io.ErrUnexpectedEOF) && (eb == io.EOF || eb == io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// limitedBuffer keeps the first n bytes written to it.
+type limitedBuffer struct {
+	b *bytes.Buffer
+	n int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.n - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

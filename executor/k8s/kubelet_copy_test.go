@@ -1,0 +1,74 @@
+package k8s
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/k8stest"
+)
+
+// TestRealKubeletTurn: a turn's copies and process on the node with a
+// real kubelet and container (skipped where there is none): the
+// workspace goes into the container's /workspace (a volume, written by
+// the pod's user under a read-only root), a command there works on it
+// and plants what must not come back, and Pull brings back only the
+// work.
+func TestRealKubeletTurn(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
+	running(t, e, a)
+
+	local := t.TempDir()
+	os.WriteFile(filepath.Join(local, "input.txt"), []byte("from here"), 0o644)
+	os.MkdirAll(filepath.Join(local, ".git"), 0o755)
+	os.WriteFile(filepath.Join(local, ".git", "config"), []byte("[core]\n"), 0o644)
+	t0 := time.Now()
+	if err := e.Push(ctx, a.ID, a.Incarnation, local); err != nil {
+		t.Fatal(err)
+	}
+	push := time.Since(t0)
+	var out bytes.Buffer
+	p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
+		Argv: []string{"/bin/sh", "-c", `set -e; id -u; cat input.txt; echo; [ ! -e .git ] && echo no-git;` +
+			` echo work > out.txt; ln -s /etc etc; mkdir -p .git/hooks sub; echo evil > .git/hooks/post-checkout;` +
+			` echo 'gitdir: /etc' > sub/.git`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if want := "65532\nfrom here\nno-git\n"; out.String() != want {
+		t.Errorf("in the container: %q, want %q", out.String(), want)
+	}
+	t0 = time.Now()
+	if err := e.Pull(ctx, a.ID, a.Incarnation, local, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("on a real kubelet: push %v, pull %v", push.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+	if b, err := os.ReadFile(filepath.Join(local, "out.txt")); err != nil || string(b) != "work\n" {
+		t.Errorf("out.txt: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(local, ".git", "config")); err != nil || string(b) != "[core]\n" {
+		t.Errorf(".git/config here: %q, %v", b, err)
+	}
+	for _, bad := range []string{"etc", ".git/hooks", "sub/.git"} {
+		if _, err := os.Lstat(filepath.Join(local, bad)); !os.IsNotExist(err) {
+			t.Errorf("%s came back: %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,409 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/substrat/substrat/executor"
+	"github.com/substrat/substrat/executor/k8s"
+	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor"
+)
+
+// kubes run the provider processes of agents whose executor is
+// k8s://CONTEXT/NAMESPACE in pods (package executor/k8s), one executor
+// per target, with the daemon's incarnation (the remotes'). The pod is
+// the sandbox: there is no bwrap in it, and the agent's limits are its
+// resources.
+//
+// At the daemon's start (reconcile), every target that live agents of
+// the store use is reconciled with them: their pods of no live agent, of
+// a stale incarnation (every pod a previous daemon left), failed or
+// evicted are deleted; busy agents get one. The store wins. A target
+// that cannot be reached is logged, and the daemon goes on. Turns on a
+// target wait for its reconcile.
+//
+// A turn's process there (k8sStart): the agent's pods of other
+// incarnations are deleted (Fence), its pod of this one made if missing
+// (Ensure, with the limits in force) and waited for; the workspace root
+// is copied into the pod's workspace (Push: a mirror, no .git), the
+// process runs there through an exec (Start), and when it has ended,
+// however it ended, the pod's workspace comes back into the root under
+// the SSH executor's hostile rules (Pull) before Wait returns. A pod
+// that goes while the process runs fails the turn (k8s.ErrPodGone: cut
+// short, retried as any failed turn); what the process wrote there is
+// lost. Turns of a workspace's agents on Kubernetes take its root one at
+// a time (each pod has a workspace of its own, and the copy back is a
+// mirror). A change made here to the root during such a turn is
+// replaced when the copy comes back.
+//
+// Not there yet: a workspace with links or a git workspace (their
+// binds), a provider that needs read-write paths of the home (a CLI's
+// own HOME) or the tool socket, a workspace without network (the pod
+// has the cluster's network, and no NetworkPolicy is made): all
+// refused. Limits changed while the pod runs apply to its next pod.
+type kubes struct {
+	log *slog.Logger
+	// incarnation is the daemon's (remotes.incarnation).
+	incarnation string
+	home        string // the store's home directory
+
+	mu         sync.Mutex // guards the fields below
+	byTarget   map[string]*k8s.Executor
+	roots      map[string]chan struct{} // a workspace root's token (a buffered channel of 1)
+	reconciled chan struct{}            // closed when the start's reconcile is done; nil before it starts
+}
+
+// Environment of the daemon that configures its Kubernetes executors
+// (the kubeconfig is $KUBECONFIG's, else ~/.kube/config).
+const (
+	// K8sImageEnv names the agents' container image
+	// (k8s.DefaultImage when unset).
+	K8sImageEnv = "SUBSTRAT_K8S_AGENT_IMAGE"
+	// K8sMountPathEnv is where the workspace is mounted in the pods
+	// (k8s.DefaultMountPath when unset). On kwok, whose exec runs the
+	// command on its own machine, the tests set a directory there.
+	K8sMountPathEnv = "SUBSTRAT_K8S_MOUNT_PATH"
+	// K8sPodSpecEnv is JSON of the fields of a pod spec that say where
+	// the pods run, set on each: nodeName, nodeSelector, affinity,
+	// tolerations, priorityClassName, runtimeClassName, imagePullSecrets,
+	// hostNetwork. No other field is taken.
+	K8sPodSpecEnv = "SUBSTRAT_K8S_POD_SPEC"
+)
+
+// podPlacement is what K8sPodSpecEnv may set.
+type podPlacement struct {
+	NodeName          string                        `json:"nodeName,omitempty"`
+	NodeSelector      map[string]string             `json:"nodeSelector,omitempty"`
+	Affinity          *corev1.Affinity              `json:"affinity,omitempty"`
+	Tolerations       []corev1.Toleration           `json:"tolerations,omitempty"`
+	PriorityClassName string                        `json:"priorityClassName,omitempty"`
+	RuntimeClassName  *string                       `json:"runtimeClassName,omitempty"`
+	ImagePullSecrets  []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	HostNetwork       bool                          `json:"hostNetwork,omitempty"`
+}
+
+// placement returns the Customize of K8sPodSpecEnv's value v (nil for
+// "").
+func placement(v string) (func(*corev1.Pod), error) {
+	if v == "" {
+		return nil, nil
+	}
+	var pl podPlacement
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pl); err != nil {
+		return nil, fmt.Errorf("$%s: %w", K8sPodSpecEnv, err)
+	}
+	return func(p *corev1.Pod) {
+		s := &p.Spec
+		s.NodeName, s.NodeSelector, s.Affinity, s.Tolerations = pl.NodeName, pl.NodeSelector, pl.Affinity, pl.Tolerations
+		s.PriorityClassName, s.ImagePullSecrets, s.HostNetwork = pl.PriorityClassName, pl.ImagePullSecrets, pl.HostNetwork
+		if pl.RuntimeClassName != nil {
+			s.RuntimeClassName = pl.RuntimeClassName
+		}
+	}, nil
+}
+
+// k8sPodTimeout bounds the wait for an agent's pod to run.
+const k8sPodTimeout = 5 * time.Minute
+
+func newKubes(log *slog.Logger, incarnation, home string) *kubes {
+	return &kubes{log: log, incarnation: incarnation, home: home,
+		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}}
+}
+
+// executor returns the executor of target, made on first use.
+func (k *kubes) executor(target string) (*k8s.Executor, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.byTarget[target]; e != nil {
+		return e, nil
+	}
+	t, err := k8s.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	id, err := fsstore.HomeID(k.home)
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, fmt.Errorf("the home %s has no id yet", k.home)
+	}
+	custom, err := placement(os.Getenv(K8sPodSpecEnv))
+	if err != nil {
+		return nil, err
+	}
+	e, err := k8s.New(t, k8s.Options{Home: id, Image: os.Getenv(K8sImageEnv), MountPath: os.Getenv(K8sMountPathEnv), Customize: custom})
+	if err != nil {
+		return nil, err
+	}
+	k.byTarget[target] = e
+	return e, nil
+}
+
+// reconcile reconciles, in the background, every target that live agents
+// of core use with them; turns on them wait for it.
+func (k *kubes) reconcile(core *supervisor.Core) {
+	done := make(chan struct{})
+	k.mu.Lock()
+	k.reconciled = done
+	k.mu.Unlock()
+	byTarget := map[string][]k8s.Agent{}
+	for _, a := range core.List() {
+		target := fsstore.ExecutorKubernetes(a.Executor)
+		if target == "" || a.AgentState == fsstore.AgentTerminated {
+			continue
+		}
+		res, err := core.Inspect(a.ID)
+		if err != nil {
+			k.log.Warn("k8s reconcile: an agent was not looked at", "agent", a.ID, "err", err)
+			continue
+		}
+		byTarget[target] = append(byTarget[target], k8s.Agent{ID: a.ID, Incarnation: k.incarnation,
+			Busy: a.AgentState == fsstore.AgentBusy || res.Pending > 0, Limits: res.LimitsInForce})
+	}
+	if len(byTarget) == 0 {
+		close(done)
+		return
+	}
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for target, agents := range byTarget {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k.reconcileTarget(target, agents)
+			}()
+		}
+		wg.Wait()
+	}()
+}
+
+// reconcileTarget reconciles target with agents, and logs what it did.
+func (k *kubes) reconcileTarget(target string, agents []k8s.Agent) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	e, err := k.executor(target)
+	if err != nil {
+		k.log.Warn("k8s reconcile: the target cannot be used", "target", target, "agents", len(agents), "err", err)
+		return
+	}
+	r, err := e.Reconcile(ctx, agents)
+	lvl := slog.LevelInfo
+	if err != nil {
+		lvl = slog.LevelWarn
+	}
+	k.log.Log(ctx, lvl, "k8s reconcile", "target", target, "agents", len(agents), "deleted", r.Deleted, "created", r.Created,
+		"kept", r.Kept, "ms", time.Since(t0).Milliseconds(), "err", err)
+}
+
+// waitReconciled waits for the start's reconcile.
+func (k *kubes) waitReconciled(ctx context.Context) error {
+	k.mu.Lock()
+	done := k.reconciled
+	k.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// take takes the token of the workspace root root, until release.
+func (k *kubes) take(ctx context.Context, root string) (release func(), err error) {
+	k.mu.Lock()
+	tok := k.roots[root]
+	if tok == nil {
+		tok = make(chan struct{}, 1)
+		k.roots[root] = tok
+	}
+	k.mu.Unlock()
+	select {
+	case tok <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-tok }) }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// forget deletes agent's pods on every target in use (it runs nothing
+// more); its workspace claim stays. Nothing waits for it.
+func (k *kubes) forget(agent string) {
+	k.mu.Lock()
+	all := make([]*k8s.Executor, 0, len(k.byTarget))
+	for _, e := range k.byTarget {
+		all = append(all, e)
+	}
+	k.mu.Unlock()
+	for _, e := range all {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := e.Delete(ctx, agent); err != nil {
+				k.log.Warn("an agent's pods were not deleted", "agent", agent, "target", e.Target().String(), "err", err)
+			}
+		}()
+	}
+}
+
+// k8sSandbox is the Sandbox hook of an agent on target: the process as
+// it runs in the pod, in the workspace's mount, with no bwrap (the pod
+// is the sandbox).
+func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.SandboxFunc {
+	return func(ctx context.Context, p provider.Process, needs provider.SandboxNeeds) (provider.Process, error) {
+		spec, err := h.core.AgentSpec(sess)
+		if err != nil {
+			return provider.Process{}, err
+		}
+		switch {
+		case len(spec.Mounts) > 0:
+			return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s has links or a git clone: not on a Kubernetes executor yet",
+				sess.Name, target, sess.Workspace)
+		case !spec.Network:
+			return provider.Process{}, fmt.Errorf("%s runs on %s, whose pods have the cluster's network, and its workspace %s has none: "+
+				"use a workspace created with --network", sess.Name, target, sess.Workspace)
+		case needs.ToolSocket || len(needs.ReadWrite) > 0:
+			return provider.Process{}, fmt.Errorf("%s runs on %s, and provider %s needs its tool socket or files of the home there: "+
+				"not on a Kubernetes executor yet (the script provider runs there)", sess.Name, target, sess.Provider)
+		}
+		e, err := h.kubes.executor(target)
+		if err != nil {
+			return provider.Process{}, err
+		}
+		return provider.Process{Path: p.Path, Args: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: e.MountPath()}, nil
+	}
+}
+
+// k8sStart is the Start hook of an agent on target: see kubes.
+func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) provider.StartFunc {
+	return func(ctx context.Context, p provider.Process, stdio provider.Stdio) (provider.Running, error) {
+		if sess.Workspace == "" {
+			return nil, fmt.Errorf("%s runs on %s, which needs a workspace (substrat agent create --workspace)", sess.Name, target)
+		}
+		e, err := h.kubes.executor(target)
+		if err != nil {
+			return nil, err
+		}
+		if err := h.kubes.waitReconciled(ctx); err != nil {
+			return nil, err
+		}
+		spec, err := h.core.AgentSpec(sess)
+		if err != nil {
+			return nil, err
+		}
+		local := spec.Root.Host
+		release, err := h.kubes.take(ctx, local)
+		if err != nil {
+			return nil, err
+		}
+		// The caller closes its files once the hook returns; the
+		// exec's streams are copied after, from copies of their own.
+		var files []*os.File
+		for _, w := range []*io.Writer{&stdio.Stdout, &stdio.Stderr} {
+			if f, ok := (*w).(*os.File); ok {
+				fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+				if err != nil {
+					closeAll(files)
+					release()
+					return nil, err
+				}
+				dup := os.NewFile(uintptr(fd), f.Name())
+				files = append(files, dup)
+				*w = dup
+			}
+		}
+		inc := h.kubes.incarnation
+		run, err := func() (executor.Process, error) {
+			if fenced, err := e.Fence(ctx, sess.ID, inc); err != nil {
+				return nil, err
+			} else if len(fenced) > 0 {
+				h.log.Warn("deleted pods of an earlier incarnation", "agent", sess.ID, "target", target, "pods", fenced)
+			}
+			if _, err := e.Ensure(ctx, k8s.Agent{ID: sess.ID, Incarnation: inc, Busy: true, Limits: l}); err != nil {
+				return nil, err
+			}
+			wctx, cancel := context.WithTimeout(ctx, k8sPodTimeout)
+			defer cancel()
+			if _, err := e.WaitRunning(wctx, sess.ID, inc); err != nil {
+				return nil, fmt.Errorf("the pod of %s on %s: %w", sess.Name, target, err)
+			}
+			if err := e.Push(ctx, sess.ID, inc, local); err != nil {
+				return nil, err
+			}
+			return e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: inc,
+				Argv: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: p.Dir,
+				Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+		}()
+		if err != nil {
+			closeAll(files)
+			release()
+			return nil, err
+		}
+		go func() {
+			// The streams end with the exec's (Wait may be called more
+			// than once on it).
+			run.Wait()
+			closeAll(files)
+		}()
+		return &kubeProcess{Process: run, e: e, log: h.log, agent: sess.ID, incarnation: inc, local: local, release: release}, nil
+	}
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// kubeProcess is a process in a pod whose Wait brings the pod's
+// workspace back.
+type kubeProcess struct {
+	executor.Process
+	e                  *k8s.Executor
+	log                *slog.Logger
+	agent, incarnation string
+	local              string
+	release            func()
+}
+
+// Wait waits for the process, then copies the pod's workspace back
+// (unless the pod went); a workspace that does not come back fails a
+// process that succeeded with provider.ErrNotBack.
+func (p *kubeProcess) Wait() error {
+	defer p.release()
+	err := p.Process.Wait()
+	target := p.e.Target().String()
+	if errors.Is(err, k8s.ErrPodGone) {
+		return fmt.Errorf("%w (on %s: the turn was cut short)", err, target)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+	defer cancel()
+	if perr := p.e.Pull(ctx, p.agent, p.incarnation, p.local, ""); perr != nil {
+		p.log.Warn("an agent's files did not come back from its pod", "agent", p.agent, "target", target, "err", perr)
+		if err == nil {
+			err = fmt.Errorf("%w: from %s: %w", provider.ErrNotBack, target, perr)
+		}
+	}
+	return err
+}
