@@ -558,11 +558,8 @@ func isFile(path string) bool {
 
 // executorShown is an agent's executor as inspect shows it.
 func executorShown(e string) string {
-	switch {
-	case e == "":
+	if e == "" {
 		return "local"
-	case strings.HasPrefix(e, "k8s://"):
-		return e + " (recorded; its turns still run on this machine)"
 	}
 	return e + " (its provider's processes run there)"
 }
