@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/substrat/substrat/executor"
 )
@@ -64,16 +65,24 @@ func TestDaemonKilled(t *testing.T) {
 		return '5'
 	}, token(""))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	// The daemon's master and its private dir outlive it: a temporary
-	// dir of the test's own, short enough for the master's socket.
+	// The daemon's private dir outlives it (its master must not): a
+	// temporary dir of the test's own, short enough for the master's
+	// socket.
 	tmp, err := os.MkdirTemp("", "sx")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		// The dead daemon's master lingers (ControlPersist): stop it.
+	masters := func() (alive []string) {
 		socks, _ := filepath.Glob(filepath.Join(tmp, "*", "master"))
 		for _, sock := range socks {
+			if exec.Command("ssh", "-F", s.Config, "-o", "ControlPath="+sock, "-O", "check", s.Host).Run() == nil {
+				alive = append(alive, sock)
+			}
+		}
+		return alive
+	}
+	t.Cleanup(func() {
+		for _, sock := range masters() { // only if the test failed
 			exec.Command("ssh", "-F", s.Config, "-o", "ControlPath="+sock, "-O", "exit", s.Host).Run()
 		}
 		os.RemoveAll(tmp)
@@ -97,7 +106,16 @@ func TestDaemonKilled(t *testing.T) {
 	if len(remote(t, s, secs)) == 0 {
 		t.Fatal("the sleeper is not seen on the host")
 	}
+	if len(masters()) != 1 {
+		t.Fatalf("the daemon's master: %v", masters())
+	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	gone(t, s, secs, agent)
+	// Its master connection died with it, and the forwardings it held.
+	for deadline := time.Now().Add(10 * time.Second); len(masters()) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead daemon's master connection lives on: %v", masters())
+		}
+	}
 }

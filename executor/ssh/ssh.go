@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -142,10 +144,14 @@ func (e *Executor) args(more ...string) []string {
 	return append(a, more...)
 }
 
-// connect makes sure the master connection runs. The master is started
-// on its own, detached (-f), with its output in a file: a master forked
-// by a client (ControlMaster=auto) would keep that client's output pipes
-// open, and whoever reads them would wait for the master's end.
+// connect makes sure the master connection runs. The master is a child
+// of this process of its own (not forked by a client, ControlMaster=auto,
+// which would keep that client's output pipes open), in its own process
+// group, with its output in a file, and killed by the kernel when this
+// process dies (kill -9 included): it never outlives the daemon, with
+// the forwardings it holds. It is not detached (no -f, no
+// ControlPersist, which fork it away); connect waits until its control
+// socket answers.
 func (e *Executor) connect(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -177,19 +183,40 @@ func (e *Executor) connect(ctx context.Context) error {
 	// client of the master (client, rsh): a port of this machine
 	// forwarded there would be reachable from a sandbox with the
 	// network. Forward's (ssh -O forward) are still made.
-	cmd := exec.CommandContext(ctx, "ssh", e.args(
+	cmd := exec.Command("ssh", e.args(
 		"-o", "ClearAllForwardings=yes",
 		"-o", "ControlMaster=yes",
-		"-o", "ControlPersist=10m",
+		"-o", "ControlPersist=no",
 		"-o", "ServerAliveInterval=15",
 		"-o", "ServerAliveCountMax=4",
-		"-f", "-N", "--", e.host)...)
+		"-N", "--", e.host)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Run(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("ssh %s: %v", e.host, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // reaps it whenever it ends
+	failed := func(err error) error {
 		msg, _ := os.ReadFile(logf.Name())
 		return fmt.Errorf("ssh %s: %v: %s", e.host, err, bytes.TrimSpace(msg))
 	}
-	return nil
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		select {
+		case err := <-exited:
+			if err == nil {
+				err = errors.New("the master connection ended")
+			}
+			return failed(err)
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		if exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run() == nil {
+			return nil
+		}
+	}
 }
 
 // socket is the master's control socket: one executor, one host, one
