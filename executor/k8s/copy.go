@@ -154,28 +154,33 @@ func safeLink(name, target string) bool {
 	return filepath.IsLocal(path.Join(path.Dir(name), target))
 }
 
-// writeTar writes the tree local as a tar stream: see Push.
-func writeTar(w io.Writer, local string) error {
-	tw := tar.NewWriter(w)
-	root := filepath.Clean(local)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+// walkTree calls f with the path, the slash-separated name below root
+// and the entry of everything under root, but for .git (a directory, a
+// file) at any depth, which it skips.
+func walkTree(root string, f func(p, name string, d fs.DirEntry) error) error {
+	root = filepath.Clean(root)
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
 			return err
-		}
-		if p == root {
-			return nil
 		}
 		rel, err := filepath.Rel(root, p)
 		if err != nil {
 			return err
 		}
-		name := filepath.ToSlash(rel)
 		if d.Name() == ".git" {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
 			return nil
 		}
+		return f(p, filepath.ToSlash(rel), d)
+	})
+}
+
+// writeTar writes the tree local as a tar stream: see Push.
+func writeTar(w io.Writer, local string) error {
+	tw := tar.NewWriter(w)
+	err := walkTree(local, func(p, name string, d fs.DirEntry) error {
 		fi, err := d.Info()
 		if err != nil {
 			return nil // gone meanwhile
@@ -404,21 +409,7 @@ func mirror(stage, local string, names map[string]kind) error {
 	// and only if it is empty then: one that holds a .git stays, with
 	// it.
 	var dirs []string
-	err = filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == local {
-			return err
-		}
-		rel, err := filepath.Rel(local, p)
-		if err != nil {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		if d.Name() == ".git" {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err = walkTree(local, func(_, name string, d fs.DirEntry) error {
 		var k kind
 		switch {
 		case d.Type()&fs.ModeSymlink != 0:
