@@ -157,18 +157,21 @@ func (c *Core) workDirFor(sess *fsstore.Session) (string, error) {
 // directory and the default permissions for where it runs.
 func (c *Core) migrateWork(n *node) error {
 	s := n.s()
-	if s.Workspace == "" && s.WorkDir == "" && !n.terminated() {
-		if err := c.commit(n, fsstore.WorkDirChange{WorkDir: c.store.Layout().ScratchDir(s.ID),
-			Reason: "migrated: an agent without a workspace works in a directory of its own, never in the store"}); err != nil {
-			return err
-		}
+	if n.terminated() {
+		return nil
 	}
-	if s.Permissions == nil && !n.terminated() {
-		if err := c.commit(n, *c.newPermissions(s.Workspace)); err != nil {
-			return err
-		}
+	var ps []fsstore.Payload // one commit for both
+	if s.Workspace == "" && s.WorkDir == "" {
+		ps = append(ps, fsstore.WorkDirChange{WorkDir: c.store.Layout().ScratchDir(s.ID),
+			Reason: "migrated: an agent without a workspace works in a directory of its own, never in the store"})
 	}
-	return nil
+	if s.Permissions == nil {
+		ps = append(ps, *c.newPermissions(s.Workspace))
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return c.commit(n, ps...)
 }
 
 // checkRules checks the rules of perm in the rule language of permrule
