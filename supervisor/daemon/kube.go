@@ -162,26 +162,24 @@ func (k *kubes) reconcile(core *supervisor.Core) {
 	k.mu.Lock()
 	k.reconciled = done
 	k.mu.Unlock()
-	byTarget := map[string][]k8s.Agent{}
-	for _, a := range core.List() {
-		target := fsstore.ExecutorKubernetes(a.Executor)
-		if target == "" || a.AgentState == fsstore.AgentTerminated {
-			continue
-		}
-		res, err := core.Inspect(a.ID)
-		if err != nil {
-			k.log.Warn("k8s reconcile: an agent was not looked at", "agent", a.ID, "err", err)
-			continue
-		}
-		byTarget[target] = append(byTarget[target], k8s.Agent{ID: a.ID, Incarnation: k.incarnation,
-			Busy: a.AgentState == fsstore.AgentBusy || res.Pending > 0, Limits: res.LimitsInForce})
-	}
-	if len(byTarget) == 0 {
-		close(done)
-		return
-	}
+	// All of it in the background: the start does not list the tree for
+	// it (most homes have no agent on Kubernetes).
 	go func() {
 		defer close(done)
+		byTarget := map[string][]k8s.Agent{}
+		for _, a := range core.List() {
+			target := fsstore.ExecutorKubernetes(a.Executor)
+			if target == "" || a.AgentState == fsstore.AgentTerminated {
+				continue
+			}
+			res, err := core.Inspect(a.ID)
+			if err != nil {
+				k.log.Warn("k8s reconcile: an agent was not looked at", "agent", a.ID, "err", err)
+				continue
+			}
+			byTarget[target] = append(byTarget[target], k8s.Agent{ID: a.ID, Incarnation: k.incarnation,
+				Busy: a.AgentState == fsstore.AgentBusy || res.Pending > 0, Limits: res.LimitsInForce})
+		}
 		var wg sync.WaitGroup
 		for target, agents := range byTarget {
 			wg.Add(1)
