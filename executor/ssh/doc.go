@@ -47,10 +47,12 @@
 // Limits, known. A remote exit status of 255 reads as ssh's own
 // failure (a lost connection). sshd's MaxSessions (10 by default) bounds the processes that
 // run at once through one master; more are refused (a pool of masters
-// per host is to come). Resource limits are not applied on the host
-// yet. The host's login shell must take POSIX quoting and exec, and
+// per host is to come). The daemon puts an agent's limits on its
+// processes there as rlimits (memory as the data segment, processes as
+// the user's), not in a cgroup of the host. The host's login shell must take POSIX quoting and exec, and
 // Fence reads the host's /proc (bwrap makes it Linux anyway).
 //
-// Check tells what a host lacks: ssh reachable, a working bwrap, rsync,
-// the POSIX tools the wrapper uses, and Unix socket forwarding.
+// Check tells what a host lacks: ssh reachable, a working bwrap, rsync
+// 3.4 or newer there and here (MinRsync), the POSIX tools the wrapper
+// uses, and Unix socket forwarding.
 package ssh

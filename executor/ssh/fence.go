@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -54,13 +56,54 @@ func (e *Executor) Fence(ctx context.Context, agent, incarnation string) ([]int,
 	return pids, nil
 }
 
-// checkScript prints one line per thing the host lacks.
+// checkScript prints one line per thing the host lacks, and a line of
+// the host's rsync version, beginning with $1 (rsyncLine).
 const checkScript = `for c in bwrap rsync head mkfifo mktemp tr grep find du cut wc; do` +
 	` command -v "$c" >/dev/null 2>&1 || echo "$c is not installed"; done;` +
 	` if command -v bwrap >/dev/null 2>&1 && ! bwrap --die-with-parent --unshare-all --ro-bind / / true >/dev/null 2>&1; then` +
 	` echo "bwrap cannot make a sandbox (unprivileged user namespaces may be off)"; fi;` +
 	` [ "$(printf abc | { head -c 1 >/dev/null; cat; })" = bc ] || echo "head -c reads more than it is asked to (GNU coreutils is needed)";` +
+	` if command -v rsync >/dev/null 2>&1; then printf '%s %s\n' "$1" "$(rsync --version 2>&1 | head -n 1)"; fi;` +
 	` exit 0`
+
+// rsyncLine begins checkScript's line of the host's `rsync --version`.
+const rsyncLine = "rsync-version:"
+
+// MinRsync is the oldest rsync that Check accepts, here and on the
+// host: 3.4.0 fixed CVE-2024-12084 to 12088 and CVE-2024-12747, among
+// them a sender that makes the receiver write outside its destination
+// and a --safe-links bypass. A pull receives what the agent wrote from
+// the host's rsync, so both ends matter.
+var MinRsync = [3]int{3, 4, 0}
+
+var rsyncVersionRE = regexp.MustCompile(`^rsync +version +v?(\d+)\.(\d+)\.(\d+)`)
+
+// rsyncProblem tells what is wrong with the rsync whose `rsync
+// --version` began with first, of where ("this machine", a host): ""
+// if it is MinRsync or newer.
+func rsyncProblem(where, first string) string {
+	m := rsyncVersionRE.FindStringSubmatch(strings.TrimSpace(first))
+	if m == nil {
+		return fmt.Sprintf("the rsync of %s said %q to --version", where, cut(first, 100))
+	}
+	var v [3]int
+	for i := range v {
+		v[i], _ = strconv.Atoi(m[i+1])
+	}
+	if slices.Compare(v[:], MinRsync[:]) < 0 {
+		return fmt.Sprintf("the rsync of %s is %d.%d.%d, older than %d.%d.%d, which fixed CVE-2024-12084 to 12088 and CVE-2024-12747",
+			where, v[0], v[1], v[2], MinRsync[0], MinRsync[1], MinRsync[2])
+	}
+	return ""
+}
+
+// cut shortens s to n bytes at most.
+func cut(s string, n int) string {
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "..."
+	}
+	return s
+}
 
 // Check tells what the host lacks to run agents: it is reachable over
 // ssh, bwrap makes a sandbox there, rsync is there, the tools the
@@ -68,11 +111,27 @@ const checkScript = `for c in bwrap rsync head mkfifo mktemp tr grep find du cut
 // machine (the agent's tool socket, see Forward). It returns nil when
 // the host is fit, or an error that lists each problem.
 func (e *Executor) Check(ctx context.Context) error {
-	out, err := e.run(ctx, checkScript)
+	out, err := e.run(ctx, checkScript, rsyncLine)
 	if err != nil {
 		return fmt.Errorf("%s is not reachable: %w", e.host, err)
 	}
-	msg := strings.TrimSpace(string(out))
+	var problems []string
+	for l := range strings.Lines(string(out)) {
+		l = strings.TrimSuffix(l, "\n")
+		if v, ok := strings.CutPrefix(l, rsyncLine+" "); ok {
+			l = rsyncProblem(e.host, v)
+		}
+		if l != "" {
+			problems = append(problems, l)
+		}
+	}
+	local, err := exec.CommandContext(ctx, "rsync", "--version").CombinedOutput()
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("this machine has no working rsync: %v", err))
+	} else if p := rsyncProblem("this machine", strings.SplitN(string(local), "\n", 2)[0]); p != "" {
+		problems = append(problems, p)
+	}
+	msg := strings.Join(problems, "\n")
 	if err := e.checkForward(ctx); err != nil {
 		msg = strings.TrimSpace(msg + "\n" + err.Error())
 	}

@@ -251,6 +251,42 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckRsyncVersion: an rsync older than MinRsync, here or on the
+// host, or one that says no version, is a problem Check reports.
+func TestCheckRsyncVersion(t *testing.T) {
+	for first, want := range map[string]string{
+		"rsync  version 3.5.0  protocol version 32":  "",
+		"rsync  version 3.4.0  protocol version 32":  "",
+		"rsync  version v3.4.1  protocol version 32": "",
+		"rsync  version 10.0.0  protocol version 40": "",
+		"rsync  version 3.2.7  protocol version 31":  "is 3.2.7, older than 3.4.0",
+		"rsync  version 3.3.99  protocol version 31": "is 3.3.99, older than 3.4.0",
+		"openrsync: protocol version 29":             "said",
+		"":                                           "said",
+	} {
+		got := rsyncProblem("h", first)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("rsyncProblem(%q) = %q, want %q", first, got, want)
+		}
+	}
+	// This machine's rsync, shadowed on PATH by an old one: the host's
+	// (the sshd's own PATH) is still fine.
+	_, e := start(t)
+	bin := t.TempDir()
+	old := "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'rsync  version 3.2.7  protocol version 31'; exit 0; }\nexec /usr/bin/rsync \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "rsync"), []byte(old), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	err := e.Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "the rsync of this machine is 3.2.7") {
+		t.Fatalf("Check with an old rsync here: %v", err)
+	}
+	if strings.Contains(err.Error(), e.Host()) && strings.Contains(err.Error(), "rsync of "+e.Host()) {
+		t.Fatalf("the host's rsync was reported too: %v", err)
+	}
+}
+
 // BenchmarkStart: the cost of one sandboxed process on the host through
 // the master connection (start, run bwrap true, exit status back), and
 // of a Push and Pull of a small place.

@@ -299,9 +299,9 @@ func checkSSH(ctx context.Context, host string, used int) api.DoctorCheck {
 	defer cancel()
 	if err := e.Check(ctx); err != nil {
 		c.Status, c.Detail = api.DoctorFail, cut(err.Error(), 300)+note
-		c.Hint = "'ssh " + host + " true' must work for the daemon's user, without a prompt (an ssh agent or a key, and the host in ~/.ssh/config or $" + ssh.ConfigEnv + "); the host needs bwrap and rsync"
+		c.Hint = "'ssh " + host + " true' must work for the daemon's user, without a prompt (an ssh agent or a key, and the host in ~/.ssh/config or $" + ssh.ConfigEnv + "); the host needs bwrap and rsync 3.4 or newer (so does this machine)"
 		return c
 	}
-	c.Status, c.Detail = api.DoctorOK, host+" is reachable and can run agents: bwrap, rsync"+note
+	c.Status, c.Detail = api.DoctorOK, host+" is reachable and can run agents: bwrap, rsync 3.4 or newer"+note
 	return c
 }
