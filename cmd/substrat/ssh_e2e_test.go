@@ -211,6 +211,28 @@ func TestSSHExecutorE2E(t *testing.T) {
 	if ps := markerProcs(a.ID); len(ps) > 0 {
 		t.Fatalf("left on the host: %v", ps)
 	}
+	// The workspace deleted, once its agent has ended, its copy goes
+	// from the host too (in the background).
+	if _, err := os.Stat(filepath.Join(place, "second.txt")); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(d, wire.AgentTerminate, wire.TerminateParams{Ref: "far"}, nil)
+	mustCall(d, wire.WorkspaceDelete, wire.WorkspaceDeleteParams{Ref: "lab"}, nil)
+	waitGone(t, wsCopy(places, root))
+}
+
+// waitGone waits, for a minute at most, until nothing is at path.
+func waitGone(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		_, err := os.Lstat(path)
+		if os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still there: %v", path, err)
+		}
+	}
 }
 
 // wsCopy is a path in the copy on the host (under places) of the

@@ -27,7 +27,20 @@ func (d *Daemon) registerWorkspace() {
 		return c.InspectWorkspace(p.Ref)
 	})
 	rpc.Handle(s, api.WorkspaceDelete, func(ctx context.Context, p api.WorkspaceDeleteParams) (api.WorkspaceDeleteResult, error) {
-		return api.WorkspaceDeleteResult{Deleted: true}, c.DeleteWorkspaceWith(p.Ref, workspace.DeleteOptions{Force: p.Force, DeleteBranch: p.DeleteBranch})
+		// Its copies on ssh hosts go with it: those of the hosts its
+		// agents ran on, as of before the delete.
+		info, ierr := c.InspectWorkspace(p.Ref)
+		var hosts []string
+		if ierr == nil {
+			hosts = workspaceHosts(c, info.Ref)
+		}
+		if err := c.DeleteWorkspaceWith(p.Ref, workspace.DeleteOptions{Force: p.Force, DeleteBranch: p.DeleteBranch}); err != nil {
+			return api.WorkspaceDeleteResult{}, err
+		}
+		if ierr == nil {
+			d.host.remotes.forgetWorkspace(info.Root, hosts)
+		}
+		return api.WorkspaceDeleteResult{Deleted: true}, nil
 	})
 	rpc.Handle(s, api.WorkspaceDiff, func(ctx context.Context, p api.WorkspaceDiffParams) (api.WorkspaceDiffResult, error) {
 		diff, err := c.WorkspaceDiff(p.Ref, p.Stat)

@@ -219,36 +219,6 @@ func (r *remotes) close() {
 	}
 }
 
-// forget removes, on their hosts, the copies of agent's own extras (its
-// CLI's HOME, its tool socket there) once it has left the tree: those
-// that came back after its last process. Its workspace's copy stays, for
-// the workspace's other agents. Nothing waits for it.
-func (r *remotes) forget(agent string) {
-	r.mu.Lock()
-	var gone []*remoteCopy
-	for k, c := range r.copies {
-		if c.key != agent {
-			continue
-		}
-		c.mu.Lock()
-		if c.running == 0 && c.synced {
-			gone = append(gone, c)
-			delete(r.copies, k)
-		}
-		c.mu.Unlock()
-	}
-	r.mu.Unlock()
-	for _, c := range gone {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := c.e.Remove(ctx, agent); err != nil {
-				r.log.Warn("an agent's copy was not removed from its host", "agent", agent, "host", c.e.Host(), "err", err)
-			}
-		}()
-	}
-}
-
 // remoteSandbox is the Sandbox hook of an agent that runs on host: see
 // remotes.
 func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.SandboxFunc {
