@@ -23,8 +23,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -38,6 +40,7 @@ var cluster struct {
 	kubeconfig string
 	runDir     string
 	script     string
+	watchdog   *os.Process // stops the plane if this process dies first
 	skip       string // why the tests are skipped
 	started    time.Duration
 }
@@ -54,6 +57,11 @@ func Main(m *testing.M) {
 // cannot call Main (testscript.Main runs the tests itself; give it a
 // Run that calls Stop after m.Run).
 func Stop() {
+	if cluster.watchdog != nil {
+		cluster.watchdog.Kill()
+		cluster.watchdog.Wait()
+		cluster.watchdog = nil
+	}
 	if cluster.runDir != "" {
 		// Through bash by name, its output through a pipe of its own:
 		// at the end of cmd/substrat's tests (testscript.Main), the
@@ -160,6 +168,26 @@ func start() {
 	}
 	cluster.started = time.Since(t0)
 	cluster.runDir = dir
+	cluster.watchdog = watch(script, dir)
 	cluster.kubeconfig = strings.TrimSpace(stdout.String())
 	fmt.Fprintf(os.Stderr, "k8stest: control plane started in %v\n", cluster.started.Round(time.Millisecond))
+}
+
+// watchdogScript waits for process $1 to end, then stops the control
+// plane of run directory $3 with script $2.
+const watchdogScript = `while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec bash "$2" stop "$3" >/dev/null 2>&1`
+
+// watch starts a process, in a session of its own and holding none of
+// this one's descriptors (go test waits for its output pipes to close),
+// that stops the control plane in dir when this process ends without
+// Stop: killed by a signal, by go test's timeout, or by a closed pipe
+// (go test ... | head). Stop kills it first.
+func watch(script, dir string) *os.Process {
+	cmd := exec.Command("sh", "-c", watchdogScript, "k8stest-watchdog", strconv.Itoa(os.Getpid()), script, dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "k8stest: no watchdog for the control plane:", err)
+		return nil
+	}
+	return cmd.Process
 }
