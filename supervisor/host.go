@@ -81,6 +81,13 @@ type Workplace struct {
 	// Limit, if set, puts shell commands under the agent's resource
 	// limits (Host.Limit).
 	Limit provider.LimitFunc
+	// RemoteSandbox and RemoteStart, if set, run shell commands where the
+	// agent's processes run (its executor's host), as its provider's
+	// processes run there (Host.Sandbox, Host.Start): its place copied
+	// there before, and back after. The file tools still run here, on
+	// the sandbox's root.
+	RemoteSandbox provider.SandboxFunc
+	RemoteStart   provider.StartFunc
 }
 
 // WorkTools run the work tools in a Workplace; the daemon's are package

@@ -86,18 +86,30 @@ func (c *Core) toolList(s *fsstore.Session) []provider.ToolInfo {
 
 // place returns where agent s works, for the work tools.
 func (c *Core) place(s *fsstore.Session) (Workplace, error) {
-	if s.Executor != "" {
-		// Its place is copied to the host for each of its provider's
-		// processes, and back: what a work tool did here would be
-		// replaced by the copy that comes back.
-		return Workplace{}, fmt.Errorf("the work tools run on this machine, and %s runs on %s: use your provider's own tools", s.Name, s.Executor)
-	}
 	l := c.store.Layout()
-	pl := Workplace{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}, Limit: c.host.Limit(s.ID, c.limitsOf(s))}
+	pl := Workplace{ShellState: bwrap.Source{Host: l.ShellState(s.ID), Anchor: l.Home}}
 	spec, _, ok, err := c.agentSpec(s)
 	if err != nil {
 		return pl, err
 	}
+	if s.Executor != "" {
+		// Its shell runs on its host, as its provider's processes do,
+		// in its place there (copied there and back around it); the
+		// file tools here, on the workspace's root (see the daemon's
+		// work tools for a root whose copy is in use).
+		pl.Sandbox = &spec
+		pl.RemoteSandbox, pl.RemoteStart = c.host.Sandbox(s), c.host.Start(s, c.limitsOf(s))
+		switch {
+		case fsstore.ExecutorHost(s.Executor) == "":
+			return Workplace{}, fmt.Errorf("the work tools run on this machine or an ssh host, and %s runs on %s: use your provider's own tools", s.Name, s.Executor)
+		case !ok:
+			return Workplace{}, fmt.Errorf("%s runs on %s, which needs a workspace (substrat agent create --workspace)", s.Name, s.Executor)
+		case pl.RemoteSandbox == nil || pl.RemoteStart == nil:
+			return Workplace{}, fmt.Errorf("%s runs on %s, and nothing here runs processes there", s.Name, s.Executor)
+		}
+		return pl, nil
+	}
+	pl.Limit = c.host.Limit(s.ID, c.limitsOf(s))
 	if ok {
 		pl.Sandbox = &spec
 		return pl, nil

@@ -5,6 +5,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,4 +228,92 @@ func TestSSHExecutorLimits(t *testing.T) {
 	if r := d.send("calm", "limits"); r.Text != "Max data size 268435456 268435456 bytes" {
 		t.Fatalf("calm's limit: %q", r.Text)
 	}
+}
+
+// scriptedCalls plays a model that makes the tool calls steps, one per
+// turn of the conversation, and then says the tools' results, one per
+// line.
+func scriptedCalls(steps ...fakeapi.Call) func(fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
+	return func(req fakeapi.OpenAIRequest) fakeapi.OpenAIOut {
+		var results []string
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				results = append(results, m.Text())
+			}
+		}
+		if len(results) < len(steps) {
+			c := steps[len(results)]
+			c.ID = fmt.Sprintf("call_%d", len(results))
+			return fakeapi.OpenAIOut{Calls: []fakeapi.Call{c}}
+		}
+		return fakeapi.OpenAIOut{Text: strings.Join(results, "\n---\n")}
+	}
+}
+
+// TestSSHExecutorWorkTools: the daemon's work tools for an agent on an
+// ssh executor (--provider openai, whose model has no tools of its own):
+// its shell runs on the host, in its sandbox there, in the workspace's
+// copy, with its working directory kept between calls, and what it wrote
+// comes back; the file tools work here on the root, which the next
+// shell's copy carries there.
+func TestSSHExecutorWorkTools(t *testing.T) {
+	api := fakeapi.NewOpenAI(scriptedCalls(
+		fakeapi.Call{Name: "shell", Args: `{"command":"mkdir sub && cd sub && echo remote > made.txt && grep ' /workspace ' /proc/self/mountinfo | cut -d' ' -f4"}`},
+		fakeapi.Call{Name: "write_file", Args: `{"path":"sub/local.txt","content":"written here"}`},
+		fakeapi.Call{Name: "shell", Args: `{"command":"pwd; cat local.txt; exit 3"}`},
+		fakeapi.Call{Name: "read_file", Args: `{"path":"sub/made.txt"}`},
+	))
+	t.Cleanup(api.Close)
+	d, s, places := sshDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Provider: "openai", Workspace: "lab", Executor: "ssh://" + s.Host}, nil)
+	res := d.send("far", "go")
+	out := strings.Split(res.Text, "\n---\n")
+	if len(out) != 4 {
+		t.Fatalf("the turn said %q", res.Text)
+	}
+	place := wsCopy(places, root, "place")
+	if want := place + "\n[exit status 0]"; out[0] != want {
+		t.Errorf("the first shell said %q, want %q (run in the copy on the host)", out[0], want)
+	}
+	if want := "/workspace/sub\nwritten here\n[exit status 3]"; out[2] != want {
+		t.Errorf("the second shell said %q, want %q (in the directory the first left, with the file written here)", out[2], want)
+	}
+	if !strings.Contains(out[3], "remote") {
+		t.Errorf("read_file of what the shell wrote there: %q", out[3])
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "sub", "made.txt")); err != nil || string(b) != "remote\n" {
+		t.Errorf("made.txt here: %q, %v", b, err)
+	}
+}
+
+// TestSSHExecutorWorkToolsInUse: while another agent's process uses the
+// workspace's copy on the host, the file tools refuse (what they wrote
+// here would be replaced when the copy comes back), and the shell, which
+// runs in that copy, sees the other's work.
+func TestSSHExecutorWorkToolsInUse(t *testing.T) {
+	api := fakeapi.NewOpenAI(scriptedCalls(
+		fakeapi.Call{Name: "write_file", Args: `{"path":"b.txt","content":"lost"}`},
+		fakeapi.Call{Name: "shell", Args: `{"command":"cat a.txt"}`},
+	))
+	t.Cleanup(api.Close)
+	d, s, places := sshDaemon(t, "OPENAI_BASE_URL="+api.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_MODEL=fake-model")
+	model := lookPath(t, "remote-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab"}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "one", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, nil)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "two", Provider: "openai", Workspace: "lab", Executor: "ssh://" + s.Host}, nil)
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "one", Text: "writewait a.txt from one"}, nil)
+	waitFile(t, wsCopy(places, root, "place", "a.txt"))
+	res := d.send("two", "go")
+	out := strings.Split(res.Text, "\n---\n")
+	if len(out) != 2 || !strings.Contains(out[0], "in use on "+s.Host) || out[1] != "from one\n[exit status 0]" {
+		t.Fatalf("two's tools said %q", res.Text)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "b.txt")); !os.IsNotExist(err) {
+		t.Fatalf("b.txt was written here: %v", err)
+	}
+	os.WriteFile(wsCopy(places, root, "place", "release"), nil, 0o644)
+	waitFile(t, filepath.Join(root, "a.txt"))
 }

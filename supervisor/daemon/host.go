@@ -45,7 +45,7 @@ func newHost(store *fsstore.Store, log *slog.Logger) *host {
 }
 
 // Work implements supervisor.Host.
-func (h *host) Work() supervisor.WorkTools { return workTools{} }
+func (h *host) Work() supervisor.WorkTools { return workTools{h.remotes} }
 
 // Limit implements supervisor.Host.
 func (h *host) Limit(agent string, l fsstore.Limits) provider.LimitFunc {
@@ -58,22 +58,34 @@ func (h *host) Limit(agent string, l fsstore.Limits) provider.LimitFunc {
 // LimitReached implements supervisor.Host.
 func (h *host) LimitReached(agent string) string { return h.limits.Reached(agent) }
 
-// workTools are the core's work tools: package worktools.
-type workTools struct{}
+// workTools are the core's work tools: package worktools. The file
+// tools work on a workspace's root here, and refuse while a copy of it is
+// in use on a host (remotes): what they wrote would be replaced when the
+// copy comes back, and what they read may be old.
+type workTools struct{ remotes *remotes }
 
 func (workTools) Shell(ctx context.Context, pl supervisor.Workplace, command string, timeout time.Duration) (string, error) {
 	return worktools.Place(pl).Shell(ctx, command, timeout)
 }
 
-func (workTools) ReadFile(pl supervisor.Workplace, p string, from, to int) (string, error) {
+func (w workTools) ReadFile(pl supervisor.Workplace, p string, from, to int) (string, error) {
+	if err := w.remotes.inUse(pl); err != nil {
+		return "", err
+	}
 	return worktools.Place(pl).ReadFile(p, from, to)
 }
 
-func (workTools) WriteFile(pl supervisor.Workplace, p, content string) (string, error) {
+func (w workTools) WriteFile(pl supervisor.Workplace, p, content string) (string, error) {
+	if err := w.remotes.inUse(pl); err != nil {
+		return "", err
+	}
 	return worktools.Place(pl).WriteFile(p, content)
 }
 
-func (workTools) EditFile(pl supervisor.Workplace, p, old, new string) (string, error) {
+func (w workTools) EditFile(pl supervisor.Workplace, p, old, new string) (string, error) {
+	if err := w.remotes.inUse(pl); err != nil {
+		return "", err
+	}
 	return worktools.Place(pl).EditFile(p, old, new)
 }
 

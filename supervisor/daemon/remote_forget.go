@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -20,7 +21,9 @@ func (r *remotes) forget(agent string) {
 		if c.key != agent {
 			continue
 		}
-		c.mu.Lock()
+		if !c.mu.TryLock() {
+			continue // being copied either way: in use
+		}
 		if c.running == 0 && c.synced {
 			gone = append(gone, c)
 			delete(r.copies, k)
@@ -50,10 +53,7 @@ func (r *remotes) forgetWorkspace(root string, hosts []string) {
 		if c.key != key {
 			continue
 		}
-		c.mu.Lock()
-		busy := c.running > 0
-		c.mu.Unlock()
-		if busy {
+		if c.busy() {
 			hosts = slices.DeleteFunc(hosts, func(h string) bool { return h == c.e.Host() })
 			continue
 		}
@@ -89,4 +89,37 @@ func workspaceHosts(core *supervisor.Core, ref string) []string {
 		}
 	}
 	return hosts
+}
+
+// inUse says, as an error, whether a copy of pl's workspace root is in
+// use on a host: by a process that runs there now, whose copy will come
+// back over the root.
+func (r *remotes) inUse(pl supervisor.Workplace) error {
+	if pl.Sandbox == nil {
+		return nil
+	}
+	key := workspaceKey(pl.Sandbox.Root.Host)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.copies {
+		if c.key != key {
+			continue
+		}
+		if c.busy() {
+			return fmt.Errorf("your workspace is in use on %s by a process that runs there now, and its copy will come back over what is here: "+
+				"use the shell tool, which runs there", c.e.Host())
+		}
+	}
+	return nil
+}
+
+// busy says whether c is in use: a process uses it, or it is being
+// copied either way now (its lock is held across the copy, which r.mu
+// must not wait for).
+func (c *remoteCopy) busy() bool {
+	if !c.mu.TryLock() {
+		return true
+	}
+	defer c.mu.Unlock()
+	return c.running > 0
 }

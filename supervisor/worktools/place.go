@@ -63,6 +63,14 @@ type Place struct {
 	// Limit, if set, puts shell commands under the agent's resource
 	// limits (provider.Config.Limit).
 	Limit provider.LimitFunc
+	// RemoteSandbox and RemoteStart, if set, run shell commands on
+	// another host, as the agent's provider processes run there
+	// (provider.Config.Sandbox and Start), in its sandbox there, with the
+	// shell state as a read-write need; the file tools still run here,
+	// in Sandbox. Limit does not apply (RemoteStart applies the limits
+	// as that host can).
+	RemoteSandbox provider.SandboxFunc
+	RemoteStart   provider.StartFunc
 }
 
 // target is a resolved request for a path: the grant it lies in and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/bwrap/launch"
+	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/provider"
 )
 
@@ -45,31 +47,22 @@ func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration
 	timeout = min(timeout, MaxShellTimeout)
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd, err := pl.shellCommand(runCtx, command)
-	if err != nil {
-		return "", err
-	}
-	if pl.Limit != nil {
-		p := provider.Process{Path: cmd.Path, Args: cmd.Args}
-		if err := pl.Limit(&p); err != nil {
-			launch.CloseFiles(cmd)
-			return "", fmt.Errorf("resource limits: %w", err)
-		}
-		cmd.Path, cmd.Args = p.Path, p.Args
-	}
 	out := &capped{max: MaxShellOutput}
-	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Start()
-	launch.CloseFiles(cmd)
-	if err != nil {
-		return "", fmt.Errorf("starting the shell: %w", err)
+	run := pl.runLocal
+	if pl.RemoteStart != nil {
+		run = pl.runRemote
 	}
-	err = cmd.Wait()
+	err := run(runCtx, command, out)
+	var ns notStarted
+	if errors.As(err, &ns) {
+		return "", ns.error
+	}
 	text := out.String()
 	if text != "" && !strings.HasSuffix(text, "\n") {
 		text += "\n"
 	}
 	var ee *exec.ExitError
+	var re *executor.ExitError
 	switch {
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 		text += fmt.Sprintf("[killed after %s: the command ran past its timeout]", timeout)
@@ -79,12 +72,69 @@ func (pl Place) Shell(ctx context.Context, command string, timeout time.Duration
 		text += "[exit status 0]"
 	case errors.As(err, &ee):
 		text += fmt.Sprintf("[exit status %d]", ee.ExitCode())
+	case errors.As(err, &re):
+		text += fmt.Sprintf("[exit status %d]", re.Code)
 	case errors.Is(err, exec.ErrWaitDelay):
 		text += "[exit status 0; a background process kept the output open and was killed]"
 	default:
 		return "", err
 	}
 	return text, nil
+}
+
+// notStarted is an error of a shell command that did not start.
+type notStarted struct{ error }
+
+// runLocal runs command here, in the sandbox or the directory, its
+// output into out, until it ends or ctx is done.
+func (pl Place) runLocal(ctx context.Context, command string, out io.Writer) error {
+	cmd, err := pl.shellCommand(ctx, command)
+	if err != nil {
+		return notStarted{err}
+	}
+	if pl.Limit != nil {
+		p := provider.Process{Path: cmd.Path, Args: cmd.Args}
+		if err := pl.Limit(&p); err != nil {
+			launch.CloseFiles(cmd)
+			return notStarted{fmt.Errorf("resource limits: %w", err)}
+		}
+		cmd.Path, cmd.Args = p.Path, p.Args
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Start()
+	launch.CloseFiles(cmd)
+	if err != nil {
+		return notStarted{fmt.Errorf("starting the shell: %w", err)}
+	}
+	return cmd.Wait()
+}
+
+// runRemote runs command on the agent's host through RemoteSandbox and
+// RemoteStart, as one of its provider's processes: /bin/sh with Shell's
+// wrapper, the shell state bound read-write at its own path (copied
+// there and back with the agent's other files), in the sandbox's
+// environment. It is killed when ctx is done.
+func (pl Place) runRemote(ctx context.Context, command string, out io.Writer) error {
+	if pl.Sandbox == nil || pl.RemoteSandbox == nil {
+		return notStarted{fmt.Errorf("%w: a shell on another host needs the agent's sandbox", ErrInvalid)}
+	}
+	state := pl.ShellState.Host
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return notStarted{fmt.Errorf("shell state directory: %w", err)}
+	}
+	p := provider.Process{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", bwrap.ShellWrapper(state), "substrat-shell", command},
+		Env: bwrap.Environ(*pl.Sandbox)}
+	p, err := pl.RemoteSandbox(ctx, p, provider.SandboxNeeds{ReadWrite: []string{state}})
+	if err != nil {
+		return notStarted{err}
+	}
+	r, err := pl.RemoteStart(ctx, p, provider.Stdio{Stdout: out, Stderr: out})
+	if err != nil {
+		return notStarted{fmt.Errorf("starting the shell: %w", err)}
+	}
+	stop := context.AfterFunc(ctx, func() { r.Kill() })
+	defer stop()
+	return r.Wait()
 }
 
 // shellCommand builds the command of Shell.
