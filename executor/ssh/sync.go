@@ -128,6 +128,20 @@ func (e *Executor) rsync(ctx context.Context, more ...string) error {
 	return nil
 }
 
+// globEscape escapes the wildcards of a remote source path: the remote
+// rsync expands them (with --protect-args, it does what the shell would
+// have), so a root of a[1] would read from a1.
+func globEscape(p string) string {
+	var b strings.Builder
+	for _, r := range p {
+		if strings.ContainsRune(`*?[]\{}`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // Push copies the local directory local (an agent's place) to the
 // agent's place on the host (Place), which it then mirrors exactly.
 func (e *Executor) Push(ctx context.Context, agent, local string) error {
@@ -295,7 +309,7 @@ func (e *Executor) pull(ctx context.Context, agent, dir, local string, mode ...s
 			}
 			// --max-size as well, for a file that grew since.
 			args := append(mode, "--max-size="+strconv.FormatInt(e.opts.MaxFileSize, 10),
-				e.host+":"+dir+"/", strings.TrimSuffix(local, "/")+"/")
+				e.host+":"+globEscape(dir)+"/", strings.TrimSuffix(local, "/")+"/")
 			return e.rsync(ctx, args...)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/substrat/substrat/internal/sshtest"
 )
 
 // write makes files (name -> content) under dir.
@@ -269,5 +271,45 @@ func TestExtra(t *testing.T) {
 		if _, err := e.Extra(ctx, "agentx", rel); err == nil {
 			t.Errorf("Extra(%q) was taken", rel)
 		}
+	}
+}
+
+// TestPullGlobRoot: a root whose path holds wildcards ([, *, ?) is taken
+// as it is, on the host too: the remote rsync expands the wildcards of a
+// source path, so a pull from a[1] would read a1, a sibling that
+// matches it.
+func TestPullGlobRoot(t *testing.T) {
+	if why := sshtest.Available(); why != "" {
+		t.Skip(why)
+	}
+	s := sshtest.Start(t)
+	base := t.TempDir()
+	for _, name := range []string{"r[1]*?", "r1xy"} {
+		if err := os.Mkdir(filepath.Join(base, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := New(s.Host, Options{Config: s.Config, Root: filepath.Join(base, "r[1]*?")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	local := t.TempDir()
+	os.WriteFile(filepath.Join(local, "mine.txt"), []byte("mine"), 0o644)
+	if err := e.Push(context.Background(), "a", local); err != nil {
+		t.Fatal(err)
+	}
+	// The sibling holds a place of the same agent, with other files.
+	decoy := filepath.Join(base, "r1xy", "a", "place")
+	os.MkdirAll(decoy, 0o755)
+	os.WriteFile(filepath.Join(decoy, "decoy.txt"), []byte("not mine"), 0o644)
+	if err := e.Pull(context.Background(), "a", local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(local, "decoy.txt")); err == nil {
+		t.Fatal("the pull read the sibling that the root's wildcards match")
+	}
+	if b, err := os.ReadFile(filepath.Join(local, "mine.txt")); err != nil || string(b) != "mine" {
+		t.Fatalf("mine.txt after the pull: %q, %v", b, err)
 	}
 }
