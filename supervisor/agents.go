@@ -359,12 +359,7 @@ func (c *Core) freeze(ctx context.Context, n *node) (thaw func(), err error) {
 }
 
 func (c *Core) terminate(ctx context.Context, n *node, reason string) error {
-	c.mu.Lock()
-	if n.cancel != nil {
-		n.cancel()
-	}
-	c.mu.Unlock()
-	if err := c.acquire(ctx, n); err != nil {
+	if err := c.preempt(ctx, n); err != nil {
 		return err
 	}
 	defer c.release(n)

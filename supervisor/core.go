@@ -310,8 +310,14 @@ func (c *Core) release(n *node) {
 	c.signal()
 }
 
-// acquire waits until n is not busy and claims it.
+// acquire waits until n is not busy and claims it. No turn starts on n
+// while it waits (RunTurn, Runnable): a session operation is not starved
+// by turn after turn.
 func (c *Core) acquire(ctx context.Context, n *node) error {
+	c.mu.Lock()
+	n.claimers++
+	c.mu.Unlock()
+	defer c.unclaim(n)
 	for {
 		c.mu.Lock()
 		if c.claimLocked(n) {
@@ -328,6 +334,34 @@ func (c *Core) acquire(ctx context.Context, n *node) error {
 	}
 }
 
+// preempt cancels n's running turn, if any, and claims n, with no turn
+// starting on it in between: the cancelled turn's end would otherwise
+// let the scheduler start the next (for the messages it left
+// undelivered), which nothing cancels, and the claim would wait for that
+// one to end by itself.
+func (c *Core) preempt(ctx context.Context, n *node) error {
+	c.mu.Lock()
+	n.claimers++
+	if n.cancel != nil {
+		n.cancel()
+	}
+	c.mu.Unlock()
+	defer c.unclaim(n)
+	return c.acquire(ctx, n)
+}
+
+// unclaim ends a wait of acquire or preempt: turns may start on n again
+// when none waits.
+func (c *Core) unclaim(n *node) {
+	c.mu.Lock()
+	n.claimers--
+	free := n.claimers == 0
+	c.mu.Unlock()
+	if free {
+		c.signal()
+	}
+}
+
 // Runnable returns the agents that have mail and can take a turn now, in
 // id order.
 func (c *Core) Runnable() []string {
@@ -339,7 +373,7 @@ func (c *Core) Runnable() []string {
 	var ids []string
 	now := c.clock.Now()
 	for id, n := range c.nodes {
-		if n.mail && !n.busy && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.s().Gated || n.s().Permits > 0) &&
+		if n.mail && !n.busy && n.claimers == 0 && !now.Before(n.retryAt) && !n.waitSlot && n.heldBy == "" && !n.terminated() && (!n.s().Gated || n.s().Permits > 0) &&
 			c.parkedLocked(n, now).IsZero() {
 			ids = append(ids, id)
 		}

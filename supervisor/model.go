@@ -25,6 +25,7 @@ type node struct {
 
 	live     provider.Session // nil unless the session is ACTIVE in this process
 	busy     bool             // a turn or a session operation holds the node
+	claimers int              // session operations waiting to hold it (acquire): no turn starts meanwhile
 	idle     chan struct{}    // closed when busy becomes false
 	heldBy   string           // a parent whose running turn spawned this node
 	mail     bool             // inbox/new may hold messages

@@ -85,12 +85,7 @@ func (c *Core) reloadAgent(ctx context.Context, n *node, why string) {
 // parent gone they cannot reach it, and they are linked to it again if the
 // directory comes back.
 func (c *Core) detach(ctx context.Context, n *node) {
-	c.mu.Lock()
-	if n.cancel != nil {
-		n.cancel()
-	}
-	c.mu.Unlock()
-	if err := c.acquire(ctx, n); err != nil {
+	if err := c.preempt(ctx, n); err != nil {
 		return
 	}
 	// Archived (or restored) meanwhile: the archive took it out itself.

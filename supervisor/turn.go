@@ -23,7 +23,7 @@ import (
 func (c *Core) RunTurn(ctx context.Context, id string) error {
 	c.mu.Lock()
 	n := c.nodes[id]
-	if n == nil || c.down || n.terminated() || n.heldBy != "" || !c.claimLocked(n) {
+	if n == nil || c.down || n.terminated() || n.heldBy != "" || n.claimers > 0 || !c.claimLocked(n) {
 		c.mu.Unlock()
 		return nil
 	}
