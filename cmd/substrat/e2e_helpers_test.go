@@ -322,17 +322,26 @@ func (d *e2eDaemon) startCLI(t *testing.T, cmd *exec.Cmd) (*lineReader, *bytes.B
 // with network for them; all stop when the test ends.
 func runCodexGeminiDaemon(t *testing.T, reply func(conv string) string) *e2eDaemon {
 	t.Helper()
+	d := runDaemon(t, codexGeminiEnv(t, reply)...)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	return d
+}
+
+// codexGeminiEnv starts loopback fakes of the Codex and Gemini APIs,
+// both answering reply(the conversation), and returns the environment
+// of a daemon whose codex and gemini agents run the pinned CLIs against
+// them.
+func codexGeminiEnv(t *testing.T, reply func(conv string) string) []string {
+	t.Helper()
 	codex := fakeapi.NewCodex(func(r fakeapi.CodexRequest) fakeapi.CodexOut { return fakeapi.CodexOut{Text: reply(r.Raw)} })
 	t.Cleanup(codex.Close)
 	gemini := fakeapi.NewGemini(func(r fakeapi.GeminiRequest) fakeapi.GeminiOut { return fakeapi.GeminiOut{Text: reply(r.Raw)} })
 	t.Cleanup(gemini.Close)
 	dir := filepath.Dir(toolsBin(t, "codex"))
 	toolsBin(t, "gemini")
-	d := runDaemon(t, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"OPENAI_BASE_URL="+codex.URL, "OPENAI_API_KEY=sk-fake-codex",
-		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL="+gemini.URL)
-	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
-	return d
+	return []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"OPENAI_BASE_URL=" + codex.URL, "OPENAI_API_KEY=sk-fake-codex",
+		"GEMINI_API_KEY=fake-gemini", "GOOGLE_GEMINI_BASE_URL=" + gemini.URL}
 }
 
 // lineReader collects the lines a command prints, for a test to wait on.

@@ -87,6 +87,41 @@ func TestSSHExecutorClaude(t *testing.T) {
 	}
 }
 
+// TestSSHExecutorCodexGemini: the real Codex and Gemini CLIs, for agents
+// on an ssh executor, run on the host in bwrap against the loopback
+// fakes: a turn, and a second that resumes the CLI's session from its
+// HOME, which came back from the host and went there again.
+func TestSSHExecutorCodexGemini(t *testing.T) {
+	remembered := func(conv string) string {
+		switch {
+		case strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO"):
+			return "you said MANGO"
+		case strings.Contains(conv, "what did I say"):
+			return "I was never told"
+		}
+		return "noted"
+	}
+	d, s, places := sshDaemon(t, codexGeminiEnv(t, remembered)...)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	for _, p := range []string{"codex", "gemini"} {
+		var a wire.AgentInfo
+		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box", Executor: "ssh://" + s.Host}, &a)
+		if res := d.send(p, "remember MANGO"); res.Text != "noted" {
+			t.Fatalf("%s: first turn %q", p, res.Text)
+		}
+		// Its own HOME went to the host, beside its place.
+		if _, err := os.Stat(filepath.Join(places, a.ID, "extra")); err != nil {
+			t.Errorf("%s did not run on the host: %v", p, err)
+		}
+		if res := d.send(p, "what did I say?"); res.Text != "you said MANGO" {
+			t.Errorf("%s: the second turn on the host %q", p, res.Text)
+		}
+		if ps := markerProcs(a.ID); len(ps) > 0 {
+			t.Errorf("%s left on the host: %v", p, ps)
+		}
+	}
+}
+
 // TestSSHExecutorGit: an agent on an ssh executor in a git workspace
 // commits on the host; its clone's git directory goes there beside the
 // place (its config, hooks and info read-only in the sandbox, and never
