@@ -41,7 +41,7 @@ var cluster struct {
 	runDir     string
 	script     string
 	watchdog   *os.Process // stops the plane if this process dies first
-	skip       string // why the tests are skipped
+	skip       string      // why the tests are skipped
 	started    time.Duration
 }
 
