@@ -125,6 +125,9 @@ func (c *AgentCreateCmd) Run(g *Globals) error {
 		}
 		if e := res.Session.Executor; e != "" {
 			fmt.Printf("  executor: %s\n", executorShown(e))
+			if res.Session.Workspace == "" {
+				fmt.Printf("  note: %s has no workspace, so its turns there fail with a provider that runs a process (the CLIs, a --model program): create it with --workspace\n", info.Path)
+			}
 		}
 	}
 	return nil
