@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/dynamic"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -93,6 +95,11 @@ type Options struct {
 	QPS     float32
 	Burst   int
 	Workers int
+	// SandboxClaims is on, off or auto: whether the agents' pods are
+	// made through SandboxClaims of agent-sandbox (see claims.go) rather
+	// than directly. Auto (the default) makes claims where the API server
+	// serves their kinds. "" is $SUBSTRAT_K8S_SANDBOX_CLAIMS, else auto.
+	SandboxClaims string
 }
 
 // Executor runs agents' processes in pods of one namespace: one pod per
@@ -105,6 +112,15 @@ type Executor struct {
 	// would add another 11 MB to the daemon's binary.
 	core  corev1client.CoreV1Interface
 	authz authzclient.AuthorizationV1Interface
+	dyn   dynamic.Interface
+
+	// mode is auto's finding (SandboxClaims), once made.
+	mode *modeState
+}
+
+type modeState struct {
+	mu sync.Mutex
+	on *bool
 }
 
 // tokenRE: what may be a label value here (agent ids, incarnations,
@@ -151,6 +167,11 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
+	mode, err := claimsMode(opts.SandboxClaims)
+	if err != nil {
+		return nil, err
+	}
+	opts.SandboxClaims = mode
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	cfg.UserAgent = "substrat"
@@ -162,7 +183,11 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
 	}
-	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz}, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
+	}
+	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, dyn: dyn, mode: &modeState{}}, nil
 }
 
 // Target is where the executor runs pods.
