@@ -309,6 +309,23 @@ func (e *Executor) ensureParts(ctx context.Context, c *sandboxClaim, a Agent) er
 	return nil
 }
 
+// hasParts reports whether c's template and pool are there, made for it.
+func (e *Executor) hasParts(ctx context.Context, c *sandboxClaim) (bool, error) {
+	for _, gvr := range []schema.GroupVersionResource{templatesGVR, poolsGVR} {
+		u, err := e.dyn.Resource(gvr).Namespace(e.target.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("the %s of sandbox claim %s: %w", gvr.Resource, c.Name, err)
+		}
+		if !slices.ContainsFunc(u.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == c.UID }) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // dropClaim deletes c, then its Sandbox, then its pod among pods (at
 // once): in that order, so that nothing makes the pod again. The
 // template and pool go with the claim (owner references).
@@ -331,8 +348,12 @@ func (e *Executor) dropClaim(ctx context.Context, c *sandboxClaim, pods []corev1
 		}
 	}
 	for i := range pods {
-		if pods[i].Name == c.podName() && pods[i].DeletionTimestamp == nil {
-			if err := e.deletePod(ctx, &pods[i], 0); err != nil {
+		// Only the pod of the claim's own agent and incarnation: a
+		// claim's status is not trusted to name it.
+		p := &pods[i]
+		if p.Name == c.podName() && p.DeletionTimestamp == nil &&
+			p.Labels[LabelAgent] == c.Labels[LabelAgent] && p.Labels[LabelIncarnation] == c.Labels[LabelIncarnation] {
+			if err := e.deletePod(ctx, p, 0); err != nil {
 				return err
 			}
 		}
@@ -375,8 +396,9 @@ func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
 
 // ensureClaims is Ensure in claims mode: it keeps the newest live claim
 // of a's incarnation unless its pod is to be replaced (failed, evicted,
-// deleted, other resources), drops the others and their pods, and makes
-// a claim if none is kept. It returns the claim's pod, nil while its
+// deleted, other resources) or, with no pod yet, it lacks its template
+// or pool; drops the others and their pods; and makes a claim if none
+// is kept. It returns the claim's pod, nil while its
 // controller has not made it.
 func (e *Executor) ensureClaims(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	claims, err := e.liveClaims(ctx, a.ID, a.Incarnation)
@@ -394,6 +416,14 @@ func (e *Executor) ensureClaims(ctx context.Context, a Agent) (*corev1.Pod, erro
 			if st := Classify(pod, a.Incarnation); st.Replace() || st.State == StateDeleting || !sameResources(pod, e.Pod(a)) {
 				keep, pod = nil, nil
 			}
+		} else if ok, err := e.hasParts(ctx, keep); err != nil {
+			return nil, err
+		} else if !ok {
+			// No pod, and no template or pool to make it from (a daemon
+			// that died between them, or someone deleted them): a new
+			// claim, since the controller would not look at this one
+			// again soon.
+			keep = nil
 		}
 	}
 	for i := range claims {
@@ -419,11 +449,6 @@ func (e *Executor) ensureClaims(ctx context.Context, a Agent) (*corev1.Pod, erro
 		}
 	}
 	if keep != nil {
-		if pod == nil {
-			// Its template or pool may be missing (a daemon that died
-			// between them).
-			return nil, e.ensureParts(ctx, keep, a)
-		}
 		return pod, nil
 	}
 	_, err = e.createClaim(ctx, a)
