@@ -319,32 +319,39 @@ func (e *Executor) hasParts(ctx context.Context, c *sandboxClaim) (bool, error) 
 		if err != nil {
 			return false, fmt.Errorf("the %s of sandbox claim %s: %w", gvr.Resource, c.Name, err)
 		}
-		if !slices.ContainsFunc(u.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == c.UID }) {
+		if !ownedBy(u.GetOwnerReferences(), c.UID, false) {
 			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// dropClaim deletes c, then its Sandbox, then its pod among pods (at
-// once): in that order, so that nothing makes the pod again. The
-// template and pool go with the claim (owner references).
+// dropClaim deletes c, then its Sandbox, template and pool (those it
+// owns), then its pod among pods (at once): in that order, so that
+// nothing makes the pod again.
 func (e *Executor) dropClaim(ctx context.Context, c *sandboxClaim, pods []corev1.Pod) error {
 	err := e.dyn.Resource(claimsGVR).Namespace(e.target.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: ptr.To(c.UID)}, PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting sandbox claim %s: %w", c.Name, err)
 	}
-	sb, err := e.dyn.Resource(sandboxesGVR).Namespace(e.target.Namespace).Get(ctx, c.podName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("the sandbox of claim %s: %w", c.Name, err)
-	case ownedBy(sb.GetOwnerReferences(), c.UID):
-		err := e.dyn.Resource(sandboxesGVR).Namespace(e.target.Namespace).Delete(ctx, sb.GetName(), metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: ptr.To(sb.GetUID())}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting the sandbox of claim %s: %w", c.Name, err)
+	// Its Sandbox, template and pool: the garbage collector would, but
+	// only once it watches their kinds (it finds new kinds late).
+	for _, o := range []struct {
+		gvr  schema.GroupVersionResource
+		name string
+	}{{sandboxesGVR, c.podName()}, {templatesGVR, c.Name}, {poolsGVR, c.Name}} {
+		u, err := e.dyn.Resource(o.gvr).Namespace(e.target.Namespace).Get(ctx, o.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("the %s of claim %s: %w", o.gvr.Resource, c.Name, err)
+		case ownedBy(u.GetOwnerReferences(), c.UID, o.gvr == sandboxesGVR):
+			err := e.dyn.Resource(o.gvr).Namespace(e.target.Namespace).Delete(ctx, o.name, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: ptr.To(u.GetUID())}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting the %s of claim %s: %w", o.gvr.Resource, c.Name, err)
+			}
 		}
 	}
 	for i := range pods {
@@ -361,10 +368,11 @@ func (e *Executor) dropClaim(ctx context.Context, c *sandboxClaim, pods []corev1
 	return nil
 }
 
-// ownedBy reports whether refs name uid as the controller.
-func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+// ownedBy reports whether refs name uid as an owner (the controller,
+// if controller).
+func ownedBy(refs []metav1.OwnerReference, uid types.UID, controller bool) bool {
 	for _, r := range refs {
-		if r.Controller != nil && *r.Controller && r.UID == uid {
+		if r.UID == uid && (!controller || r.Controller != nil && *r.Controller) {
 			return true
 		}
 	}
