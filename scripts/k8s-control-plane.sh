@@ -21,7 +21,8 @@
 #
 # Usage:
 #   k8s-control-plane.sh build           build into the cache if missing (a cold
-#                                        build is 5-6 min on 2 cores; then free)
+#                                        build is 5-6 min on 2 cores, and about 3 more
+#                                        for the agent-sandbox controller; then free)
 #   k8s-control-plane.sh start RUN_DIR   build if needed, then start everything on
 #                                        127.0.0.1 with free ports; state, logs and
 #                                        the kubeconfig go to RUN_DIR. The kubeconfig's

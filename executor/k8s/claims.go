@@ -406,8 +406,8 @@ func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
 // of a's incarnation unless its pod is to be replaced (failed, evicted,
 // deleted, other resources) or, with no pod yet, it lacks its template
 // or pool; drops the others and their pods; and makes a claim if none
-// is kept. It returns the claim's pod, nil while its
-// controller has not made it.
+// is kept (with the agent's workspace claim, if missing). It returns the
+// claim's pod, nil while its controller has not made it.
 func (e *Executor) ensureClaims(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	claims, err := e.liveClaims(ctx, a.ID, a.Incarnation)
 	if err != nil {
@@ -451,13 +451,13 @@ func (e *Executor) ensureClaims(ctx context.Context, a Agent) (*corev1.Pod, erro
 			}
 		}
 	}
+	if keep != nil {
+		return pod, nil
+	}
 	if e.opts.Workspace == nil {
 		if err := e.ensureClaim(ctx, a.ID); err != nil {
 			return nil, err
 		}
-	}
-	if keep != nil {
-		return pod, nil
 	}
 	_, err = e.createClaim(ctx, a)
 	return nil, err
