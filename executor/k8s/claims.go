@@ -463,6 +463,31 @@ func (e *Executor) ensureClaims(ctx context.Context, a Agent) (*corev1.Pod, erro
 	return nil, err
 }
 
+// dropClaimOf drops, in claims mode, the live claim that names pod,
+// which was deleted under a command: its Sandbox would make it again
+// under the same name, which pods never reuse in pod mode; the next
+// Ensure makes a new claim instead. What fails here is left to it.
+func (e *Executor) dropClaimOf(pod *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	if on, err := e.SandboxClaims(ctx); err != nil || !on {
+		return
+	}
+	agent, incarnation := pod.Labels[LabelAgent], pod.Labels[LabelIncarnation]
+	claims, err := e.liveClaims(ctx, agent, incarnation)
+	if err != nil {
+		return
+	}
+	for i := range claims {
+		if claims[i].podName() == pod.Name {
+			pods, err := e.pods(ctx, agent, incarnation)
+			if err == nil {
+				e.dropClaim(ctx, &claims[i], pods)
+			}
+		}
+	}
+}
+
 // fenceClaims drops the claims of agent of any other incarnation than
 // incarnation, with their pods, and returns their names.
 func (e *Executor) fenceClaims(ctx context.Context, agent, incarnation string) ([]string, error) {

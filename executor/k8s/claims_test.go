@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -437,5 +438,39 @@ func TestClaimPending(t *testing.T) {
 	noObject(t, e, claimsGVR, c.Name)
 	if cs := claimsOf(t, e, id); len(cs) != 1 || p.Name != cs[0].Name || p.Name == c.Name {
 		t.Errorf("pod %s, claims %v, the old one %s", p.Name, cs, c.Name)
+	}
+}
+
+// TestClaimPodGone: a pod deleted under a command fails it (ErrPodGone),
+// and its claim is dropped, though its Sandbox would make the pod again
+// under the same name: the next Ensure makes a new claim and pod.
+func TestClaimPodGone(t *testing.T) {
+	e := claimsExec(t, Options{Workspace: emptyDir})
+	ctx := ctxT(t)
+	id := fsstore.NewID()
+	p := running(t, e, Agent{ID: id, Incarnation: "1"})
+	// On kwok the command runs on this machine and outlives its pod: its
+	// exec ends when it does.
+	outR, outW := io.Pipe()
+	proc, err := e.Start(ctx, &executor.Cmd{Agent: id, Incarnation: "1",
+		Argv: []string{"/bin/sh", "-c", "echo started; exec sleep 2"}, Stdout: outW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(outR, buf); err != nil || string(buf) != "started\n" {
+		t.Fatalf("said %q, %v", buf, err)
+	}
+	go io.Copy(io.Discard, outR)
+	if err := e.deletePod(ctx, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Wait(); !errors.Is(err, ErrPodGone) {
+		t.Fatalf("Wait: %v, want ErrPodGone", err)
+	}
+	noObject(t, e, claimsGVR, p.Name)
+	p2 := running(t, e, Agent{ID: id, Incarnation: "1"})
+	if p2.Name == p.Name {
+		t.Errorf("the new pod has the old one's name %s", p.Name)
 	}
 }
