@@ -78,7 +78,9 @@
 // template, pool and pod, in that order. A claim without a pod yet is
 // pending (Status: the claim's Ready reason); WaitRunning waits for its
 // pod; Ensure replaces a claim that has no pod and lacks its template or
-// pool.
+// pool. A pod deleted under a command (ErrPodGone) takes its claim along:
+// its Sandbox would make it again under the same name, and the retry
+// runs in a new claim and pod instead.
 //
 // The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
 // k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
@@ -128,7 +130,9 @@
 // claim, Sandbox, template, pool and pod deleted; the old incarnation's
 // Start refused, even in a running pod with its labels that no claim
 // names); Reconcile (orphan and stale claims and stray pods deleted, busy
-// agents' claims made again); Delete; and a claim whose pod cannot be
-// made. Not tested: claims on a real kubelet, a warm pool of more than
+// agents' claims made again); Delete; a claim whose pod cannot be made;
+// and a pod deleted under a command. cmd/substrat's TestK8sExecutorE2E
+// and TestK8sExecutorPodGone pass in claims mode too, when run with
+// SUBSTRAT_K8S_SANDBOX_CLAIMS=on (they run in pod mode by default). Not tested: claims on a real kubelet, a warm pool of more than
 // zero replicas (not used), and the controller's webhook.
 package k8s
