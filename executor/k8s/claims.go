@@ -54,8 +54,8 @@ const (
 	ClaimsOff  = "off"
 )
 
-// ErrClaims: a SandboxClaim, or the cluster's answer about one, that the
-// executor cannot make sense of.
+// ErrClaims: the cluster's answer about SandboxClaims that the executor
+// cannot make sense of.
 var ErrClaims = errors.New("k8s executor: sandbox claims")
 
 var (
@@ -154,6 +154,21 @@ func (c *sandboxClaim) ready() *metav1.Condition {
 	return nil
 }
 
+// decodeClaim reads u. A claim whose spec or status is not what it
+// should be (another version of agent-sandbox, or garbage) is read by
+// its metadata only, which the API server vouches for: it names the pod
+// of its own name, and has no condition.
+func decodeClaim(u *unstructured.Unstructured) sandboxClaim {
+	var c sandboxClaim
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err == nil {
+		return c
+	}
+	c = sandboxClaim{}
+	c.Name, c.Namespace, c.UID, c.Labels = u.GetName(), u.GetNamespace(), u.GetUID(), u.GetLabels()
+	c.CreationTimestamp, c.DeletionTimestamp = u.GetCreationTimestamp(), u.GetDeletionTimestamp()
+	return c
+}
+
 // listClaims lists the SandboxClaims that sel selects, page by page.
 func (e *Executor) listClaims(ctx context.Context, sel string) ([]sandboxClaim, error) {
 	var out []sandboxClaim
@@ -164,11 +179,7 @@ func (e *Executor) listClaims(ctx context.Context, sel string) ([]sandboxClaim, 
 			return nil, fmt.Errorf("listing sandbox claims: %w", err)
 		}
 		for i := range list.Items {
-			var c sandboxClaim
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &c); err != nil {
-				return nil, fmt.Errorf("%w: claim %s: %v", ErrClaims, list.Items[i].GetName(), err)
-			}
-			out = append(out, c)
+			out = append(out, decodeClaim(&list.Items[i]))
 		}
 		if list.GetContinue() == "" {
 			return out, nil

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -472,5 +473,32 @@ func TestClaimPodGone(t *testing.T) {
 	p2 := running(t, e, Agent{ID: id, Incarnation: "1"})
 	if p2.Name == p.Name {
 		t.Errorf("the new pod has the old one's name %s", p.Name)
+	}
+}
+
+// TestDecodeClaim: a claim whose status is garbage is read by its
+// metadata, with no panic and no error; a good one in full.
+func TestDecodeClaim(t *testing.T) {
+	good := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "c", "uid": "u1", "labels": map[string]any{LabelAgent: "a"}},
+		"spec":     map[string]any{"warmPoolRef": map[string]any{"name": "c"}},
+		"status": map[string]any{"sandbox": map[string]any{"name": "s"},
+			"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "R", "message": "m"}}},
+	}}
+	c := decodeClaim(good)
+	if c.Name != "c" || c.podName() != "s" || c.ready() == nil || c.ready().Reason != "R" || c.Labels[LabelAgent] != "a" {
+		t.Errorf("good claim: %+v", c)
+	}
+	for _, status := range []any{"garbage", 7, map[string]any{"sandbox": 3}, map[string]any{"conditions": "x"},
+		map[string]any{"conditions": []any{7}}, map[string]any{"sandbox": map[string]any{"name": []any{1}}}} {
+		bad := good.DeepCopy()
+		bad.Object["status"] = status
+		c := decodeClaim(bad)
+		if c.Name != "c" || c.UID != "u1" || c.podName() != "c" || c.ready() != nil || c.Labels[LabelAgent] != "a" {
+			t.Errorf("status %v: %+v", status, c)
+		}
+	}
+	if st := claimStatus([]sandboxClaim{decodeClaim(good)}, "1"); st.State != StatePending || st.Reason != "SandboxClaim R" {
+		t.Errorf("claimStatus: %v", st)
 	}
 }
