@@ -21,6 +21,7 @@ import (
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/executor/executortest"
 	"github.com/substrat/substrat/fsstore"
+	"github.com/substrat/substrat/internal/k8stest"
 )
 
 // The tests of SandboxClaims mode run against the real agent-sandbox
@@ -500,5 +501,62 @@ func TestDecodeClaim(t *testing.T) {
 	}
 	if st := claimStatus([]sandboxClaim{decodeClaim(good)}, "1"); st.State != StatePending || st.Reason != "SandboxClaim R" {
 		t.Errorf("claimStatus: %v", st)
+	}
+}
+
+// TestClaimRealKubelet: a claim's pod on the node with a real kubelet
+// (skipped where there is none): the command runs in a real container,
+// as the pod's user, under its memory limit, on a read-only root; the
+// conformance suite passes; and a fence kills what runs there.
+func TestClaimRealKubelet(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	e := claimsExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: "a", Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20, CPUWeight: 100}}
+	t0 := time.Now()
+	pod := running(t, e, a)
+	t.Logf("claim: Ensure to Running on a real kubelet: %v", time.Since(t0).Round(time.Millisecond))
+	if ref := metav1.GetControllerOf(pod); ref == nil || ref.Kind != "Sandbox" {
+		t.Fatalf("not the controller's pod: %+v", ref)
+	}
+	out, err := run(t, e, "a", "1", `PATH=/usr/bin:/bin; id -u; cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max; `+
+		`if (: > /rootfile) 2>/dev/null; then echo root-writable; else echo root-read-only; fi; pwd`)
+	if want := "65532\n67108864\nroot-read-only\n/workspace\n"; err != nil || out != want {
+		t.Errorf("in the container: %q, %v; want %q", out, err, want)
+	}
+	executortest.Run(t, e, func(t *testing.T, cmd ...string) *executor.Cmd {
+		return &executor.Cmd{Argv: cmd, Env: []string{"PATH=/usr/bin:/bin"}}
+	})
+	outR, outW := io.Pipe()
+	p, err := e.Start(ctx, &executor.Cmd{Agent: "a", Incarnation: "1", Env: []string{"PATH=/usr/bin:/bin"},
+		Argv: []string{"/bin/sh", "-c", `echo started; sleep 1000`}, Stdout: outW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(outR, buf); err != nil || string(buf) != "started\n" {
+		t.Fatalf("said %q, %v", buf, err)
+	}
+	go io.Copy(io.Discard, outR)
+	if _, err := e.Fence(ctx, "a", "2"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a fenced command's Wait returned nil")
+		}
+	case <-ctx.Done():
+		t.Fatal("a fenced command still runs")
+	}
+	gone(t, e, pod.Name)
+	if _, err := e.Start(ctx, &executor.Cmd{Agent: "a", Incarnation: "1", Argv: []string{"true"}}); !errors.Is(err, ErrNoPod) {
+		t.Errorf("Start of the fenced incarnation: %v", err)
 	}
 }

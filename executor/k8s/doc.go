@@ -133,6 +133,11 @@
 // agents' claims made again); Delete; a claim whose pod cannot be made;
 // and a pod deleted under a command. cmd/substrat's TestK8sExecutorE2E
 // and TestK8sExecutorPodGone pass in claims mode too, when run with
-// SUBSTRAT_K8S_SANDBOX_CLAIMS=on (they run in pod mode by default). Not tested: claims on a real kubelet, a warm pool of more than
-// zero replicas (not used), and the controller's webhook.
+// SUBSTRAT_K8S_SANDBOX_CLAIMS=on (they run in pod mode by default). On
+// the node with a real kubelet (TestClaimRealKubelet), a claim's pod runs
+// a command in a real container, as its user, under its memory limit, on
+// a read-only root, passes the conformance suite, and a fence kills what
+// runs there. Not tested: a warm pool of more than zero replicas (not
+// used), the controller's webhook, and CRDs with no controller running
+// (a claim then stays pending).
 package k8s
