@@ -544,7 +544,7 @@ func (e *Executor) deleteClaims(ctx context.Context, agent string) error {
 
 // claimStatus is the Status of a's incarnation that has no pod a live
 // claim names: missing without a claim, else pending with what the
-// claim's Ready condition says.
+// claim's Ready condition says (broken for brokenClaimReasons).
 func claimStatus(claims []sandboxClaim, incarnation string) Status {
 	c := currentClaim(claims)
 	if c == nil {
@@ -554,6 +554,20 @@ func claimStatus(claims []sandboxClaim, incarnation string) Status {
 		Message: "sandbox claim " + c.Name + " has no pod yet (does the agent-sandbox controller run?)"}
 	if r := c.ready(); r != nil && r.Status != metav1.ConditionTrue {
 		s.Reason, s.Message = "SandboxClaim "+r.Reason, r.Message
+		if brokenClaimReasons[r.Reason] {
+			s.State = StateBroken
+		}
 	}
 	return s
+}
+
+// brokenClaimReasons are the reasons of a claim's Ready condition for
+// which waiting is not likely to cure (a pod the API server refuses, a
+// template the controller rejects): the claim is broken, as a pod whose
+// image cannot be pulled is (kept, and the turn failed).
+var brokenClaimReasons = map[string]bool{
+	"ReconcilerError":           true,
+	"InvalidMetadata":           true,
+	"EnvVarsInjectionRejected":  true,
+	"VolumeClaimTemplatesError": true,
 }

@@ -560,3 +560,30 @@ func TestClaimRealKubelet(t *testing.T) {
 		t.Errorf("Start of the fenced incarnation: %v", err)
 	}
 }
+
+// TestClaimRefused: a pod that the API server refuses (here a memory
+// request over its limit) leaves its claim broken, with the API's reason;
+// WaitRunning says so instead of waiting.
+func TestClaimRefused(t *testing.T) {
+	e := claimsExec(t, Options{Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+	}})
+	ctx := ctxT(t)
+	if _, err := e.Ensure(ctx, Agent{ID: "a", Incarnation: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	waitFor(t, "the claim to be broken", func() (bool, error) {
+		var err error
+		st, err = e.Status(ctx, "a", "1")
+		return st.State == StateBroken, err
+	})
+	if !strings.Contains(st.Message, "must be less than or equal to memory limit") {
+		t.Errorf("Status: %v", st)
+	}
+	t.Logf("status: %v", st)
+	if _, err := e.WaitRunning(ctx, "a", "1"); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "memory limit") {
+		t.Errorf("WaitRunning: %v, want ErrNotReady", err)
+	}
+}

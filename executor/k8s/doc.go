@@ -76,8 +76,9 @@
 // on pods; a claim is replaced, never its pod alone (its Sandbox would
 // make it again under the same name), and dropped with its Sandbox,
 // template, pool and pod, in that order. A claim without a pod yet is
-// pending (Status: the claim's Ready reason); WaitRunning waits for its
-// pod; Ensure replaces a claim that has no pod and lacks its template or
+// pending (Status: the claim's Ready reason), or broken when the
+// controller could not make it (a pod the API server refuses: WaitRunning
+// returns ErrNotReady with the reason); WaitRunning waits for its pod; Ensure replaces a claim that has no pod and lacks its template or
 // pool. A pod deleted under a command (ErrPodGone) takes its claim along:
 // its Sandbox would make it again under the same name, and the retry
 // runs in a new claim and pod instead.
@@ -130,7 +131,8 @@
 // claim, Sandbox, template, pool and pod deleted; the old incarnation's
 // Start refused, even in a running pod with its labels that no claim
 // names); Reconcile (orphan and stale claims and stray pods deleted, busy
-// agents' claims made again); Delete; a claim whose pod cannot be made;
+// agents' claims made again); Delete; a claim whose pod cannot be made
+// (its pool gone, or a pod the API server refuses);
 // and a pod deleted under a command. cmd/substrat's TestK8sExecutorE2E
 // and TestK8sExecutorPodGone pass in claims mode too, when run with
 // SUBSTRAT_K8S_SANDBOX_CLAIMS=on (they run in pod mode by default). On

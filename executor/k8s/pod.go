@@ -438,6 +438,9 @@ func (e *Executor) WaitRunning(ctx context.Context, agent, incarnation string) (
 				return true, err
 			}
 			if pods = claimed(pods, claims); len(pods) == 0 && len(claims) > 0 {
+				if st := claimStatus(claims, incarnation); st.State == StateBroken {
+					return true, fmt.Errorf("%w: sandbox claim: %s", ErrNotReady, st)
+				}
 				return false, nil
 			}
 		}
