@@ -14,10 +14,15 @@
 #                        (a ClusterExec "local" target). So the exec path
 #                        (client-go -> apiserver -> "kubelet" -> process) is
 #                        real, but no container, image or volume is.
+#   agent-sandbox        third_party/agent-sandbox (kubernetes-sigs/agent-sandbox,
+#   controller           vendored: the proxy does not serve it), with its four CRDs
+#                        (conversion None: no webhook), extensions on: SandboxClaims,
+#                        SandboxTemplates and SandboxWarmPools become Sandboxes and pods.
 #
 # Usage:
 #   k8s-control-plane.sh build           build into the cache if missing (a cold
-#                                        build is 5-6 min on 2 cores; then free)
+#                                        build is 5-6 min on 2 cores, and about 3 more
+#                                        for the agent-sandbox controller; then free)
 #   k8s-control-plane.sh start RUN_DIR   build if needed, then start everything on
 #                                        127.0.0.1 with free ports; state, logs and
 #                                        the kubeconfig go to RUN_DIR. The kubeconfig's
@@ -59,6 +64,13 @@ die() {
 K8S_BIN=$CACHE_DIR/bin/k8s-v$K8S_VERSION
 ETCD_BIN=$CACHE_DIR/bin/etcd-v$ETCD_VERSION
 KWOK_BIN=$CACHE_DIR/bin/kwok-v$KWOK_VERSION
+# The agent-sandbox controller, keyed by a digest of its vendored source: a
+# change of the source builds it again.
+SANDBOX_SRC=$(cd "$(dirname "$0")/.." && pwd)/third_party/agent-sandbox
+sandbox_key() {
+	(cd "$SANDBOX_SRC" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+}
+SANDBOX_BIN=$CACHE_DIR/bin/agent-sandbox-$(sandbox_key)
 
 # ---------------------------------------------------------------- build (cached)
 
@@ -69,7 +81,8 @@ moddir() { # module@version -> its directory in the module cache (downloads it)
 built() {
 	local c
 	for c in kube-apiserver kube-controller-manager kube-scheduler; do [ -x "$K8S_BIN/$c" ] || return 1; done
-	[ -x "$ETCD_BIN/etcd" ] && [ -x "$KWOK_BIN/kwok" ] && [ -f "$KWOK_BIN/stages.yaml" ]
+	[ -x "$ETCD_BIN/etcd" ] && [ -x "$KWOK_BIN/kwok" ] && [ -f "$KWOK_BIN/stages.yaml" ] &&
+		[ -x "$SANDBOX_BIN/agent-sandbox-controller" ]
 }
 
 build_k8s() {
@@ -145,6 +158,21 @@ build_kwok() {
 	log "kwok built in $(since "$t0")s"
 }
 
+build_sandbox() {
+	[ -x "$SANDBOX_BIN/agent-sandbox-controller" ] && return 0
+	local t0
+	t0=$(now)
+	[ -f "$SANDBOX_SRC/go.mod" ] || die "no vendored agent-sandbox in $SANDBOX_SRC"
+	log "building the agent-sandbox controller from $SANDBOX_SRC into $SANDBOX_BIN"
+	rm -rf "$SANDBOX_BIN.tmp" && mkdir -p "$SANDBOX_BIN.tmp"
+	# Its own module (go 1.26): GOTOOLCHAIN=local never downloads a toolchain.
+	(cd "$SANDBOX_SRC" && GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" \
+		-o "$SANDBOX_BIN.tmp/agent-sandbox-controller" ./cmd/agent-sandbox-controller) >&2 ||
+		die "building the agent-sandbox controller failed"
+	rm -rf "$SANDBOX_BIN" && mv "$SANDBOX_BIN.tmp" "$SANDBOX_BIN"
+	log "agent-sandbox controller built in $(since "$t0")s"
+}
+
 build() {
 	command -v go >/dev/null || die "go not found"
 	mkdir -p "$CACHE_DIR"
@@ -160,6 +188,7 @@ build() {
 		build_etcd
 		build_k8s
 		build_kwok
+		build_sandbox
 		log "built in $(since "$t0")s (cache $CACHE_DIR)"
 	fi
 	# The kubelet too, where one can run (see "a real kubelet").
@@ -394,7 +423,7 @@ start() {
 	mkdir -p "$RUN_DIR"
 	RUN_DIR=$(cd "$RUN_DIR" && pwd)
 	local c
-	for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet containerd; do
+	for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet containerd agent-sandbox-controller; do
 		if [ -f "$RUN_DIR/$c.pid" ] && kill -0 "$(cat "$RUN_DIR/$c.pid")" 2>/dev/null; then
 			die "$c already runs from $RUN_DIR; stop it first"
 		fi
@@ -559,6 +588,28 @@ EOF
 	for ((n = 0; n < KWOK_NODES; n++)); do wait_for 120 "node kwok-node-$n Ready" node_ready "$n"; done
 	log "kwok up, $KWOK_NODES fake node(s) Ready in $(since "$t")s"
 
+	t=$(now)
+	# agent-sandbox: its CRDs, with conversion None (there is no webhook:
+	# only v1beta1, their storage version, is used), then its controller with
+	# the extensions (claims, templates, warm pools), no leader election, no
+	# metrics or probe listener.
+	local crd
+	for crd in "$SANDBOX_SRC"/k8s/crds/*.yaml; do
+		sed '/^  conversion:/,$d' "$crd" | { cat; printf '  conversion:\n    strategy: None\n'; } |
+			curl -sS --fail --max-time 30 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $TOKEN" \
+				-H 'Content-Type: application/yaml' --data-binary @- \
+				"https://127.0.0.1:$API_PORT/apis/apiextensions.k8s.io/v1/customresourcedefinitions" >/dev/null ||
+			die "could not install the CRD $(basename "$crd")"
+	done
+	sandbox_api() { local d; d=$(api GET /apis/extensions.agents.x-k8s.io/v1beta1) && for r in sandboxclaims sandboxtemplates sandboxwarmpools; do echo "$d" | grep -q "\"$r\"" || return 1; done && api GET /apis/agents.x-k8s.io/v1beta1 | grep -q '"sandboxes"'; }
+	wait_for 60 "the agent-sandbox CRDs" sandbox_api
+	run agent-sandbox-controller "$SANDBOX_BIN/agent-sandbox-controller" --kubeconfig="$KUBECONFIG_PATH" \
+		--extensions --enable-webhook=false --leader-elect=false \
+		--metrics-bind-address=0 --health-probe-bind-address=0
+	sandbox_up() { grep "Starting workers" "$RUN_DIR/logs/agent-sandbox-controller.log" | grep -q sandboxclaim; }
+	wait_for 60 "the agent-sandbox controller" sandbox_up
+	log "agent-sandbox CRDs and controller up in $(since "$t")s"
+
 	# In a subshell whose failure stops only the kubelet (unless asked for).
 	if ! (STARTED=0 && start_kubelet); then
 		[ "${SUBSTRAT_K8S_KUBELET:-auto}" = 1 ] && die "the kubelet could not start (logs in $RUN_DIR/logs)"
@@ -610,7 +661,7 @@ stop() {
 	local c
 	# The apiserver before etcd: with etcd gone first it hangs about 20 s.
 	stop_kubelet_pods
-	for c in kubelet containerd kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+	for c in agent-sandbox-controller kubelet containerd kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
 		stop_one "$c"
 	done
 	# What the kubelet mounted for its pods; the shims' socket directory

@@ -26,8 +26,8 @@ func token() string {
 }
 
 // newExec returns an executor on a namespace of its own (deleted after
-// the test), with a home of its own, and an emptyDir workspace unless
-// opts says otherwise.
+// the test), with a home of its own, in pod mode unless opts says
+// otherwise.
 func newExec(t testing.TB, opts Options) *Executor {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", k8stest.Kubeconfig(t))
@@ -37,6 +37,11 @@ func newExec(t testing.TB, opts Options) *Executor {
 	ns := "t-" + token()
 	if opts.Home == "" {
 		opts.Home = "home-" + token()
+	}
+	if opts.SandboxClaims == "" {
+		// The control plane has agent-sandbox's CRDs: the tests of pods
+		// pin pod mode, those of claims (claims_test.go) claims mode.
+		opts.SandboxClaims = ClaimsOff
 	}
 	e, err := newFromConfig(Target{Context: k8stest.Context, Namespace: ns}, cfg, opts)
 	if err != nil {

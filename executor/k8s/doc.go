@@ -54,6 +54,35 @@
 // (orphans), of a stale incarnation, or failed or evicted, are deleted;
 // busy agents without a pod get one.
 //
+// SandboxClaims. Where the agent-sandbox CRDs
+// (kubernetes-sigs/agent-sandbox, extensions.agents.x-k8s.io/v1beta1)
+// are installed, the pod is made by agent-sandbox's controller from a
+// SandboxClaim (claims.go): Options.SandboxClaims, or
+// $SUBSTRAT_K8S_SANDBOX_CLAIMS, is on, off or auto (the default: on when
+// the API server serves sandboxclaims, sandboxtemplates and
+// sandboxwarmpools). Per claim, all of one name (PodPrefix and five
+// random characters, never used again): the SandboxClaim, with the
+// agent's labels; a SandboxTemplate whose pod template is Pod (labels,
+// resources, workspace, hardened spec; no network policy or DNS of the
+// controller's: Unmanaged); and a SandboxWarmPool of no replica, which
+// the claim must name and which names the template (a claim is then
+// started cold, from the template). Template and pool are owned by the
+// claim. The controller makes a Sandbox of the claim's name, owned by
+// it, and the Sandbox a pod of that name with the template's labels: the
+// look-ups by label find it. The claim stands for the pod: only a pod
+// that a live claim of the agent, incarnation and home names counts (for
+// Start, Status, WaitRunning), so a pod that outlives its claim is
+// refused. Ensure, Fence, Delete and Reconcile act on claims as they do
+// on pods; a claim is replaced, never its pod alone (its Sandbox would
+// make it again under the same name), and dropped with its Sandbox,
+// template, pool and pod, in that order. A claim without a pod yet is
+// pending (Status: the claim's Ready reason), or broken when the
+// controller could not make it (a pod the API server refuses: WaitRunning
+// returns ErrNotReady with the reason); WaitRunning waits for its pod; Ensure replaces a claim that has no pod and lacks its template or
+// pool. A pod deleted under a command (ErrPodGone) takes its claim along:
+// its Sandbox would make it again under the same name, and the retry
+// runs in a new claim and pod instead.
+//
 // The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
 // k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
 // a pod whose resources are not those limits is replaced), WaitRunning,
@@ -91,4 +120,26 @@
 // That node has no CNI (its pods use the host's network) and no
 // provisioner; CPU weights, seccomp and a pids limit are not checked
 // there.
+//
+// The script also builds agent-sandbox's controller from
+// third_party/agent-sandbox (vendored at 2fd412d5: the module proxy does
+// not serve it), installs its four CRDs (with conversion None: there is
+// no webhook) and runs it with its extensions. claims_test.go runs
+// claims mode against it: claim to controller to pod Running, with the
+// agent's labels, resources, workspace and hardened spec as admitted, a
+// command and the conformance suite through Start; fencing (the old
+// claim, Sandbox, template, pool and pod deleted; the old incarnation's
+// Start refused, even in a running pod with its labels that no claim
+// names); Reconcile (orphan and stale claims and stray pods deleted, busy
+// agents' claims made again); Delete; a claim whose pod cannot be made
+// (its pool gone, or a pod the API server refuses);
+// and a pod deleted under a command. cmd/substrat's TestK8sExecutorE2E
+// and TestK8sExecutorPodGone pass in claims mode too, when run with
+// SUBSTRAT_K8S_SANDBOX_CLAIMS=on (they run in pod mode by default). On
+// the node with a real kubelet (TestClaimRealKubelet), a claim's pod runs
+// a command in a real container, as its user, under its memory limit, on
+// a read-only root, passes the conformance suite, and a fence kills what
+// runs there. Not tested: a warm pool of more than zero replicas (not
+// used), the controller's webhook, and CRDs with no controller running
+// (a claim then stays pending).
 package k8s

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/dynamic"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -93,6 +96,11 @@ type Options struct {
 	QPS     float32
 	Burst   int
 	Workers int
+	// SandboxClaims is on, off or auto: whether the agents' pods are
+	// made through SandboxClaims of agent-sandbox (see claims.go) rather
+	// than directly. Auto (the default) makes claims where the API server
+	// serves their kinds. "" is $SUBSTRAT_K8S_SANDBOX_CLAIMS, else auto.
+	SandboxClaims string
 }
 
 // Executor runs agents' processes in pods of one namespace: one pod per
@@ -105,6 +113,15 @@ type Executor struct {
 	// would add another 11 MB to the daemon's binary.
 	core  corev1client.CoreV1Interface
 	authz authzclient.AuthorizationV1Interface
+	dyn   dynamic.Interface
+
+	// mode is auto's finding (SandboxClaims), once made.
+	mode *modeState
+}
+
+type modeState struct {
+	mu sync.Mutex
+	on *bool
 }
 
 // tokenRE: what may be a label value here (agent ids, incarnations,
@@ -151,6 +168,11 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
+	mode, err := claimsMode(opts.SandboxClaims)
+	if err != nil {
+		return nil, err
+	}
+	opts.SandboxClaims = mode
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	cfg.UserAgent = "substrat"
@@ -162,7 +184,11 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
 	}
-	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz}, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
+	}
+	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, dyn: dyn, mode: &modeState{}}, nil
 }
 
 // Target is where the executor runs pods.
@@ -170,20 +196,36 @@ func (e *Executor) Target() Target { return e.target }
 
 // Check tells whether the executor can run agents: the API server is
 // reachable with the context's credentials, and they may create, list,
-// delete pods and exec into them in the namespace. It returns nil when
-// they can, or an error that says what is missing.
+// delete pods and exec into them in the namespace (and in SandboxClaims
+// mode make and delete claims, templates and pools, and delete
+// Sandboxes). It returns nil when they can, or an error that says what
+// is missing.
 func (e *Executor) Check(ctx context.Context) error {
 	if _, err := e.ServerVersion(ctx); err != nil {
 		return fmt.Errorf("%s is not reachable: %w", e.target, err)
 	}
-	var missing []string
-	for _, a := range []authzv1.ResourceAttributes{
+	attrs := []authzv1.ResourceAttributes{
 		{Verb: "create", Resource: "pods"},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "delete", Resource: "pods"},
 		{Verb: "create", Resource: "pods", Subresource: "exec"},
 		{Verb: "create", Resource: "persistentvolumeclaims"},
-	} {
+	}
+	on, err := e.SandboxClaims(ctx)
+	if err != nil {
+		return err
+	}
+	if on {
+		for _, r := range []schema.GroupVersionResource{claimsGVR, templatesGVR, poolsGVR, sandboxesGVR} {
+			for _, v := range []string{"create", "get", "list", "delete"} {
+				if r != sandboxesGVR || v == "get" || v == "delete" {
+					attrs = append(attrs, authzv1.ResourceAttributes{Verb: v, Group: r.Group, Resource: r.Resource})
+				}
+			}
+		}
+	}
+	var missing []string
+	for _, a := range attrs {
 		a.Namespace = e.target.Namespace
 		r, err := e.authz.SelfSubjectAccessReviews().Create(ctx,
 			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
@@ -192,6 +234,9 @@ func (e *Executor) Check(ctx context.Context) error {
 		}
 		if !r.Status.Allowed {
 			what := a.Verb + " " + a.Resource
+			if a.Group != "" {
+				what += "." + a.Group
+			}
 			if a.Subresource != "" {
 				what += "/" + a.Subresource
 			}
@@ -202,6 +247,21 @@ func (e *Executor) Check(ctx context.Context) error {
 		return fmt.Errorf("%s: the context may not %s in namespace %s", e.target, strings.Join(missing, ", "), e.target.Namespace)
 	}
 	return nil
+}
+
+// Mode says how the executor makes pods, for what doctor shows: through
+// SandboxClaims or directly, and the setting (on, off or auto) that
+// chose it.
+func (e *Executor) Mode(ctx context.Context) (string, error) {
+	on, err := e.SandboxClaims(ctx)
+	if err != nil {
+		return "", err
+	}
+	how := "pods made by the daemon"
+	if on {
+		how = "SandboxClaims (agent-sandbox makes the pods)"
+	}
+	return how + ", " + SandboxClaimsEnv + "=" + e.opts.SandboxClaims, nil
 }
 
 // ServerVersion is the API server's version, for what doctor shows.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -176,12 +177,21 @@ func (e *Executor) Pod(a Agent) *corev1.Pod {
 // too), and so is one whose resources are not a's limits (they changed);
 // one more than one is deleted. With the default workspace,
 // it makes the agent's claim if missing.
+//
+// In SandboxClaims mode (claims.go), the same holds of the agent's
+// SandboxClaims, and the pod it returns is nil until the controller has
+// made it (WaitRunning waits for it).
 func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	if err := e.checkIDs(a.ID, a.Incarnation); err != nil {
 		return nil, err
 	}
 	if _, err := e.Fence(ctx, a.ID, a.Incarnation); err != nil {
 		return nil, err
+	}
+	if on, err := e.SandboxClaims(ctx); err != nil {
+		return nil, err
+	} else if on {
+		return e.ensureClaims(ctx, a)
 	}
 	pods, err := e.pods(ctx, a.ID, a.Incarnation)
 	if err != nil {
@@ -257,8 +267,18 @@ func current(pods []corev1.Pod) *corev1.Pod {
 	return cur
 }
 
-// find returns the current pod of agent's incarnation, or nil.
+// find returns the current pod of agent's incarnation, or nil. In
+// SandboxClaims mode, only a pod that a live claim names counts.
 func (e *Executor) find(ctx context.Context, agent, incarnation string) (*corev1.Pod, error) {
+	if on, err := e.SandboxClaims(ctx); err != nil {
+		return nil, err
+	} else if on {
+		pods, _, err := e.claimPods(ctx, agent, incarnation)
+		if err != nil {
+			return nil, err
+		}
+		return current(pods), nil
+	}
 	pods, err := e.pods(ctx, agent, incarnation)
 	if err != nil {
 		return nil, err
@@ -287,35 +307,55 @@ func (e *Executor) ensureClaim(ctx context.Context, agent string) error {
 
 // Fence deletes every pod of agent (of the executor's home) whose
 // incarnation is not incarnation: what a daemon that died left. Their
-// processes die with them. It returns the names of the pods deleted.
+// processes die with them. It returns the names of the pods deleted. In
+// SandboxClaims mode, it first deletes the agent's claims of other
+// incarnations, with their Sandboxes and pods (their names are the
+// pods').
 func (e *Executor) Fence(ctx context.Context, agent, incarnation string) ([]string, error) {
 	if err := e.checkIDs(agent, incarnation); err != nil {
 		return nil, err
 	}
+	var fenced []string
+	if on, err := e.SandboxClaims(ctx); err != nil {
+		return nil, err
+	} else if on {
+		if fenced, err = e.fenceClaims(ctx, agent, incarnation); err != nil {
+			return fenced, fmt.Errorf("fence %s: %w", agent, err)
+		}
+	}
 	sel := labels.SelectorFromSet(e.labels(agent, "")).String()
 	list, err := e.core.Pods(e.target.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
-		return nil, fmt.Errorf("fence %s: %w", agent, err)
+		return fenced, fmt.Errorf("fence %s: %w", agent, err)
 	}
-	var fenced []string
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Labels[LabelIncarnation] == incarnation {
+		if p.Labels[LabelIncarnation] == incarnation || p.DeletionTimestamp != nil && slices.Contains(fenced, p.Name) {
 			continue
 		}
 		if err := e.deletePod(ctx, p, 0); err != nil {
 			return fenced, fmt.Errorf("fence %s: %w", agent, err)
 		}
-		fenced = append(fenced, p.Name)
+		if !slices.Contains(fenced, p.Name) {
+			fenced = append(fenced, p.Name)
+		}
 	}
 	return fenced, nil
 }
 
-// Delete deletes every pod of agent (its session ended). Its workspace
+// Delete deletes every pod of agent (its session ended), and in
+// SandboxClaims mode every SandboxClaim of it first. Its workspace
 // claim is kept: DeleteWorkspace deletes it.
 func (e *Executor) Delete(ctx context.Context, agent string) error {
 	if !tokenRE.MatchString(agent) {
 		return fmt.Errorf("%w: agent %q", ErrID, agent)
+	}
+	if on, err := e.SandboxClaims(ctx); err != nil {
+		return err
+	} else if on {
+		if err := e.deleteClaims(ctx, agent); err != nil {
+			return err
+		}
 	}
 	sel := labels.SelectorFromSet(e.labels(agent, "")).String()
 	return e.core.Pods(e.target.Namespace).DeleteCollection(ctx,
@@ -350,6 +390,18 @@ func (e *Executor) Status(ctx context.Context, agent, incarnation string) (Statu
 	if err := e.checkIDs(agent, incarnation); err != nil {
 		return Status{}, err
 	}
+	if on, err := e.SandboxClaims(ctx); err != nil {
+		return Status{}, err
+	} else if on {
+		pods, claims, err := e.claimPods(ctx, agent, incarnation)
+		if err != nil {
+			return Status{}, err
+		}
+		if p := current(pods); p != nil {
+			return Classify(p, incarnation), nil
+		}
+		return claimStatus(claims, incarnation), nil
+	}
 	p, err := e.find(ctx, agent, incarnation)
 	if err != nil {
 		return Status{}, err
@@ -368,8 +420,30 @@ func (e *Executor) WaitRunning(ctx context.Context, agent, incarnation string) (
 	if err := e.checkIDs(agent, incarnation); err != nil {
 		return nil, err
 	}
+	claimsOn, err := e.SandboxClaims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	timeout := int64(60)
+	if claimsOn {
+		timeout = 10 // the claims are looked at again at least this often
+	}
 	var got *corev1.Pod
-	err := e.watchPods(ctx, labels.SelectorFromSet(e.labels(agent, incarnation)).String(), func(pods []corev1.Pod) (bool, error) {
+	err = e.watchPods(ctx, labels.SelectorFromSet(e.labels(agent, incarnation)).String(), timeout, func(pods []corev1.Pod) (bool, error) {
+		if claimsOn {
+			// Only a pod that a live claim names; none yet, while a
+			// claim is there, is a pod its controller has yet to make.
+			claims, err := e.liveClaims(ctx, agent, incarnation)
+			if err != nil {
+				return true, err
+			}
+			if pods = claimed(pods, claims); len(pods) == 0 && len(claims) > 0 {
+				if st := claimStatus(claims, incarnation); st.State == StateBroken {
+					return true, fmt.Errorf("%w: sandbox claim: %s", ErrNotReady, st)
+				}
+				return false, nil
+			}
+		}
 		cur := current(pods)
 		if cur == nil {
 			return true, fmt.Errorf("%w: agent %s, incarnation %s", ErrNoPod, agent, incarnation)
@@ -389,7 +463,7 @@ func (e *Executor) WaitRunning(ctx context.Context, agent, incarnation string) (
 
 // watchPods calls done with the pods that sel selects, as they are now
 // and at each change, until done says so or ctx ends.
-func (e *Executor) watchPods(ctx context.Context, sel string, done func([]corev1.Pod) (bool, error)) error {
+func (e *Executor) watchPods(ctx context.Context, sel string, timeout int64, done func([]corev1.Pod) (bool, error)) error {
 	pods := e.core.Pods(e.target.Namespace)
 	for {
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -410,7 +484,7 @@ func (e *Executor) watchPods(ctx context.Context, sel string, done func([]corev1
 		if ok, err := done(all()); ok || err != nil {
 			return err
 		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion, TimeoutSeconds: ptr.To[int64](60)})
+		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion, TimeoutSeconds: ptr.To(timeout)})
 		if err != nil {
 			return err
 		}

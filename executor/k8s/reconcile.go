@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -30,6 +31,10 @@ type Reconciled struct {
 //
 // Pods of other homes, and objects that are not the executor's, are not
 // looked at. It does what it can and returns every error together.
+//
+// In SandboxClaims mode, the same holds of the home's claims (a claim
+// stands for its pod, and the names are the claims'); a pod of the home
+// that no kept claim names is deleted too.
 func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, error) {
 	agents := make(map[string]Agent, len(live))
 	for _, a := range live {
@@ -37,6 +42,11 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 			return Reconciled{}, err
 		}
 		agents[a.ID] = a
+	}
+	if on, err := e.SandboxClaims(ctx); err != nil {
+		return Reconciled{}, err
+	} else if on {
+		return e.reconcileClaims(ctx, live, agents)
 	}
 	pods, err := e.listHome(ctx)
 	if err != nil {
@@ -147,4 +157,99 @@ func (e *Executor) parallel(n int, f func(int)) {
 	}
 	close(next)
 	wg.Wait()
+}
+
+// reconcileClaims is Reconcile in SandboxClaims mode.
+func (e *Executor) reconcileClaims(ctx context.Context, live []Agent, agents map[string]Agent) (Reconciled, error) {
+	claims, err := e.listClaims(ctx, e.homeSelector())
+	if err != nil {
+		return Reconciled{}, err
+	}
+	pods, err := e.listHome(ctx)
+	if err != nil {
+		return Reconciled{}, err
+	}
+	podList := make([]corev1.Pod, len(pods))
+	for i, p := range pods {
+		podList[i] = *p
+	}
+	var (
+		r        Reconciled
+		doomed   []*sandboxClaim
+		creating []Agent
+		kept     = map[string]*sandboxClaim{} // by agent
+	)
+	// The newest first, so that an agent's newest claim is the one kept.
+	sort.SliceStable(claims, func(i, j int) bool { return claims[j].CreationTimestamp.Before(&claims[i].CreationTimestamp) })
+	for i := range claims {
+		c := &claims[i]
+		if c.DeletionTimestamp != nil {
+			continue // going: neither kept nor to delete
+		}
+		a, ok := agents[c.Labels[LabelAgent]]
+		switch {
+		case !ok, c.Labels[LabelIncarnation] != a.Incarnation, c.Labels[LabelHome] != e.opts.Home, kept[a.ID] != nil:
+			doomed = append(doomed, c) // orphan, stale, or one too many
+			continue
+		}
+		if p := podNamed(podList, c.podName()); p != nil {
+			if st := Classify(p, a.Incarnation); st.Replace() || st.State == StateDeleting {
+				doomed = append(doomed, c)
+				continue
+			}
+		}
+		kept[a.ID] = c
+		r.Kept = append(r.Kept, c.Name)
+	}
+	var strays []*corev1.Pod // pods no kept claim names
+	for _, p := range pods {
+		if c := kept[p.Labels[LabelAgent]]; (c == nil || c.podName() != p.Name) && p.DeletionTimestamp == nil &&
+			!slices.ContainsFunc(doomed, func(d *sandboxClaim) bool { return d.podName() == p.Name }) {
+			strays = append(strays, p)
+		}
+	}
+	for _, a := range live {
+		if a.Busy && kept[a.ID] == nil {
+			creating = append(creating, a)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	note := func(list *[]string, name string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		*list = append(*list, name)
+	}
+	e.parallel(len(doomed), func(i int) {
+		note(&r.Deleted, doomed[i].Name, e.dropClaim(ctx, doomed[i], podList))
+	})
+	e.parallel(len(strays), func(i int) {
+		note(&r.Deleted, strays[i].Name, e.deletePod(ctx, strays[i], 0))
+	})
+	e.parallel(len(creating), func(i int) {
+		a := creating[i]
+		var err error
+		if e.opts.Workspace == nil {
+			err = e.ensureClaim(ctx, a.ID)
+		}
+		var name string
+		if err == nil {
+			name, err = e.createClaim(ctx, a)
+		}
+		if err != nil {
+			note(nil, "", fmt.Errorf("agent %s: %w", a.ID, err))
+			return
+		}
+		note(&r.Created, name, nil)
+	})
+	sort.Strings(r.Deleted)
+	sort.Strings(r.Created)
+	sort.Strings(r.Kept)
+	return r, errors.Join(errs...)
 }

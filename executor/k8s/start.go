@@ -120,6 +120,11 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 			// with 0 does: a clean end counts only if the container
 			// still runs as it did.
 			err = e.stillRunning(pod)
+			if errors.Is(err, errDeleted) {
+				// Its claim's Sandbox makes it again under the same
+				// name: a new claim will do instead.
+				e.dropClaimOf(pod)
+			}
 		}
 		cancel()
 		p.err = exitStatus(err)
@@ -150,6 +155,9 @@ const killTimeout = 30 * time.Second
 // restarted, while the command ran: it was killed.
 var ErrPodGone = errors.New("k8s executor: the pod went while the command ran")
 
+// errDeleted: the pod of an ErrPodGone was deleted (not restarted).
+var errDeleted = errors.New("deleted")
+
 // stillRunning checks that was's container still runs, as it did when a
 // command started in it.
 func (e *Executor) stillRunning(was *corev1.Pod) error {
@@ -158,11 +166,11 @@ func (e *Executor) stillRunning(was *corev1.Pod) error {
 	now, err := e.core.Pods(was.Namespace).Get(ctx, was.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: pod %s deleted", ErrPodGone, was.Name)
+		return fmt.Errorf("%w: pod %s %w", ErrPodGone, was.Name, errDeleted)
 	case err != nil:
 		return fmt.Errorf("%w: pod %s: %v", ErrPodGone, was.Name, err)
 	case now.UID != was.UID || now.DeletionTimestamp != nil:
-		return fmt.Errorf("%w: pod %s deleted", ErrPodGone, was.Name)
+		return fmt.Errorf("%w: pod %s %w", ErrPodGone, was.Name, errDeleted)
 	}
 	a, b := containerStatus(was), containerStatus(now)
 	if a != nil && (b == nil || b.RestartCount != a.RestartCount || b.State.Running == nil) {

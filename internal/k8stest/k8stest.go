@@ -14,6 +14,9 @@
 //	SUBSTRAT_K8S_REQUIRE=1   a control plane that cannot start fails the
 //	                         test instead of skipping it (make test sets
 //	                         it, after building the binaries)
+//	SUBSTRAT_K8S_SANDBOX_CLAIMS  set to off when unset: the plane has
+//	                         agent-sandbox's CRDs and controller, and the
+//	                         tests that do not pin a mode use pods
 package k8stest
 
 import (
@@ -140,6 +143,13 @@ func Script() (string, error) {
 }
 
 func start() {
+	// The control plane has agent-sandbox's CRDs and controller, so an
+	// executor in auto mode would make SandboxClaims: the tests that do
+	// not say otherwise (the daemon's, run by the tests) use pods, as
+	// they were written for. Set it to on to run them all on claims.
+	if os.Getenv("SUBSTRAT_K8S_SANDBOX_CLAIMS") == "" {
+		os.Setenv("SUBSTRAT_K8S_SANDBOX_CLAIMS", "off")
+	}
 	if kc := os.Getenv("SUBSTRAT_K8S_KUBECONFIG"); kc != "" {
 		cluster.kubeconfig = kc
 		return

@@ -12,7 +12,8 @@ import (
 // (k8s://CONTEXT/NAMESPACE), as executor/k8s.Check does: the context is
 // in the kubeconfig ($KUBECONFIG, else ~/.kube/config), its API server
 // is reachable with its credentials, and they may make pods and exec
-// into them in the namespace. Agents use it, so a problem is a failure.
+// into them in the namespace (and SandboxClaims made, in that mode, which
+// it shows). Agents use it, so a problem is a failure.
 func checkK8s(ctx context.Context, executor string, used int) api.DoctorCheck {
 	c := api.DoctorCheck{Check: executor}
 	note := fmt.Sprintf(" (%d agent(s) name it)", used)
@@ -34,6 +35,7 @@ func checkK8s(ctx context.Context, executor string, used int) api.DoctorCheck {
 		return c
 	}
 	v, _ := e.ServerVersion(ctx)
-	c.Status, c.Detail = api.DoctorOK, "the API server ("+v+") is reachable, and pods can be made and exec'd into in namespace "+t.Namespace+note
+	mode, _ := e.Mode(ctx) // Check found it
+	c.Status, c.Detail = api.DoctorOK, "the API server ("+v+") is reachable, and pods can be made and exec'd into in namespace "+t.Namespace+"; mode: "+mode+note
 	return c
 }

@@ -34,6 +34,7 @@ func TestK8sExecutors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("KUBECONFIG", kc+string(os.PathListSeparator)+deadFile)
+	t.Setenv("SUBSTRAT_K8S_SANDBOX_CLAIMS", "off")
 
 	good := "k8s://" + k8stest.Context + "/default"
 	var in Input
@@ -49,6 +50,15 @@ func TestK8sExecutors(t *testing.T) {
 	}
 	if c := got[good]; c.Status != api.DoctorOK || c.Check != good || !strings.Contains(c.Detail, "v1.34") || !strings.Contains(c.Detail, "2 agent(s)") {
 		t.Errorf("reachable: %+v", c)
+	}
+	if c := got[good]; !strings.Contains(c.Detail, "mode: pods made by the daemon, SUBSTRAT_K8S_SANDBOX_CLAIMS=off") {
+		t.Errorf("pod mode: %+v", c)
+	}
+	// The control plane has agent-sandbox's CRDs: auto finds them.
+	t.Setenv("SUBSTRAT_K8S_SANDBOX_CLAIMS", "auto")
+	if c := checkK8s(context.Background(), good, 1); c.Status != api.DoctorOK ||
+		!strings.Contains(c.Detail, "mode: SandboxClaims (agent-sandbox makes the pods), SUBSTRAT_K8S_SANDBOX_CLAIMS=auto") {
+		t.Errorf("claims mode: %+v", c)
 	}
 	if c := got["k8s://nowhere/default"]; c.Status != api.DoctorFail || !strings.Contains(c.Detail, `"nowhere"`) || c.Hint == "" {
 		t.Errorf("no such context: %+v", c)
