@@ -132,9 +132,9 @@ func k8sCluster(t *testing.T) (kubeconfig, ns string, core corev1client.CoreV1In
 // k8sDaemon starts a daemon whose Kubernetes executors reach the test's
 // control plane (kubeconfig), with the pods' workspace at inPod (kwok's
 // exec runs on this machine).
-func k8sDaemon(t *testing.T, kubeconfig, inPod string) *e2eDaemon {
+func k8sDaemon(t *testing.T, kubeconfig, inPod string, env ...string) *e2eDaemon {
 	t.Helper()
-	d := runDaemon(t, "KUBECONFIG="+kubeconfig, daemon.K8sMountPathEnv+"="+inPod)
+	d := runDaemon(t, append([]string{"KUBECONFIG=" + kubeconfig, daemon.K8sMountPathEnv + "=" + inPod}, env...)...)
 	t.Cleanup(func() {
 		// Under -race, the daemon (this test binary) reports there.
 		if b, _ := os.ReadFile(filepath.Join(d.home, "e2e-daemon.out")); strings.Contains(string(b), "DATA RACE") {
@@ -317,11 +317,18 @@ func TestK8sExecutorE2E(t *testing.T) {
 // TestK8sExecutorPodGone: a turn whose pod is deleted while its process
 // runs fails as cut short (k8s.ErrPodGone), and is retried in a new pod.
 // (On kwok the process outlives its pod, this machine's; the exec's end
-// is what finds the pod gone.)
+// is what finds the pod gone.) The same in SandboxClaims mode, where
+// agent-sandbox's controller makes the pods (a Sandbox owns each).
 func TestK8sExecutorPodGone(t *testing.T) {
+	for _, mode := range []string{"off", "on"} {
+		t.Run("claims-"+mode, func(t *testing.T) { testK8sPodGone(t, mode) })
+	}
+}
+
+func testK8sPodGone(t *testing.T, claims string) {
 	kubeconfig, ns, core := k8sCluster(t)
 	inPod := t.TempDir()
-	d := k8sDaemon(t, kubeconfig, inPod)
+	d := k8sDaemon(t, kubeconfig, inPod, "SUBSTRAT_K8S_SANDBOX_CLAIMS="+claims)
 	cfg := `{"version": 1, "retry": {"limit": 5, "window": "1m", "base": "200ms"}}`
 	if err := os.WriteFile(filepath.Join(d.home, "config.json"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -353,6 +360,13 @@ func TestK8sExecutorPodGone(t *testing.T) {
 	pods := agentPods(t, core, ns, a.ID)
 	if len(pods) != 1 {
 		t.Fatalf("%d pods", len(pods))
+	}
+	owners := ""
+	for _, o := range pods[0].OwnerReferences {
+		owners += o.Kind + " "
+	}
+	if claimed := strings.Contains(owners, "Sandbox"); claimed != (claims == "on") {
+		t.Fatalf("claims %s: the pod's owners are %q", claims, owners)
 	}
 	zero := int64(0)
 	if err := core.Pods(ns).Delete(context.Background(), pods[0].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
