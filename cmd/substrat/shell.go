@@ -92,6 +92,10 @@ func runShell(sc api.ShellCommand) error {
 	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
 	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
 	fmt.Fprintf(os.Stderr, "opening %s's %s session %s; %s starts no turn until you leave\n", sc.Agent, sc.Provider, sc.SessionID, sc.Agent)
+	if sc.Executor != "" {
+		fmt.Fprintf(os.Stderr, "%s runs its turns on %s; this shell runs here, on this machine's copy of its files, which goes there with its next turn\n",
+			sc.Agent, termtext.Lines(sc.Executor))
+	}
 	err := cmd.Start()
 	launch.CloseFiles(cmd)
 	if err == nil {
@@ -108,7 +112,8 @@ func runShell(sc api.ShellCommand) error {
 // it holds the provider's keys).
 func printShell(g *Globals, sc api.ShellCommand) error {
 	if g.JSON {
-		out := map[string]any{"agent": sc.Agent, "provider": sc.Provider, "session_id": sc.SessionID, "argv": sc.Argv, "sandboxed": sc.Sandbox != nil}
+		out := map[string]any{"agent": sc.Agent, "provider": sc.Provider, "session_id": sc.SessionID, "argv": sc.Argv, "sandboxed": sc.Sandbox != nil,
+			"executor": sc.Executor}
 		if sc.Sandbox != nil {
 			out["mounts"] = sc.Sandbox.Grants()
 			out["network"] = sc.Sandbox.Network
@@ -117,6 +122,9 @@ func printShell(g *Globals, sc api.ShellCommand) error {
 	}
 	fmt.Printf("agent:   %s (%s session %s)\n", sc.Agent, sc.Provider, sc.SessionID)
 	fmt.Printf("command: %s\n", termtext.Lines(shellQuote(sc.Argv)))
+	if sc.Executor != "" {
+		fmt.Printf("turns:   on %s (this shell runs here, on this machine's copy of its files)\n", termtext.Lines(sc.Executor))
+	}
 	if sc.Sandbox == nil {
 		fmt.Printf("in:      %s, no sandbox\n", sc.Dir)
 		return nil

@@ -120,6 +120,19 @@ func TestSSHExecutorCodexGemini(t *testing.T) {
 			t.Errorf("%s left on the host: %v", p, ps)
 		}
 	}
+	// A person's agent shell runs here, on this machine's copy of the
+	// agent's files: the session the host's turns left, which came back.
+	cmd := exec.Command("substrat", "--home", d.home, "agent", "shell", "gemini", "--", "-p", "what did I say?")
+	cmd.Env = d.env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "you said MANGO") {
+		t.Errorf("agent shell of the agent on the host: %q, %v\n%s", out, err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "gemini runs its turns on ssh://"+s.Host+"; this shell runs here") {
+		t.Errorf("agent shell did not say where it runs: %s", stderr.String())
+	}
 }
 
 // TestSSHExecutorGit: an agent on an ssh executor in a git workspace

@@ -21,6 +21,10 @@ type ShellCommand struct {
 	Env       []string    `json:"env,omitempty"`
 	Dir       string      `json:"dir,omitempty"`
 	Sandbox   *bwrap.Spec `json:"sandbox,omitempty"`
+	// Executor is where the agent's turns run (ssh://HOST...), when not
+	// here: the shell still runs here, on this machine's copy of its
+	// files, which goes there with its next turn.
+	Executor string `json:"executor,omitempty"`
 	// Gated says the daemon gated the agent for the takeover: the CLI
 	// asks for the ungate when it ends (agent.shell_end).
 	Gated bool `json:"gated"`

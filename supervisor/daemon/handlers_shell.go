@@ -39,7 +39,8 @@ func (d *Daemon) registerShell() {
 // letting it build the bwrap command: the CLI builds it, with the
 // person's terminal.
 func (d *Daemon) shellCommand(ctx context.Context, t *supervisor.Takeover, args []string) (api.ShellCommand, error) {
-	sc := api.ShellCommand{Agent: t.Session.Name, Provider: t.Session.Provider, SessionID: t.Session.ProviderSessionID, Gated: t.Gated}
+	sc := api.ShellCommand{Agent: t.Session.Name, Provider: t.Session.Provider, SessionID: t.Session.ProviderSessionID, Gated: t.Gated,
+		Executor: t.Session.Executor}
 	cfg := t.Config
 	if cfg.Sandbox != nil {
 		cfg.Sandbox = func(ctx context.Context, p provider.Process, needs provider.SandboxNeeds) (provider.Process, error) {
