@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path"
 	"strings"
 
 	"github.com/substrat/substrat/bwrap"
@@ -91,7 +94,58 @@ func (h *host) k8sCopyIn(ctx context.Context, e *k8s.Executor, sess *fsstore.Ses
 		}
 	}
 	h.kubes.setSynced(sess.ID, false) // until the pull
+	if err := mountPoints(trees); err != nil {
+		return fmt.Errorf("workspace %s: %w", sess.Workspace, err)
+	}
 	return e.PushTrees(ctx, sess.ID, inc, trees)
+}
+
+// mountPoints makes here, in a read-write root, the places of the
+// read-only trees inside it that are missing (an empty directory, or
+// an empty file for a file), as bwrap makes a bind's mount point: the
+// daemon's own sandboxes on the workspace (git's, read-only) need them.
+func mountPoints(trees []k8s.Tree) error {
+	if !trees[0].RW {
+		return nil
+	}
+	var root *os.Root
+	for _, t := range trees[1:] {
+		if t.RW || t.Rel == ".git" || strings.HasPrefix(t.Rel, ".git/") {
+			continue
+		}
+		if root == nil {
+			r, err := os.OpenRoot(trees[0].Local)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			root = r
+		}
+		if _, err := root.Lstat(t.Rel); err == nil {
+			continue
+		}
+		fi, err := os.Stat(t.Local)
+		if err != nil {
+			return err
+		}
+		if dir := path.Dir(t.Rel); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		if fi.IsDir() {
+			err = root.Mkdir(t.Rel, 0o755)
+		} else {
+			var f *os.File
+			if f, err = root.OpenFile(t.Rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+				err = f.Close()
+			}
+		}
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // isSynced reports whether agent's pod workspace came back after its
