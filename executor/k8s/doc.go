@@ -49,6 +49,30 @@
 // tree through an os.Root, with none of its symlinks followed; a file
 // whose bytes did not change is left alone.
 //
+// Trees. PushTrees and PullTrees copy, besides the workspace root, what
+// the process sees there besides it, each a Tree at its place in the
+// pod's workspace volume (the pod has no other path of this machine): a
+// git workspace's clone's git directory, read-write, at .git, with its
+// Keep (config, hooks, info, alternates, commondir, gitdir) pushed but
+// never brought back nor deleted here; read-only copies (a link, the
+// repository's .git that the clone's alternates and origin name, at
+// OriginRel), never brought back, their places left alone here. The
+// paths that name the repository are this machine's, so the pod's copy
+// of the alternates and config (and only it) names the copy instead
+// (GitTrees, git.go). The bounds are over all the trees of a copy back,
+// and each is unpacked aside before any is moved in: one refused, none
+// comes back. A tree the pod holds as anything but a directory (a
+// symlink, a .git file) refuses the copy back.
+//
+// Salvage. SalvageTrees brings back what a turn cut short before its
+// pull (a pod that went, a daemon killed) left in the volume, before the
+// next push replaces it: under Pull's rules and bounds, only what is
+// missing here or a regular file older here (to the second) than there;
+// it deletes nothing and replaces nothing of another kind (no symlink or
+// directory over a file, nor a file over them). It reads the volume the
+// new pod mounts: the agent's claim, which outlives its pods; a volume
+// that does not (an emptyDir) has nothing left to salvage.
+//
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
 // (orphans), of a stale incarnation, or failed or evicted, are deleted;
@@ -57,9 +81,12 @@
 // The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
 // k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
 // a pod whose resources are not those limits is replaced), WaitRunning,
-// Push of the workspace root, Start of the provider's process (no bwrap:
-// the pod is the sandbox), and Pull when it has ended; a pod that went
-// meanwhile (ErrPodGone) fails the turn, which is retried.
+// a salvage (the first turn in the daemon's life, or after one whose
+// copy did not come back), PushTrees of the workspace root with a git
+// workspace's clone and read-only links, Start of the provider's process
+// (no bwrap: the pod is the sandbox), and PullTrees when it has ended; a
+// pod that went meanwhile (ErrPodGone) fails the turn, which is retried,
+// and salvaged first.
 //
 // Tests. They run against a real control plane that
 // scripts/k8s-control-plane.sh builds from the Go module proxy (etcd,
