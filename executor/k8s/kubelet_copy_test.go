@@ -72,3 +72,69 @@ func TestRealKubeletTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestRealKubeletTrees: a git workspace's trees in a real container
+// (skipped where there is none), as its user, through the image's tar:
+// the clone's git directory at /workspace/.git with the pod's own
+// alternates and config naming the repository's copy, the copy, a
+// read-only link; what the process changes in the clone's config and
+// hooks, the copy or the link does not come back, its new ref does.
+func TestRealKubeletTrees(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	root, gitDir, common := gitClone(t)
+	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
+	running(t, e, a)
+	link := t.TempDir()
+	os.WriteFile(filepath.Join(link, "facts.txt"), []byte("facts"), 0o644)
+	gt, err := GitTrees(gitDir, common, "/workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees := append(append([]Tree{{Local: root, RW: true}}, gt...), Tree{Rel: "data", Local: link})
+	config, _ := os.ReadFile(filepath.Join(gitDir, "config"))
+	if err := e.PushTrees(ctx, a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
+		Argv: []string{"/bin/sh", "-c", `set -e; cat README .git/objects/info/alternates data/facts.txt; echo;` +
+			` tr '\n' ' ' < .git/config | grep -o 'url "/workspace/.git/.substrat-origin"' ; cat .git/.substrat-origin/HEAD;` +
+			` echo evil > .git/config; mkdir -p .git/hooks; echo evil > .git/hooks/post-commit; echo ref > .git/refs/heads/new;` +
+			` echo evil > .git/.substrat-origin/HEAD; echo evil > data/facts.txt; echo work > out.txt`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if want := "hello\n/workspace/.git/.substrat-origin/objects\nfacts\nurl \"/workspace/.git/.substrat-origin\"\nref: refs/heads/main\n"; out.String() != want {
+		t.Errorf("in the container: %q, want %q", out.String(), want)
+	}
+	if err := e.PullTrees(ctx, a.ID, a.Incarnation, trees, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(gitDir, "config")); !bytes.Equal(b, config) {
+		t.Errorf("the clone's config here: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(gitDir, "refs/heads/new")); string(b) != "ref\n" {
+		t.Errorf("the new ref here: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "out.txt")); string(b) != "work\n" {
+		t.Errorf("out.txt here: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(link, "facts.txt")); string(b) != "facts" {
+		t.Errorf("the link here: %q", b)
+	}
+	for _, bad := range []string{filepath.Join(gitDir, "hooks/post-commit"), filepath.Join(gitDir, ".substrat-origin"), filepath.Join(root, "data")} {
+		if _, err := os.Lstat(bad); !os.IsNotExist(err) {
+			t.Errorf("%s came back: %v", bad, err)
+		}
+	}
+}

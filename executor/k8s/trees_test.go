@@ -280,6 +280,10 @@ func TestSalvage(t *testing.T) {
 	writeFile(t, filepath.Join(root, "was-file"), "a file here", 0o644)
 	writeFile(t, filepath.Join(root, "was-file2"), "a file here", 0o644)
 	writeFile(t, filepath.Join(root, "only-here.txt"), "mine", 0o644)
+	os.Mkdir(filepath.Join(root, "real"), 0o755)
+	os.Symlink("real", filepath.Join(root, "via")) // a symlink here, a directory there
+	writeFile(t, filepath.Join(inPod, "via/x.txt"), "through", 0o644)
+	os.Symlink("README", filepath.Join(inPod, "in-link")) // inside: it comes
 	config, _ := os.ReadFile(filepath.Join(gitDir, "config"))
 
 	if err := e.SalvageTrees(ctxT(t), a.ID, a.Incarnation, trees, ""); err != nil {
@@ -291,7 +295,13 @@ func TestSalvage(t *testing.T) {
 			t.Errorf("%s here: %q, %v; want %q", name, b, err, want)
 		}
 	}
-	for _, bad := range []string{"etc", filepath.Join(gitDir, "hooks/post-checkout")} {
+	if l, err := os.Readlink(filepath.Join(root, "in-link")); err != nil || l != "README" {
+		t.Errorf("in-link here: %q, %v", l, err)
+	}
+	if l, err := os.Readlink(filepath.Join(root, "via")); err != nil || l != "real" {
+		t.Errorf("via here: %q, %v", l, err)
+	}
+	for _, bad := range []string{"etc", "real/x.txt", filepath.Join(gitDir, "hooks/post-checkout")} {
 		if !filepath.IsAbs(bad) {
 			bad = filepath.Join(root, bad)
 		}
