@@ -62,7 +62,12 @@
 // (GitTrees, git.go). The bounds are over all the trees of a copy back,
 // and each is unpacked aside before any is moved in: one refused, none
 // comes back. A tree the pod holds as anything but a directory (a
-// symlink, a .git file) refuses the copy back.
+// symlink, a .git file) refuses the copy back. Leaving out the trees
+// inside another and its Keep takes GNU tar's exact exclusions
+// (--anchored --no-wildcards) in the pod: so the image needs GNU tar for
+// a git workspace or links (a plain workspace's copies need neither);
+// what is left out is also dropped on this side. In a real container
+// (TestRealKubeletTrees) the trees go and come back as the pod's user.
 //
 // Salvage. SalvageTrees brings back what a turn cut short before its
 // pull (a pod that went, a daemon killed) left in the volume, before the
