@@ -306,6 +306,21 @@ func TestK8sExecutorSalvage(t *testing.T) {
 	if len(after) != 1 || after[0].Name == pods[0].Name {
 		t.Fatalf("after the retry: %d pods", len(after))
 	}
+
+	// The daemon killed mid-turn: the turn run again after its restart
+	// (which writes nothing more: its release is there) salvages first.
+	release2 := filepath.Join(t.TempDir(), "release")
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "lose lost2.txt kept " + release2}, nil)
+	waitFile(t, release2+".started")
+	d.kill()
+	if err := os.WriteFile(release2, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	waitUntil(t, "lost2.txt salvaged after the restart", func() bool {
+		b, _ := os.ReadFile(filepath.Join(root, "lost2.txt"))
+		return string(b) == "kept"
+	})
 }
 
 // sendFailed sends USER's message, waits for the turn that takes it, and
