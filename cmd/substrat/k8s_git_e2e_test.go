@@ -193,9 +193,11 @@ func TestK8sExecutorGit(t *testing.T) {
 		})
 	}
 	published("far: work.txt")
+	t0 := time.Now()
 	if res := d.send("far", "cat data/facts.txt"); res.Text != "linked facts" {
 		t.Errorf("the read-only link in the pod: %q", res.Text)
 	}
+	catTurn := time.Since(t0)
 	layout := fsstore.Layout{Home: d.home}
 	gitDir, root := layout.WorkspaceGitDir("USER", "team"), layout.WorkspaceRoot("USER", "team")
 	if b, _ := os.ReadFile(filepath.Join(root, "work.txt")); string(b) != "from the pod" {
@@ -231,9 +233,21 @@ func TestK8sExecutorGit(t *testing.T) {
 	if !strings.Contains(diff.Diff, "attack.txt") {
 		t.Errorf("workspace diff: %s", diff.Diff)
 	}
+	t0 = time.Now()
 	if res := d.send("far", "commit after.txt after the attack"); !strings.HasPrefix(res.Text, "committed: far: after.txt far: attack.txt") {
 		t.Errorf("the turn after the attack said %q", res.Text)
 	}
+	commitTurn := time.Since(t0)
+	// The same turn here, in the local sandbox, to compare.
+	needBwrap(t)
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "near", Model: model, Workspace: "team"}, nil)
+	d.send("near", "cat data/facts.txt")
+	t0 = time.Now()
+	if res := d.send("near", "cat data/facts.txt"); res.Text != "linked facts" {
+		t.Errorf("the read-only link here: %q", res.Text)
+	}
+	t.Logf("in a git workspace on kwok: a pod's turn that commits (and is published) %v, one that reads a file %v; the latter in the local sandbox %v",
+		commitTurn.Round(time.Millisecond), catTurn.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	if ran, _ := os.ReadDir(marks); len(ran) > 0 {
 		t.Errorf("planted code ran here: %v", ran)
 	}

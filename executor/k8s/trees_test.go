@@ -103,9 +103,11 @@ func TestGitTreesInPod(t *testing.T) {
 	trees = append(trees, Tree{Rel: "sub/data", Local: link}, Tree{Rel: "notes.txt", Local: linkFile})
 	config, _ := os.ReadFile(filepath.Join(gitDir, "config"))
 	alternates, _ := os.ReadFile(filepath.Join(gitDir, "objects/info/alternates"))
+	t0 := time.Now()
 	if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
 		t.Fatal(err)
 	}
+	push := time.Since(t0)
 	out, err := inPodSh(t, e, a, `set -e
 echo work > work.txt
 git status --porcelain
@@ -143,9 +145,11 @@ echo refs > .git/refs/heads/agent-branch`)
 	if err != nil {
 		t.Fatalf("the attack: %v\n%s", err, out)
 	}
+	t0 = time.Now()
 	if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, ""); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("a git workspace's trees: push %v, pull %v", push.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	if now, _ := os.ReadFile(filepath.Join(gitDir, "config")); !bytes.Equal(now, config) {
 		t.Errorf("the clone's config changed here:\n%s", now)
 	}
