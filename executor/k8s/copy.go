@@ -213,9 +213,9 @@ func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]ki
 		if b.entries++; b.entries > maxFiles {
 			return nil, fmt.Errorf("%w: it holds more than %d entries", ErrRefused, maxFiles)
 		}
-		if hdr.Typeflag == tar.TypeReg {
-			// Every file's bytes count, even those left out.
-			if b.total += max(hdr.Size, 0); b.total > maxTotalSize {
+		if hdr.Size > 0 {
+			// Every entry's bytes count, even those left out.
+			if b.total += hdr.Size; b.total > maxTotalSize {
 				return nil, fmt.Errorf("%w: it holds more than %d bytes", ErrRefused, maxTotalSize)
 			}
 		}

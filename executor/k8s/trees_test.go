@@ -231,6 +231,21 @@ func TestGitTreesRefused(t *testing.T) {
 		os.RemoveAll(filepath.Join(inPod, ".git"))
 		os.RemoveAll(filepath.Join(inPod, ".git.old"))
 	}
+	// The bounds are over all the trees: each under, both over.
+	lower(t, &maxTotalSize, 1500000) // (and files stay under 1 MiB)
+	if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	attack := "echo new > new.txt; head -c 1000000 /dev/zero > half; head -c 1000000 /dev/zero > .git/half"
+	if out, err := inPodSh(t, e, a, attack); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, ""); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "more than 1500000 bytes") {
+		t.Errorf("%s: %v", attack, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "new.txt")); !os.IsNotExist(err) {
+		t.Errorf("%s: the root came back: %v", attack, err)
+	}
 }
 
 // TestSalvage: what a lost turn left in the pod's workspace comes back
