@@ -11,6 +11,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -42,10 +44,42 @@ func (e *Executor) MountPath() string { return e.opts.MountPath }
 const copyPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // pushScript empties the workspace in the pod ($1; a volume's
-// lost+found stays) and unpacks the tar stream of its input there, as
-// the pod's user (no owner kept, modes under umask 022).
-const pushScript = `umask 022; d=$1; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
-	` find "$d" -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} + && tar -x -o -f - -C "$d"`
+// lost+found stays) with the find expression of the arguments after
+// the $2 it checks first (pushArgv), and unpacks the tar stream of its
+// input there, as the pod's user (no owner kept, modes under umask
+// 022). It exits 4, before it changes anything, if one of those it
+// checks is not a directory there (a symlink is none).
+const pushScript = `umask 022; d=$1; n=$2; shift 2; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
+	` while [ "$n" -gt 0 ]; do [ -d "$d/$1" ] && [ ! -h "$d/$1" ] || { echo "no $1 to keep" >&2; exit 4; }; shift; n=$((n-1)); done;` +
+	` find "$d" -mindepth 1 "$@" && tar -x -o -f - -C "$d"`
+
+// pushArgv is the command line of pushScript for the workspace at mount,
+// whose directories keep (relative to it) stay as they are: checked
+// first with their parents, which are emptied of all else, and the find
+// expression that deletes all but them and lost+found.
+func pushArgv(mount string, keep []string) []string {
+	esc := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	at := func(rel string) string { return esc.Replace(path.Join(mount, rel)) }
+	var parents []string
+	for _, k := range keep {
+		for p := path.Dir(k); p != "."; p = path.Dir(p) {
+			if !slices.Contains(parents, p) {
+				parents = append(parents, p)
+			}
+		}
+	}
+	check := append(slices.Clone(keep), parents...)
+	argv := append([]string{"/bin/sh", "-c", pushScript, "substrat-push", mount, strconv.Itoa(len(check))}, check...)
+	argv = append(argv, "(", "-path", at("lost+found"))
+	for _, k := range keep {
+		argv = append(argv, "-o", "-path", at(k))
+	}
+	argv = append(argv, ")", "-prune", "-o")
+	for _, p := range parents {
+		argv = append(argv, "!", "-path", at(p))
+	}
+	return append(argv, "-exec", "rm", "-rf", "{}", "+", "-prune")
+}
 
 // pullScript writes a tar stream of the directory $1 of the pod's
 // workspace, without .git or lost+found at any depth, nor what the

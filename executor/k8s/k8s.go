@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -105,6 +106,9 @@ type Executor struct {
 	// would add another 11 MB to the daemon's binary.
 	core  corev1client.CoreV1Interface
 	authz authzclient.AuthorizationV1Interface
+	// held is, by agent, what its pods' workspace holds of read-only
+	// trees since a push (trees.go: keepable).
+	held *sync.Map
 }
 
 // tokenRE: what may be a label value here (agent ids, incarnations,
@@ -162,7 +166,7 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
 	}
-	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz}, nil
+	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, held: &sync.Map{}}, nil
 }
 
 // Target is where the executor runs pods.

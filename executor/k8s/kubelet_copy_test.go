@@ -137,4 +137,23 @@ func TestRealKubeletTrees(t *testing.T) {
 			t.Errorf("%s came back: %v", bad, err)
 		}
 	}
+	// The next push keeps the unchanged read-only copies as they are
+	// there (the repository's, as the process left it), sends the rest.
+	os.WriteFile(filepath.Join(link, "facts.txt"), []byte("new facts"), 0o644)
+	if err := e.PushTrees(ctx, a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	p, err = e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
+		Argv: []string{"/bin/sh", "-c", `cat .git/.substrat-origin/HEAD; head -c 1 .git/config; echo; cat data/facts.txt; echo; echo *`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if want := "evil\n[\nnew facts\nREADME data out.txt\n"; out.String() != want {
+		t.Errorf("in the container after the second push: %q, want %q", out.String(), want)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -103,32 +106,121 @@ func nested(trees []Tree, i int) []string {
 // incarnation, which it then mirrors: the first, the workspace root, as
 // Push copies it, and each other at its place, under the same rules
 // (no .git inside any, no symlink out of its tree), with the bytes of
-// its Files.
+// its Files. A read-only directory that holds no other tree, and that
+// has not changed here (its names, sizes, modes and times) since this
+// executor last pushed it for agent, is kept as the pod holds it, if it
+// does (the agent's claim outlives its pods), and not sent again: the
+// agent may have changed that copy meanwhile, as it may during a turn,
+// and nothing of it ever comes back.
 func (e *Executor) PushTrees(ctx context.Context, agent, incarnation string, trees []Tree) error {
 	if err := checkTrees(trees); err != nil {
 		return err
 	}
+	stamps := map[string]string{}
+	for i, t := range trees {
+		if keepable(trees, i) {
+			if s, err := stampOf(t.Local); err == nil {
+				stamps[t.Rel] = s
+			}
+		}
+	}
+	var keep []string
+	if v, ok := e.held.Load(agent); ok {
+		for rel, s := range v.(map[string]string) {
+			if stamps[rel] == s {
+				keep = append(keep, rel)
+			}
+		}
+	}
+	sort.Strings(keep)
+	err := e.push(ctx, agent, incarnation, trees, keep)
+	if errors.Is(err, errNotHeld) {
+		err = e.push(ctx, agent, incarnation, trees, nil)
+	}
+	if err != nil {
+		e.held.Delete(agent)
+		return err
+	}
+	e.held.Store(agent, stamps)
+	return nil
+}
+
+// errNotHeld: the pod no longer holds what a push would keep.
+var errNotHeld = errors.New("the pod does not hold what it would keep")
+
+// keepable reports whether trees[i] may be kept in the pod from one
+// push to the next: a read-only directory with no other tree inside it,
+// inside no other read-only one.
+func keepable(trees []Tree, i int) bool {
+	t := trees[i]
+	if t.RW || t.Rel == "" || len(nested(trees, i)) > 0 {
+		return false
+	}
+	for j, u := range trees {
+		if j != i && !u.RW && under(t.Rel, u.Rel) {
+			return false
+		}
+	}
+	fi, err := os.Stat(t.Local)
+	return err == nil && fi.IsDir()
+}
+
+// stampOf is what identifies the tree local's state here: a hash of its
+// names, kinds, modes, sizes and modification times (and symlinks'
+// targets).
+func stampOf(local string) (string, error) {
+	h := sha256.New()
+	err := walkTree(local, func(p, name string, d fs.DirEntry) error {
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		target := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			target, _ = os.Readlink(p)
+		}
+		fmt.Fprintf(h, "%q %o %d %d %q\n", name, fi.Mode(), fi.Size(), fi.ModTime().UnixNano(), target)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil)), err
+}
+
+// push sends trees but those at keep, which the pod keeps (errNotHeld
+// if it does not hold one).
+func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []Tree, keep []string) error {
+	var send []Tree
+	for _, t := range trees {
+		if !slices.Contains(keep, t.Rel) {
+			send = append(send, t)
+		}
+	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTrees(pw, trees)) }()
+	go func() { pw.CloseWithError(writeTrees(pw, send, trees)) }()
 	defer pr.CloseWithError(errors.New("push ended"))
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
-		Argv: []string{"/bin/sh", "-c", pushScript, "substrat-push", e.opts.MountPath}, Env: []string{copyPath},
+		Argv: pushArgv(e.opts.MountPath, keep), Env: []string{copyPath},
 		Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
 	if err != nil {
 		return err
 	}
-	if err := p.Wait(); err != nil {
+	err = p.Wait()
+	if ee := (*executor.ExitError)(nil); errors.As(err, &ee) && ee.Code == 4 {
+		return errNotHeld
+	}
+	if err != nil {
 		return fmt.Errorf("copying %s into the pod: %w: %s", trees[0].Local, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
 
-// writeTrees writes trees as one tar stream: see PushTrees.
-func writeTrees(w io.Writer, trees []Tree) error {
+// writeTrees writes send, of all, as one tar stream (each without the
+// trees of all inside it): see PushTrees.
+func writeTrees(w io.Writer, send, all []Tree) error {
 	tw := tar.NewWriter(w)
-	for i, t := range trees {
-		if err := writeTree(tw, t, nested(trees, i)); err != nil {
+	for _, t := range send {
+		i := slices.IndexFunc(all, func(u Tree) bool { return u.Rel == t.Rel })
+		if err := writeTree(tw, t, nested(all, i)); err != nil {
 			return err
 		}
 	}

@@ -345,3 +345,67 @@ func TestSalvage(t *testing.T) {
 		t.Errorf("lost2.txt was salvaged from a refused copy: %v", err)
 	}
 }
+
+// TestHeldTrees: a read-only tree unchanged here since the last push
+// stays as the pod holds it, and is not sent again; one changed here is
+// sent again; one the pod no longer holds is sent again; the rest is
+// pushed as ever.
+func TestHeldTrees(t *testing.T) {
+	root, gitDir, common := gitClone(t)
+	inPod := t.TempDir()
+	e := newExec(t, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	link := t.TempDir()
+	writeFile(t, filepath.Join(link, "facts.txt"), "facts", 0o644)
+	gt, err := GitTrees(gitDir, common, inPod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := t.TempDir() // a place whose name find would read as a pattern
+	writeFile(t, filepath.Join(odd, "f"), "odd", 0o644)
+	trees := append(append([]Tree{{Local: root, RW: true}}, gt...), Tree{Rel: "data", Local: link}, Tree{Rel: "we[i]rd*/x", Local: odd})
+	push := func() {
+		t.Helper()
+		if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(inPod, ".substrat-keep.*")); len(m) > 0 {
+			t.Errorf("left in the pod: %v", m)
+		}
+	}
+	has := func(rel string) bool {
+		_, err := os.Lstat(filepath.Join(inPod, rel))
+		return err == nil
+	}
+	push()
+	writeFile(t, filepath.Join(inPod, OriginRel, "marker"), "m", 0o644)
+	writeFile(t, filepath.Join(inPod, "data/marker"), "m", 0o644)
+	writeFile(t, filepath.Join(inPod, "we[i]rd*/x/marker"), "m", 0o644)
+	writeFile(t, filepath.Join(inPod, "weird/other"), "not kept", 0o644)
+	writeFile(t, filepath.Join(root, "new.txt"), "n", 0o644)
+	push()
+	if !has(OriginRel+"/marker") || !has("data/marker") || !has("we[i]rd*/x/marker") {
+		t.Errorf("unchanged read-only trees were sent again")
+	}
+	if has("weird") {
+		t.Errorf("what the pattern of a held tree's name matches was kept")
+	}
+	if !has("new.txt") || !has(".git/HEAD") || !has(OriginRel+"/HEAD") {
+		t.Errorf("the push left out more than the held trees")
+	}
+	writeFile(t, filepath.Join(link, "more.txt"), "more", 0o644)
+	push()
+	if !has(OriginRel+"/marker") || has("data/marker") || !has("data/more.txt") {
+		t.Errorf("a changed read-only tree was not sent again, or an unchanged one was")
+	}
+	os.RemoveAll(filepath.Join(inPod, OriginRel))
+	push()
+	if !has(OriginRel+"/HEAD") || has(OriginRel+"/marker") || !has("data/more.txt") {
+		t.Errorf("a read-only tree the pod lost was not sent again")
+	}
+	out, err := inPodSh(t, e, a, "git log --format=%s")
+	if err != nil || out != "init\n" {
+		t.Errorf("git in the pod: %v\n%s", err, out)
+	}
+}
