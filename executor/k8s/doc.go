@@ -66,7 +66,12 @@
 // inside another and its Keep takes GNU tar's exact exclusions
 // (--anchored --no-wildcards) in the pod: so the image needs GNU tar for
 // a git workspace or links (a plain workspace's copies need neither);
-// what is left out is also dropped on this side. In a real container
+// what is left out is also dropped on this side. A read-only directory
+// tree unchanged here since the executor last pushed it for the agent
+// (its names, sizes, modes and times) is kept as the pod's volume holds
+// it, and not sent again (a large repository goes once per daemon's
+// life, not once per turn); if the volume no longer holds it, it is
+// sent. In a real container
 // (TestRealKubeletTrees) the trees go and come back as the pod's user.
 //
 // Salvage. SalvageTrees brings back what a turn cut short before its
