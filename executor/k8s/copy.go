@@ -48,10 +48,13 @@ const copyPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 // the $2 it checks first (pushArgv), and unpacks the tar stream of its
 // input there, as the pod's user (no owner kept, modes under umask
 // 022). It exits 4, before it changes anything, if one of those it
-// checks is not a directory there (a symlink is none).
+// checks is not a directory there (a symlink is none). A directory the
+// agent locked (no write or search for its owner) is unlocked, so that
+// no agent can make its pod's workspace one that no push can replace.
 const pushScript = `umask 022; d=$1; n=$2; shift 2; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
 	` while [ "$n" -gt 0 ]; do [ -d "$d/$1" ] && [ ! -h "$d/$1" ] || { echo "no $1 to keep" >&2; exit 4; }; shift; n=$((n-1)); done;` +
-	` find "$d" -mindepth 1 "$@" && tar -x -o -f - -C "$d"`
+	` { find "$d" -mindepth 1 "$@" || { find "$d" -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} \; 2>/dev/null;` +
+	` find "$d" -mindepth 1 "$@"; }; } && tar -x -o -f - -C "$d"`
 
 // pushArgv is the command line of pushScript for the workspace at mount,
 // whose directories keep (relative to it) stay as they are: checked
@@ -84,9 +87,13 @@ func pushArgv(mount string, keep []string) []string {
 // pullScript writes a tar stream of the directory $1 of the pod's
 // workspace, without .git or lost+found at any depth, nor what the
 // arguments after $1 exclude; it exits 3 if there is no such directory
-// (a symlink is none).
+// (a symlink is none). What the agent made unreadable to its owner is
+// made readable first (else tar would fail, and no turn of the agent
+// could end well).
 const pullScript = `d=$1; shift; [ -d "$d" ] && [ ! -h "$d" ] || { echo "no directory at $d" >&2; exit 3; };` +
-	` cd -- "$d" || exit 2; exec tar -c -f - --exclude=.git --exclude=lost+found "$@" .`
+	` cd -- "$d" || exit 2; find . \( -type d ! -perm -u=rx -exec chmod u+rwx {} \; \) -o` +
+	` \( -type f ! -perm -u=r -exec chmod u+r {} \; \) 2>/dev/null;` +
+	` exec tar -c -f - --exclude=.git --exclude=lost+found "$@" .`
 
 // Push copies the local directory local into the workspace of the pod of
 // agent's incarnation (through an exec, as Start runs a command), which

@@ -157,3 +157,53 @@ func TestRealKubeletTrees(t *testing.T) {
 		t.Errorf("in the container after the second push: %q, want %q", out.String(), want)
 	}
 }
+
+// TestRealKubeletLocked: in a real container, as the pod's user (not
+// root: its permissions hold), what the agent locked in its workspace (a
+// directory with no permission for its owner, a file it cannot read)
+// neither keeps the workspace from coming back nor the next push from
+// replacing it.
+func TestRealKubeletLocked(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
+	running(t, e, a)
+	local := t.TempDir()
+	os.WriteFile(filepath.Join(local, "a.txt"), []byte("A"), 0o644)
+	if err := e.Push(ctx, a.ID, a.Incarnation, local); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(script string) {
+		t.Helper()
+		var out bytes.Buffer
+		p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+			Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Argv: []string{"/bin/sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatalf("%s: %v: %s", script, err, out.String())
+		}
+	}
+	sh("command -v chmod >/dev/null || { echo no chmod in the image; exit 1; }; mkdir -p locked/deep && echo x > locked/deep/f &&" +
+		" echo y > unreadable && chmod 000 unreadable locked/deep locked && ! cat unreadable 2>/dev/null")
+	if err := e.Pull(ctx, a.ID, a.Incarnation, local, ""); err != nil {
+		t.Fatalf("the pull of a locked workspace: %v", err)
+	}
+	for name, want := range map[string]string{"locked/deep/f": "x\n", "unreadable": "y\n"} {
+		if b, err := os.ReadFile(filepath.Join(local, name)); err != nil || string(b) != want {
+			t.Errorf("%s here: %q, %v", name, b, err)
+		}
+	}
+	sh("chmod 000 locked/deep locked")
+	os.RemoveAll(filepath.Join(local, "locked"))
+	if err := e.Push(ctx, a.ID, a.Incarnation, local); err != nil {
+		t.Fatalf("the push over a locked workspace: %v", err)
+	}
+	sh("[ ! -e locked ] && [ -e a.txt ]")
+}
