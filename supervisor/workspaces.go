@@ -234,6 +234,13 @@ func (c *Core) AgentSpec(sess *fsstore.Session) (bwrap.Spec, error) {
 	return spec, err
 }
 
+// AgentWorkspace is AgentSpec with the workspace it is of (nil, with an
+// empty spec, for an agent without one).
+func (c *Core) AgentWorkspace(sess *fsstore.Session) (bwrap.Spec, *workspace.Workspace, error) {
+	spec, w, _, err := c.agentSpec(sess)
+	return spec, w, err
+}
+
 func (c *Core) agentSpec(sess *fsstore.Session) (spec bwrap.Spec, w *workspace.Workspace, ok bool, err error) {
 	if sess.Workspace == "" {
 		return bwrap.Spec{}, nil, false, nil

@@ -27,6 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	testscript.Main(stopK8s{m}, map[string]func(){
 		"k8s-model":      func() { os.Exit(k8sModel()) },
+		"k8s-git-model":  func() { os.Exit(k8sGitModel()) },
 		"substrat":       func() { os.Exit(run(os.Args[1:])) },
 		"approver-model": func() { os.Exit(approverModel()) },
 		"hog-model":      func() { os.Exit(hogModel()) },

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,12 @@ import (
 
 // The tests run against a real control plane: see internal/k8stest.
 
-func TestMain(m *testing.M) { k8stest.Main(m) }
+func TestMain(m *testing.M) {
+	// chmod in the real kubelet's agent image: the copies unlock what an
+	// agent locked in its workspace (TestRealKubeletLocked).
+	os.Setenv("SUBSTRAT_K8S_IMAGE_FILES", strings.TrimSpace(os.Getenv("SUBSTRAT_K8S_IMAGE_FILES")+" /usr/bin/chmod"))
+	k8stest.Main(m)
+}
 
 func token() string {
 	b := make([]byte, 4)

@@ -11,9 +11,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 
-	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/executor/ssh"
 )
 
@@ -42,14 +44,56 @@ func (e *Executor) MountPath() string { return e.opts.MountPath }
 const copyPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // pushScript empties the workspace in the pod ($1; a volume's
-// lost+found stays) and unpacks the tar stream of its input there, as
-// the pod's user (no owner kept, modes under umask 022).
-const pushScript = `umask 022; d=$1; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
-	` find "$d" -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} + && tar -x -o -f - -C "$d"`
+// lost+found stays) with the find expression of the arguments after
+// the $2 it checks first (pushArgv), and unpacks the tar stream of its
+// input there, as the pod's user (no owner kept, modes under umask
+// 022). It exits 4, before it changes anything, if one of those it
+// checks is not a directory there (a symlink is none). A directory the
+// agent locked (no write or search for its owner) is unlocked, so that
+// no agent can make its pod's workspace one that no push can replace.
+const pushScript = `umask 022; d=$1; n=$2; shift 2; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
+	` while [ "$n" -gt 0 ]; do [ -d "$d/$1" ] && [ ! -h "$d/$1" ] || { echo "no $1 to keep" >&2; exit 4; }; shift; n=$((n-1)); done;` +
+	` { find "$d" -mindepth 1 "$@" || { find "$d" -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} \; 2>/dev/null;` +
+	` find "$d" -mindepth 1 "$@"; }; } && tar -x -o -f - -C "$d"`
 
-// pullScript writes a tar stream of the workspace in the pod ($1),
-// without .git at any depth.
-const pullScript = `cd -- "$1" || exit 2; exec tar -c -f - --exclude=.git --exclude=lost+found .`
+// pushArgv is the command line of pushScript for the workspace at mount,
+// whose directories keep (relative to it) stay as they are: checked
+// first with their parents, which are emptied of all else, and the find
+// expression that deletes all but them and lost+found.
+func pushArgv(mount string, keep []string) []string {
+	esc := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	at := func(rel string) string { return esc.Replace(path.Join(mount, rel)) }
+	var parents []string
+	for _, k := range keep {
+		for p := path.Dir(k); p != "."; p = path.Dir(p) {
+			if !slices.Contains(parents, p) {
+				parents = append(parents, p)
+			}
+		}
+	}
+	check := append(slices.Clone(keep), parents...)
+	argv := append([]string{"/bin/sh", "-c", pushScript, "substrat-push", mount, strconv.Itoa(len(check))}, check...)
+	argv = append(argv, "(", "-path", at("lost+found"))
+	for _, k := range keep {
+		argv = append(argv, "-o", "-path", at(k))
+	}
+	argv = append(argv, ")", "-prune", "-o")
+	for _, p := range parents {
+		argv = append(argv, "!", "-path", at(p))
+	}
+	return append(argv, "-exec", "rm", "-rf", "{}", "+", "-prune")
+}
+
+// pullScript writes a tar stream of the directory $1 of the pod's
+// workspace, without .git or lost+found at any depth, nor what the
+// arguments after $1 exclude; it exits 3 if there is no such directory
+// (a symlink is none). What the agent made unreadable to its owner is
+// made readable first (else tar would fail, and no turn of the agent
+// could end well).
+const pullScript = `d=$1; shift; [ -d "$d" ] && [ ! -h "$d" ] || { echo "no directory at $d" >&2; exit 3; };` +
+	` cd -- "$d" || exit 2; find . \( -type d ! -perm -u=rx -exec chmod u+rwx {} \; \) -o` +
+	` \( -type f ! -perm -u=r -exec chmod u+r {} \; \) 2>/dev/null;` +
+	` exec tar -c -f - --exclude=.git --exclude=lost+found "$@" .`
 
 // Push copies the local directory local into the workspace of the pod of
 // agent's incarnation (through an exec, as Start runs a command), which
@@ -59,20 +103,7 @@ const pullScript = `cd -- "$1" || exit 2; exec tar -c -f - --exclude=.git --excl
 // or socket, an owner or a set-id bit. The pod's image needs tar and
 // find (busybox's will do).
 func (e *Executor) Push(ctx context.Context, agent, incarnation, local string) error {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, local)) }()
-	defer pr.CloseWithError(errors.New("push ended"))
-	var stderr bytes.Buffer
-	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
-		Argv: []string{"/bin/sh", "-c", pushScript, "substrat-push", e.opts.MountPath}, Env: []string{copyPath},
-		Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
-	if err != nil {
-		return err
-	}
-	if err := p.Wait(); err != nil {
-		return fmt.Errorf("copying %s into the pod: %w: %s", local, err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
+	return e.PushTrees(ctx, agent, incarnation, []Tree{{Local: local}})
 }
 
 // Pull copies the workspace of the pod of agent's incarnation back into
@@ -88,50 +119,7 @@ func (e *Executor) Push(ctx context.Context, agent, incarnation, local string) e
 // symlink of local followed (os.Root). Call it when no process of the
 // agent runs in the pod.
 func (e *Executor) Pull(ctx context.Context, agent, incarnation, local, tmp string) error {
-	stage, err := os.MkdirTemp(tmp, "substrat-pull-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(stage)
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
-		Argv: []string{"/bin/sh", "-c", pullScript, "substrat-pull", e.opts.MountPath}, Env: []string{copyPath},
-		Stdout: pw, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
-	if err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() {
-		err := p.Wait()
-		pw.Close()
-		done <- err
-	}()
-	names, rerr := readTar(pr, stage)
-	if rerr == nil {
-		// What follows the archive's end (tar's padding of its last
-		// record), up to a bound.
-		if n, _ := io.CopyN(io.Discard, pr, 1<<20); n == 1<<20 {
-			rerr = fmt.Errorf("%w: more than 1 MiB after the end of its archive", ErrRefused)
-		}
-	}
-	if rerr != nil {
-		p.Kill()
-	}
-	pr.CloseWithError(errors.New("pull ended"))
-	werr := <-done
-	if ee := (*executor.ExitError)(nil); rerr == nil && errors.As(werr, &ee) && ee.Code == 1 {
-		// GNU tar's "some files differ": one changed while it was read
-		// (a process the agent left in the pod). The archive is whole.
-		werr = nil
-	}
-	if rerr != nil {
-		return fmt.Errorf("copying the pod's workspace back into %s: %w", local, rerr)
-	}
-	if werr != nil {
-		return fmt.Errorf("copying the pod's workspace back into %s: %w: %s", local, werr, strings.TrimSpace(stderr.String()))
-	}
-	return mirror(stage, local, names)
+	return e.PullTrees(ctx, agent, incarnation, []Tree{{Local: local, RW: true}}, tmp)
 }
 
 // skipped reports whether name (slash-separated, relative) is never
@@ -177,57 +165,50 @@ func walkTree(root string, f func(p, name string, d fs.DirEntry) error) error {
 	})
 }
 
-// writeTar writes the tree local as a tar stream: see Push.
-func writeTar(w io.Writer, local string) error {
-	tw := tar.NewWriter(w)
-	err := walkTree(local, func(p, name string, d fs.DirEntry) error {
-		fi, err := d.Info()
+// writeEntry writes the entry at p, of the tree, as name (its place in
+// the pod's workspace): a directory, a regular file (its bytes read
+// now), or a symlink that stays inside the tree (inTree: its name
+// relative to the tree's top); anything else, or what went meanwhile,
+// is left out.
+func writeEntry(tw *tar.Writer, p, name, inTree string, fi fs.FileInfo) error {
+	hdr := &tar.Header{Name: name, ModTime: fi.ModTime(), Mode: 0o644}
+	switch {
+	case fi.IsDir():
+		hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, name+"/", 0o755
+		return tw.WriteHeader(hdr)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil || !safeLink(inTree, target) {
+			return nil
+		}
+		hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, target, 0o777
+		return tw.WriteHeader(hdr)
+	case fi.Mode().IsRegular():
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 		if err != nil {
 			return nil // gone meanwhile
 		}
-		hdr := &tar.Header{Name: name, ModTime: fi.ModTime(), Mode: 0o644}
-		switch {
-		case fi.IsDir():
-			hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, name+"/", 0o755
-			return tw.WriteHeader(hdr)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil || !safeLink(name, target) {
-				return nil
-			}
-			hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, target, 0o777
-			return tw.WriteHeader(hdr)
-		case fi.Mode().IsRegular():
-			f, err := os.Open(p)
-			if err != nil {
-				return nil // gone meanwhile
-			}
-			defer f.Close()
-			if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
-				return nil
-			}
-			if fi.Mode()&0o100 != 0 {
-				hdr.Mode = 0o755
-			}
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
-			if err != nil {
-				return err
-			}
-			// A file that shrank meanwhile is padded: the header said
-			// its size.
-			_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
+		defer f.Close()
+		if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			return nil
+		}
+		if fi.Mode()&0o100 != 0 {
+			hdr.Mode = 0o755
+		}
+		hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		return nil // a device, FIFO or socket
-	})
-	if err != nil {
+		n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+		if err != nil {
+			return err
+		}
+		// A file that shrank meanwhile is padded: the header said its
+		// size.
+		_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
 		return err
 	}
-	return tw.Close()
+	return nil // a device, FIFO or socket
 }
 
 type zeros struct{}
@@ -246,10 +227,15 @@ const (
 	kindLink
 )
 
+// budget is what is left of Pull's bounds, over all the trees of one
+// copy back: entries and bytes.
+type budget struct{ entries, total int64 }
+
 // readTar unpacks the tar stream r into the empty directory stage,
-// under Pull's rules and bounds, and returns the entries kept (by their
-// slash-separated relative names).
-func readTar(r io.Reader, stage string) (map[string]kind, error) {
+// under Pull's rules and bounds (what is left of them in b), and returns
+// the entries kept (by their slash-separated relative names): none of
+// keep, or under one (see kept), though they count.
+func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]kind, error) {
 	root, err := os.OpenRoot(stage)
 	if err != nil {
 		return nil, err
@@ -257,7 +243,6 @@ func readTar(r io.Reader, stage string) (map[string]kind, error) {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	names := map[string]kind{}
-	var entries, total int64
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -266,15 +251,24 @@ func readTar(r io.Reader, stage string) (map[string]kind, error) {
 		if err != nil {
 			return nil, err
 		}
-		if entries++; entries > maxFiles {
+		if b.entries++; b.entries > maxFiles {
 			return nil, fmt.Errorf("%w: it holds more than %d entries", ErrRefused, maxFiles)
+		}
+		if hdr.Size > 0 {
+			// Every entry's bytes count, even those left out.
+			if b.total += hdr.Size; b.total > maxTotalSize {
+				return nil, fmt.Errorf("%w: it holds more than %d bytes", ErrRefused, maxTotalSize)
+			}
 		}
 		name := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+hdr.Name), "/"), "/")
 		if name == "" || name == "." {
 			continue // the root itself
 		}
-		if !filepath.IsLocal(name) || skipped(name) || names[name] != 0 {
+		if !filepath.IsLocal(name) || skipped(name) || kept(name, keep) || names[name] != 0 {
 			continue
+		}
+		if hdr.Typeflag != tar.TypeDir && aboveKept(name, keep) {
+			continue // what is kept here stays in a directory
 		}
 		// Every parent is a directory of the stream (made if the stream
 		// did not name it): nothing goes through a symlink or a file.
@@ -337,8 +331,10 @@ func readTar(r io.Reader, stage string) (map[string]kind, error) {
 			if size > maxFileSize {
 				return nil, fmt.Errorf("%w: it holds a file larger than %d bytes: %q", ErrRefused, maxFileSize, trimName(name))
 			}
-			if total += size; total > maxTotalSize {
-				return nil, fmt.Errorf("%w: it holds more than %d bytes", ErrRefused, maxTotalSize)
+			if hdr.Typeflag == tar.TypeLink {
+				if b.total += size; b.total > maxTotalSize {
+					return nil, fmt.Errorf("%w: it holds more than %d bytes", ErrRefused, maxTotalSize)
+				}
 			}
 			if err := mkParents(); err != nil {
 				return nil, err
@@ -388,12 +384,12 @@ func trimName(s string) string {
 
 // mirror moves the tree stage (its entries names) into local, which it
 // then mirrors: local's entries that are not in stage are deleted, but
-// for .git at any depth, which is neither replaced nor deleted (nor the
-// directories that hold one). No
+// for .git at any depth and what keep names (see kept), which are
+// neither replaced nor deleted (nor the directories that hold one). No
 // symlink of local is followed: each entry is written through an
 // os.Root of local, parents before what they hold, and one of another
 // kind is replaced.
-func mirror(stage, local string, names map[string]kind) error {
+func mirror(stage, local string, names map[string]kind, keep []string) error {
 	root, err := os.OpenRoot(local)
 	if err != nil {
 		return err
@@ -410,6 +406,12 @@ func mirror(stage, local string, names map[string]kind) error {
 	// it.
 	var dirs []string
 	err = walkTree(local, func(_, name string, d fs.DirEntry) error {
+		if kept(name, keep) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		var k kind
 		switch {
 		case d.Type()&fs.ModeSymlink != 0:

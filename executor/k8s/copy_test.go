@@ -174,7 +174,7 @@ func TestReadTarHostile(t *testing.T) {
 	add(&tar.Header{Name: "x/.git/hooks/pre-commit", Typeflag: tar.TypeReg, Mode: 0o755}, "evil")
 	tw.Close()
 	stage := t.TempDir()
-	names, err := readTar(&buf, stage)
+	names, err := readTar(&buf, stage, nil, &budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestReadTarHostile(t *testing.T) {
 		tw.WriteHeader(&tar.Header{Name: "d" + strings.Repeat("x", i%7) + "/", Typeflag: tar.TypeDir, Mode: 0o755})
 	}
 	tw.Close()
-	if _, err := readTar(&buf, t.TempDir()); !errors.Is(err, ErrRefused) {
+	if _, err := readTar(&buf, t.TempDir(), nil, &budget{}); !errors.Is(err, ErrRefused) {
 		t.Errorf("more than MaxFiles entries: %v", err)
 	}
 }

@@ -36,7 +36,9 @@
 //
 // Copies. Push copies a workspace into the pod's workspace volume and
 // Pull copies it back, each through an exec like Start's (a tar stream
-// on its input or output: the image needs tar and find too). Push makes
+// on its input or output: the image needs tar and find too, and chmod
+// to unlock what the agent locked there, which would otherwise fail
+// every later copy). Push makes
 // the pod's copy a mirror; Pull treats what comes back as hostile, under
 // the SSH executor's rules and bounds: no .git at any depth either way
 // (and this side's are neither replaced nor deleted), no symlink that
@@ -48,6 +50,40 @@
 // through a symlink or a file of the stream), then moved into the local
 // tree through an os.Root, with none of its symlinks followed; a file
 // whose bytes did not change is left alone.
+//
+// Trees. PushTrees and PullTrees copy, besides the workspace root, what
+// the process sees there besides it, each a Tree at its place in the
+// pod's workspace volume (the pod has no other path of this machine): a
+// git workspace's clone's git directory, read-write, at .git, with its
+// Keep (config, hooks, info, alternates, commondir, gitdir) pushed but
+// never brought back nor deleted here; read-only copies (a link, the
+// repository's .git that the clone's alternates and origin name, at
+// OriginRel), never brought back, their places left alone here. The
+// paths that name the repository are this machine's, so the pod's copy
+// of the alternates and config (and only it) names the copy instead
+// (GitTrees, git.go). The bounds are over all the trees of a copy back,
+// and each is unpacked aside before any is moved in: one refused, none
+// comes back. A tree the pod holds as anything but a directory (a
+// symlink, a .git file) refuses the copy back. Leaving out the trees
+// inside another and its Keep takes GNU tar's exact exclusions
+// (--anchored --no-wildcards) in the pod: so the image needs GNU tar for
+// a git workspace or links (a plain workspace's copies need neither);
+// what is left out is also dropped on this side. A read-only directory
+// tree unchanged here since the executor last pushed it for the agent
+// (its names, sizes, modes and times) is kept as the pod's volume holds
+// it, and not sent again (a large repository goes once per daemon's
+// life, not once per turn); if the volume no longer holds it, it is
+// sent. In a real container
+// (TestRealKubeletTrees) the trees go and come back as the pod's user.
+//
+// Salvage. SalvageTrees brings back what a turn cut short before its
+// pull (a pod that went, a daemon killed) left in the volume, before the
+// next push replaces it: under Pull's rules and bounds, only what is
+// missing here or a regular file older here (to the second) than there;
+// it deletes nothing and replaces nothing of another kind (no symlink or
+// directory over a file, nor a file over them). It reads the volume the
+// new pod mounts: the agent's claim, which outlives its pods; a volume
+// that does not (an emptyDir) has nothing left to salvage.
 //
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
@@ -86,9 +122,12 @@
 // The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
 // k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
 // a pod whose resources are not those limits is replaced), WaitRunning,
-// Push of the workspace root, Start of the provider's process (no bwrap:
-// the pod is the sandbox), and Pull when it has ended; a pod that went
-// meanwhile (ErrPodGone) fails the turn, which is retried.
+// a salvage (the first turn in the daemon's life, or after one whose
+// copy did not come back), PushTrees of the workspace root with a git
+// workspace's clone and read-only links, Start of the provider's process
+// (no bwrap: the pod is the sandbox), and PullTrees when it has ended; a
+// pod that went meanwhile (ErrPodGone) fails the turn, which is retried,
+// and salvaged first.
 //
 // Tests. They run against a real control plane that
 // scripts/k8s-control-plane.sh builds from the Go module proxy (etcd,

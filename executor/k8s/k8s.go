@@ -117,6 +117,9 @@ type Executor struct {
 
 	// mode is auto's finding (SandboxClaims), once made.
 	mode *modeState
+	// held is, by agent, what its pods' workspace holds of read-only
+	// trees since a push (trees.go: keepable).
+	held *sync.Map
 }
 
 type modeState struct {
@@ -188,7 +191,7 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
 	}
-	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, dyn: dyn, mode: &modeState{}}, nil
+	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, dyn: dyn, mode: &modeState{}, held: &sync.Map{}}, nil
 }
 
 // Target is where the executor runs pods.

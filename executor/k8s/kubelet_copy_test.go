@@ -72,3 +72,138 @@ func TestRealKubeletTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestRealKubeletTrees: a git workspace's trees in a real container
+// (skipped where there is none), as its user, through the image's tar:
+// the clone's git directory at /workspace/.git with the pod's own
+// alternates and config naming the repository's copy, the copy, a
+// read-only link; what the process changes in the clone's config and
+// hooks, the copy or the link does not come back, its new ref does.
+func TestRealKubeletTrees(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	root, gitDir, common := gitClone(t)
+	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
+	running(t, e, a)
+	link := t.TempDir()
+	os.WriteFile(filepath.Join(link, "facts.txt"), []byte("facts"), 0o644)
+	gt, err := GitTrees(gitDir, common, "/workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees := append(append([]Tree{{Local: root, RW: true}}, gt...), Tree{Rel: "data", Local: link})
+	config, _ := os.ReadFile(filepath.Join(gitDir, "config"))
+	if err := e.PushTrees(ctx, a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
+		Argv: []string{"/bin/sh", "-c", `set -e; cat README .git/objects/info/alternates data/facts.txt; echo;` +
+			` tr '\n' ' ' < .git/config | grep -o 'url "/workspace/.git/.substrat-origin"' ; cat .git/.substrat-origin/HEAD;` +
+			` echo evil > .git/config; mkdir -p .git/hooks; echo evil > .git/hooks/post-commit; echo ref > .git/refs/heads/new;` +
+			` echo evil > .git/.substrat-origin/HEAD; echo evil > data/facts.txt; echo work > out.txt`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if want := "hello\n/workspace/.git/.substrat-origin/objects\nfacts\nurl \"/workspace/.git/.substrat-origin\"\nref: refs/heads/main\n"; out.String() != want {
+		t.Errorf("in the container: %q, want %q", out.String(), want)
+	}
+	if err := e.PullTrees(ctx, a.ID, a.Incarnation, trees, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(gitDir, "config")); !bytes.Equal(b, config) {
+		t.Errorf("the clone's config here: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(gitDir, "refs/heads/new")); string(b) != "ref\n" {
+		t.Errorf("the new ref here: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "out.txt")); string(b) != "work\n" {
+		t.Errorf("out.txt here: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(link, "facts.txt")); string(b) != "facts" {
+		t.Errorf("the link here: %q", b)
+	}
+	for _, bad := range []string{filepath.Join(gitDir, "hooks/post-commit"), filepath.Join(gitDir, ".substrat-origin"), filepath.Join(root, "data")} {
+		if _, err := os.Lstat(bad); !os.IsNotExist(err) {
+			t.Errorf("%s came back: %v", bad, err)
+		}
+	}
+	// The next push keeps the unchanged read-only copies as they are
+	// there (the repository's, as the process left it), sends the rest.
+	os.WriteFile(filepath.Join(link, "facts.txt"), []byte("new facts"), 0o644)
+	if err := e.PushTrees(ctx, a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	p, err = e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
+		Argv: []string{"/bin/sh", "-c", `cat .git/.substrat-origin/HEAD; head -c 1 .git/config; echo; cat data/facts.txt; echo; echo *`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if want := "evil\n[\nnew facts\nREADME data out.txt\n"; out.String() != want {
+		t.Errorf("in the container after the second push: %q, want %q", out.String(), want)
+	}
+}
+
+// TestRealKubeletLocked: in a real container, as the pod's user (not
+// root: its permissions hold), what the agent locked in its workspace (a
+// directory with no permission for its owner, a file it cannot read)
+// neither keeps the workspace from coming back nor the next push from
+// replacing it.
+func TestRealKubeletLocked(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
+	running(t, e, a)
+	local := t.TempDir()
+	os.WriteFile(filepath.Join(local, "a.txt"), []byte("A"), 0o644)
+	if err := e.Push(ctx, a.ID, a.Incarnation, local); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(script string) {
+		t.Helper()
+		var out bytes.Buffer
+		p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+			Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Argv: []string{"/bin/sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatalf("%s: %v: %s", script, err, out.String())
+		}
+	}
+	sh("command -v chmod >/dev/null || { echo no chmod in the image; exit 1; }; mkdir -p locked/deep && echo x > locked/deep/f &&" +
+		" echo y > unreadable && chmod 000 unreadable locked/deep locked && ! cat unreadable 2>/dev/null")
+	if err := e.Pull(ctx, a.ID, a.Incarnation, local, ""); err != nil {
+		t.Fatalf("the pull of a locked workspace: %v", err)
+	}
+	for name, want := range map[string]string{"locked/deep/f": "x\n", "unreadable": "y\n"} {
+		if b, err := os.ReadFile(filepath.Join(local, name)); err != nil || string(b) != want {
+			t.Errorf("%s here: %q, %v", name, b, err)
+		}
+	}
+	sh("chmod 000 locked/deep locked")
+	os.RemoveAll(filepath.Join(local, "locked"))
+	if err := e.Push(ctx, a.ID, a.Incarnation, local); err != nil {
+		t.Fatalf("the push over a locked workspace: %v", err)
+	}
+	sh("[ ! -e locked ] && [ -e a.txt ]")
+}

@@ -38,21 +38,27 @@ import (
 // A turn's process there (k8sStart): the agent's pods of other
 // incarnations are deleted (Fence), its pod of this one made if missing
 // (Ensure, with the limits in force) and waited for; the workspace root
-// is copied into the pod's workspace (Push: a mirror, no .git), the
-// process runs there through an exec (Start), and when it has ended,
-// however it ended, the pod's workspace comes back into the root under
-// the SSH executor's hostile rules (Pull) before Wait returns. A pod
-// that goes while the process runs fails the turn (k8s.ErrPodGone: cut
-// short, retried as any failed turn); what the process wrote there is
-// lost. Turns of a workspace's agents on Kubernetes take its root one at
-// a time (each pod has a workspace of its own, and the copy back is a
-// mirror). A change made here to the root during such a turn is
-// replaced when the copy comes back.
+// and what it binds besides (a git workspace's clone, read-only links:
+// kube_trees.go) are copied into the pod's workspace (PushTrees: a
+// mirror, no .git but the clone's), the process runs there through an
+// exec (Start), and when it has ended, however it ended, the pod's
+// workspace comes back into the root, and the clone's git directory into
+// its own, under the SSH executor's hostile rules (PullTrees) before
+// Wait returns. A pod that goes while the process runs fails the turn
+// (k8s.ErrPodGone: cut short, retried as any failed turn); what the
+// process wrote there is salvaged by the agent's next turn, before its
+// push, as after a daemon killed mid-turn: the files newer there than
+// here, nothing deleted (SalvageTrees; the new pod mounts the same
+// claim, which outlives pods; a workspace volume that does not outlive
+// its pod has nothing left to salvage). Turns of a workspace's agents on
+// Kubernetes take its root one at a time (each pod has a workspace of
+// its own, and the copy back is a mirror). A change made here to the
+// root during such a turn is replaced when the copy comes back.
 //
-// Not there yet: a workspace with links or a git workspace (their
-// binds), a provider that needs read-write paths of the home (a CLI's
-// own HOME) or the tool socket, a workspace without network (the pod
-// has the cluster's network, and no NetworkPolicy is made): all
+// Not there yet: a read-write link, a read-only link outside
+// /workspace, a provider that needs read-write paths of the home (a
+// CLI's own HOME) or the tool socket, a workspace without network (the
+// pod has the cluster's network, and no NetworkPolicy is made): all
 // refused. Limits changed while the pod runs apply to its next pod.
 type kubes struct {
 	log *slog.Logger
@@ -63,6 +69,7 @@ type kubes struct {
 	mu         sync.Mutex // guards the fields below
 	byTarget   map[string]*k8s.Executor
 	roots      map[string]chan struct{} // a workspace root's token (a buffered channel of 1)
+	synced     map[string]bool          // agents whose pod's workspace came back after their last turn (kube_trees.go)
 	reconciled chan struct{}            // closed when the start's reconcile is done; nil before it starts
 }
 
@@ -122,7 +129,7 @@ const k8sPodTimeout = 5 * time.Minute
 
 func newKubes(log *slog.Logger, incarnation, home string) *kubes {
 	return &kubes{log: log, incarnation: incarnation, home: home,
-		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}}
+		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}, synced: map[string]bool{}}
 }
 
 // executor returns the executor of target, made on first use.
@@ -249,6 +256,7 @@ func (k *kubes) take(ctx context.Context, root string) (release func(), err erro
 // more); its workspace claim stays. Nothing waits for it.
 func (k *kubes) forget(agent string) {
 	k.mu.Lock()
+	delete(k.synced, agent)
 	all := make([]*k8s.Executor, 0, len(k.byTarget))
 	for _, e := range k.byTarget {
 		all = append(all, e)
@@ -275,9 +283,6 @@ func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.Sandbox
 			return provider.Process{}, err
 		}
 		switch {
-		case len(spec.Mounts) > 0:
-			return provider.Process{}, fmt.Errorf("%s runs on %s, and its workspace %s has links or a git clone: not on a Kubernetes executor yet",
-				sess.Name, target, sess.Workspace)
 		case !spec.Network:
 			return provider.Process{}, fmt.Errorf("%s runs on %s, whose pods have the cluster's network, and its workspace %s has none: "+
 				"use a workspace created with --network", sess.Name, target, sess.Workspace)
@@ -288,6 +293,9 @@ func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.Sandbox
 		e, err := h.kubes.executor(target)
 		if err != nil {
 			return provider.Process{}, err
+		}
+		if _, err := h.k8sTrees(sess, target, e.MountPath()); err != nil {
+			return provider.Process{}, err // early, with what to do
 		}
 		return provider.Process{Path: p.Path, Args: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: e.MountPath()}, nil
 	}
@@ -306,11 +314,11 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 		if err := h.kubes.waitReconciled(ctx); err != nil {
 			return nil, err
 		}
-		spec, err := h.core.AgentSpec(sess)
+		trees, err := h.k8sTrees(sess, target, e.MountPath())
 		if err != nil {
 			return nil, err
 		}
-		local := spec.Root.Host
+		local := trees[0].Local
 		release, err := h.kubes.take(ctx, local)
 		if err != nil {
 			return nil, err
@@ -346,7 +354,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			if _, err := e.WaitRunning(wctx, sess.ID, inc); err != nil {
 				return nil, fmt.Errorf("the pod of %s on %s: %w", sess.Name, target, err)
 			}
-			if err := e.Push(ctx, sess.ID, inc, local); err != nil {
+			if err := h.k8sCopyIn(ctx, e, sess, inc, trees); err != nil {
 				return nil, err
 			}
 			return e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: inc,
@@ -364,7 +372,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			run.Wait()
 			closeAll(files)
 		}()
-		return &kubeProcess{Process: run, e: e, log: h.log, agent: sess.ID, incarnation: inc, local: local, release: release}, nil
+		return &kubeProcess{Process: run, e: e, k: h.kubes, log: h.log, agent: sess.ID, incarnation: inc, trees: trees, release: release}, nil
 	}
 }
 
@@ -379,9 +387,10 @@ func closeAll(files []*os.File) {
 type kubeProcess struct {
 	executor.Process
 	e                  *k8s.Executor
+	k                  *kubes
 	log                *slog.Logger
 	agent, incarnation string
-	local              string
+	trees              []k8s.Tree // what went into the pod (k8sTrees)
 	release            func()
 }
 
@@ -397,7 +406,9 @@ func (p *kubeProcess) Wait() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
 	defer cancel()
-	if perr := p.e.Pull(ctx, p.agent, p.incarnation, p.local, ""); perr != nil {
+	perr := p.e.PullTrees(ctx, p.agent, p.incarnation, p.trees, "")
+	p.k.setSynced(p.agent, perr == nil)
+	if perr != nil {
 		p.log.Warn("an agent's files did not come back from its pod", "agent", p.agent, "target", target, "err", perr)
 		if err == nil {
 			err = fmt.Errorf("%w: from %s: %w", provider.ErrNotBack, target, perr)
