@@ -471,31 +471,7 @@ func mirror(stage, local string, names map[string]kind, keep []string) error {
 			if sameFile(root, sroot, name, fi) {
 				return nil
 			}
-			tmp := name + ".substrat-pull"
-			root.Remove(tmp)
-			in, err := sroot.Open(name)
-			if err != nil {
-				return err
-			}
-			defer in.Close()
-			out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, in)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				err = root.Chtimes(tmp, fi.ModTime(), fi.ModTime())
-			}
-			if err == nil {
-				err = root.Rename(tmp, name)
-			}
-			if err != nil {
-				root.Remove(tmp)
-				return err
-			}
+			return moveIn(root, sroot, name, fi)
 		}
 		return nil
 	})

@@ -81,19 +81,8 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 			creating = append(creating, a)
 		}
 	}
-	var (
-		mu   sync.Mutex
-		errs []error
-	)
-	note := func(list *[]string, name string, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			errs = append(errs, err)
-			return
-		}
-		*list = append(*list, name)
-	}
+	var t tally
+	note := t.note
 	e.parallel(len(doomed), func(i int) {
 		err := e.deletePod(ctx, doomed[i], 0)
 		note(&r.Deleted, doomed[i].Name, err)
@@ -117,7 +106,7 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 	sort.Strings(r.Deleted)
 	sort.Strings(r.Created)
 	sort.Strings(r.Kept)
-	return r, errors.Join(errs...)
+	return r, t.err()
 }
 
 // listHome lists the pods of the executor's home, page by page.
@@ -213,19 +202,8 @@ func (e *Executor) reconcileClaims(ctx context.Context, live []Agent, agents map
 			creating = append(creating, a)
 		}
 	}
-	var (
-		mu   sync.Mutex
-		errs []error
-	)
-	note := func(list *[]string, name string, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			errs = append(errs, err)
-			return
-		}
-		*list = append(*list, name)
-	}
+	var t tally
+	note := t.note
 	e.parallel(len(doomed), func(i int) {
 		note(&r.Deleted, doomed[i].Name, e.dropClaim(ctx, doomed[i], podList))
 	})
@@ -251,5 +229,29 @@ func (e *Executor) reconcileClaims(ctx context.Context, live []Agent, agents map
 	sort.Strings(r.Deleted)
 	sort.Strings(r.Created)
 	sort.Strings(r.Kept)
-	return r, errors.Join(errs...)
+	return r, t.err()
+}
+
+// tally gathers what parallel work of a reconcile did, and its errors.
+type tally struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// note adds name to list, or err to the errors.
+func (t *tally) note(list *[]string, name string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.errs = append(t.errs, err)
+		return
+	}
+	*list = append(*list, name)
+}
+
+// err is the errors noted, joined.
+func (t *tally) err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return errors.Join(t.errs...)
 }
