@@ -36,13 +36,19 @@ lint: tools ## gofmt, go vet, staticcheck, go mod tidy -diff, and the package de
 k8s: ## build the Kubernetes control plane the tests run against, once per machine (cached in SUBSTRAT_K8S_CACHE, default ~/.cache/substrat/k8s)
 	@scripts/k8s-control-plane.sh build
 
+# The timeout only catches a hang: cmd/substrat, the end-to-end package
+# (the real daemon, CLIs, sshd and control plane, under -race), takes 11
+# to 14 minutes on 2 cores shared with the other packages, and a slow
+# machine is not a failure.
+TESTTIMEOUT ?= 40m
+
 .PHONY: test
 test: lint k8s ## everything CI runs: lint, the control plane's build, then go test -race
-	SUBSTRAT_K8S_REQUIRE=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	SUBSTRAT_K8S_REQUIRE=1 $(GO) test -race -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
 
 .PHONY: race
 race: ## go test -race only
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
