@@ -14,7 +14,7 @@ import (
 // ref offers, with 1,000 agents: from the files (daemon stopped) and from
 // the daemon. Each op is one completion; the bound users feel is 100 ms.
 func BenchmarkCompleteAgents(b *testing.B) {
-	home := shortHomeTB(b)
+	home := shortHome(b)
 	st, err := fsstore.Open(home, fsstore.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -47,12 +47,3 @@ func BenchmarkCompleteAgents(b *testing.B) {
 	})
 }
 
-func shortHomeTB(tb testing.TB) string {
-	tb.Helper()
-	home, err := os.MkdirTemp("", "sbc")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(home) })
-	return home
-}

@@ -84,7 +84,7 @@ func (d *e2eDaemon) kill() {
 // runDaemon starts a daemon on a fresh short home with env added to the
 // test's environment (SUBSTRAT_HOME cleared); it is killed when the test
 // ends.
-func runDaemon(t *testing.T, env ...string) *e2eDaemon {
+func runDaemon(t testing.TB, env ...string) *e2eDaemon {
 	t.Helper()
 	d := &e2eDaemon{t: t, home: shortHome(t), env: append(append(os.Environ(), "SUBSTRAT_HOME="), env...)}
 	d.start()
@@ -226,7 +226,7 @@ func (d *e2eDaemon) waitInbox(want string, within time.Duration) string {
 }
 
 // lookPath is the program name in PATH; its absence fails the test.
-func lookPath(t *testing.T, name string) string {
+func lookPath(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
@@ -236,7 +236,7 @@ func lookPath(t *testing.T, name string) string {
 }
 
 // needBwrap fails the test if bwrap, the sandbox, is missing.
-func needBwrap(t *testing.T) {
+func needBwrap(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Fatalf("bwrap is missing (%v): run make tools (scripts/install-tools.sh installs it)", err)

@@ -79,7 +79,7 @@ func (d *fakeDaemon) got() []toolCallParams {
 }
 
 // shortHome returns a home whose socket path fits in sun_path.
-func shortHome(t *testing.T) string {
+func shortHome(t testing.TB) string {
 	t.Helper()
 	home, err := os.MkdirTemp("", "sbm")
 	if err != nil {

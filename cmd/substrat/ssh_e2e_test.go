@@ -149,7 +149,7 @@ func mountSource(target string) string {
 // sshDaemon starts a test sshd, and a daemon whose ssh executors reach
 // it, with places under a directory of the test. It returns the daemon,
 // the server and the places' root.
-func sshDaemon(t *testing.T, env ...string) (*e2eDaemon, *sshtest.Server, string) {
+func sshDaemon(t testing.TB, env ...string) (*e2eDaemon, *sshtest.Server, string) {
 	t.Helper()
 	needBwrap(t)
 	if why := sshtest.Available(); why != "" {
@@ -548,34 +548,32 @@ func TestSSHExecutorDaemonKilled(t *testing.T) {
 	}
 }
 
-// TestSSHExecutorOverhead measures, and only logs, what a turn costs on
-// an ssh executor (fence, push, the process through the master, pull)
-// against the same turn in a local sandbox, with the same model and a
-// small workspace.
-func TestSSHExecutorOverhead(t *testing.T) {
-	d, s, _ := sshDaemon(t)
-	model := lookPath(t, "remote-model")
+// BenchmarkSSHExecutorTurn measures a turn (agent.send with wait, 20
+// files of 4 KiB in the workspace) in a local sandbox and on an ssh
+// executor (fence, push, the process through the master, pull), with
+// the same model: go test -run '^$' -bench SSHExecutorTurn ./cmd/substrat.
+func BenchmarkSSHExecutorTurn(b *testing.B) {
+	d, s, _ := sshDaemon(b)
+	model := lookPath(b, "remote-model")
 	for _, ws := range []string{"near", "far"} {
 		mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: ws}, nil)
 		root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", ws)
 		for i := range 20 {
 			if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("f%d.txt", i)), []byte(strings.Repeat("x", 4096)), 0o644); err != nil {
-				t.Fatal(err)
+				b.Fatal(err)
 			}
 		}
 	}
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "near", Model: model, Workspace: "near"}, nil)
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "far", Executor: "ssh://" + s.Host}, nil)
-	const n = 10
-	took := map[string]time.Duration{}
 	for _, ref := range []string{"near", "far"} {
-		d.send(ref, "write warm.txt up") // the first turn starts the session (and the master)
-		start := time.Now()
-		for i := range n {
-			d.send(ref, fmt.Sprintf("write t%d.txt turn %d", i, i))
-		}
-		took[ref] = time.Since(start) / n
+		b.Run(map[string]string{"near": "local", "far": "ssh"}[ref], func(b *testing.B) {
+			d.send(ref, "write warm.txt up") // the first turn starts the session (and the master)
+			i := 0
+			for b.Loop() {
+				d.send(ref, fmt.Sprintf("write t%d.txt turn %d", i, i))
+				i++
+			}
+		})
 	}
-	t.Logf("a turn (agent.send with wait, 20 files of 4 KiB in the workspace): local sandbox %v, ssh executor %v, overhead %v",
-		took["near"].Round(time.Millisecond), took["far"].Round(time.Millisecond), (took["far"] - took["near"]).Round(time.Millisecond))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -222,19 +223,19 @@ func TestClaimSpec(t *testing.T) {
 	})
 }
 
-// TestClaimVsPod: how long a pod takes to run, made directly and
-// through a claim (a measure, not an assertion).
-func TestClaimVsPod(t *testing.T) {
+// BenchmarkEnsureRunning: how long a pod takes from Ensure to Running,
+// made directly and through a claim: go test -run '^$' -bench
+// EnsureRunning ./executor/k8s.
+func BenchmarkEnsureRunning(b *testing.B) {
 	for _, mode := range []string{ClaimsOff, ClaimsOn} {
-		e := newExec(t, Options{SandboxClaims: mode, Workspace: emptyDir})
-		var total time.Duration
-		const n = 5
-		for i := range n {
-			t0 := time.Now()
-			running(t, e, Agent{ID: "a" + string(rune('0'+i)), Incarnation: "1"})
-			total += time.Since(t0)
-		}
-		t.Logf("mode %s: Ensure to Running, mean of %d: %v", mode, n, (total / n).Round(time.Millisecond))
+		b.Run("claims-"+mode, func(b *testing.B) {
+			e := newExec(b, Options{SandboxClaims: mode, Workspace: emptyDir})
+			i := 0
+			for b.Loop() {
+				running(b, e, Agent{ID: fmt.Sprintf("a%d", i), Incarnation: "1"})
+				i++
+			}
+		})
 	}
 }
 
