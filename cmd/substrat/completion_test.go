@@ -46,4 +46,3 @@ func BenchmarkCompleteAgents(b *testing.B) {
 		}
 	})
 }
-
