@@ -64,15 +64,34 @@ var shellScript = ShellWrapper(ShellDir)
 // that runs outside a sandbox, with /bin/sh -c WRAPPER substrat-shell
 // SCRIPT.
 func ShellWrapper(stateDir string) string {
-	stateDir = "'" + strings.ReplaceAll(stateDir, "'", `'\''`) + "'"
-	return `__substrat_save() {
+	return shellWrapper("", "'"+strings.ReplaceAll(stateDir, "'", `'\''`)+"'")
+}
+
+// ShellStateEnv names the directory of ShellWrapperEnv's state.
+const ShellStateEnv = "SUBSTRAT_SHELL_STATE"
+
+// ShellWrapperEnv is ShellWrapper with the state kept in the directory
+// that $SUBSTRAT_SHELL_STATE names (made if missing; the variable is
+// not passed on to the command): for a shell whose state directory is
+// known only where it runs (another host, a pod).
+func ShellWrapperEnv() string {
+	return shellWrapper(`__substrat_state=${`+ShellStateEnv+`:?}
+unset `+ShellStateEnv+`
+mkdir -p -- "$__substrat_state" || exit 125
+`, `"$__substrat_state"`)
+}
+
+// shellWrapper is the wrapper after prelude, with the state directory
+// the shell word dir.
+func shellWrapper(prelude, dir string) string {
+	return prelude + `__substrat_save() {
 	__substrat_cwd=$PWD
 	export __substrat_cwd
-	export -p >` + stateDir + `/state.tmp && /bin/mv -f ` + stateDir + `/state.tmp ` + stateDir + `/state
+	export -p >` + dir + `/state.tmp && /bin/mv -f ` + dir + `/state.tmp ` + dir + `/state
 }
 trap '__substrat_status=$?; set +eu; __substrat_save; exit $__substrat_status' EXIT
-if [ -f ` + stateDir + `/state ]; then
-	. ` + stateDir + `/state
+if [ -f ` + dir + `/state ]; then
+	. ` + dir + `/state
 	cd -- "${__substrat_cwd:-$HOME}" 2>/dev/null || echo "substrat: cannot return to $__substrat_cwd; starting in $PWD" >&2
 	unset __substrat_cwd
 fi

@@ -93,15 +93,13 @@ func (c *Core) place(s *fsstore.Session) (Workplace, error) {
 		return pl, err
 	}
 	if s.Executor != "" {
-		// Its shell runs on its host, as its provider's processes do,
-		// in its place there (copied there and back around it); the
-		// file tools here, on the workspace's root (see the daemon's
+		// Its shell runs where its provider's processes do (a host, a
+		// pod), in its place there (copied there and back around it);
+		// the file tools here, on the workspace's root (see the daemon's
 		// work tools for a root whose copy is in use).
 		pl.Sandbox = &spec
 		pl.RemoteSandbox, pl.RemoteStart = c.host.Sandbox(s), c.host.Start(s, c.limitsOf(s))
 		switch {
-		case fsstore.ExecutorHost(s.Executor) == "":
-			return Workplace{}, fmt.Errorf("the work tools run on this machine or an ssh host, and %s runs on %s: use your provider's own tools", s.Name, s.Executor)
 		case !ok:
 			return Workplace{}, fmt.Errorf("%s runs on %s, which needs a workspace (substrat agent create --workspace)", s.Name, s.Executor)
 		case pl.RemoteSandbox == nil || pl.RemoteStart == nil:

@@ -129,6 +129,26 @@ func k8sCluster(t *testing.T) (kubeconfig, ns string, core corev1client.CoreV1In
 	return kubeconfig, ns, core
 }
 
+// agentVolume makes a volume for the workspace claim of agent in ns (the
+// control plane has no provisioner), removed when the test ends.
+func agentVolume(t *testing.T, core corev1client.CoreV1Interface, ns, agent string) {
+	t.Helper()
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(agent)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(agent)},
+		},
+	}
+	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+}
+
 // k8sDaemon starts a daemon whose Kubernetes executors reach the test's
 // control plane (kubeconfig), with the pods' workspace at inPod (kwok's
 // exec runs on this machine).
@@ -192,22 +212,7 @@ func TestK8sExecutorE2E(t *testing.T) {
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab",
 		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
-	// A volume for its workspace claim (the control plane has no
-	// provisioner).
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(a.ID)},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(a.ID)},
-		},
-	}
-	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	agentVolume(t, core, ns, a.ID)
 
 	t0 := time.Now()
 	res := d.send("far", "write hello.txt hi from the pod")
@@ -340,20 +345,7 @@ func testK8sPodGone(t *testing.T, claims string) {
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab",
 		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(a.ID)},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(a.ID)},
-		},
-	}
-	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	agentVolume(t, core, ns, a.ID)
 	release := filepath.Join(t.TempDir(), "release")
 	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "hold " + release}, nil)
 	waitFile(t, release+".started")

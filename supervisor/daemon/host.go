@@ -45,7 +45,7 @@ func newHost(store *fsstore.Store, log *slog.Logger) *host {
 }
 
 // Work implements supervisor.Host.
-func (h *host) Work() supervisor.WorkTools { return workTools{h.remotes} }
+func (h *host) Work() supervisor.WorkTools { return workTools{h} }
 
 // Limit implements supervisor.Host.
 func (h *host) Limit(agent string, l fsstore.Limits) provider.LimitFunc {
@@ -60,33 +60,48 @@ func (h *host) LimitReached(agent string) string { return h.limits.Reached(agent
 
 // workTools are the core's work tools: package worktools. The file
 // tools work on a workspace's root here, and refuse while a copy of it is
-// in use on a host (remotes): what they wrote would be replaced when the
-// copy comes back, and what they read may be old.
-type workTools struct{ remotes *remotes }
+// in use on a host or in a pod (inUse): what they wrote would be
+// replaced when the copy comes back, and what they read may be old. A
+// shell in a pod waits for no other process there: it refuses too.
+type workTools struct{ h *host }
 
-func (workTools) Shell(ctx context.Context, pl supervisor.Workplace, command string, timeout time.Duration) (string, error) {
+func (w workTools) Shell(ctx context.Context, pl supervisor.Workplace, command string, timeout time.Duration) (string, error) {
+	if pl.RemoteStart != nil {
+		if err := w.h.kubes.inUse(pl); err != nil {
+			return "", err
+		}
+	}
 	return worktools.Place(pl).Shell(ctx, command, timeout)
 }
 
 func (w workTools) ReadFile(pl supervisor.Workplace, p string, from, to int) (string, error) {
-	if err := w.remotes.inUse(pl); err != nil {
+	if err := w.inUse(pl); err != nil {
 		return "", err
 	}
 	return worktools.Place(pl).ReadFile(p, from, to)
 }
 
 func (w workTools) WriteFile(pl supervisor.Workplace, p, content string) (string, error) {
-	if err := w.remotes.inUse(pl); err != nil {
+	if err := w.inUse(pl); err != nil {
 		return "", err
 	}
 	return worktools.Place(pl).WriteFile(p, content)
 }
 
 func (w workTools) EditFile(pl supervisor.Workplace, p, old, new string) (string, error) {
-	if err := w.remotes.inUse(pl); err != nil {
+	if err := w.inUse(pl); err != nil {
 		return "", err
 	}
 	return worktools.Place(pl).EditFile(p, old, new)
+}
+
+// inUse says, as an error, whether pl's workspace root is in use on a
+// host or in a pod.
+func (w workTools) inUse(pl supervisor.Workplace) error {
+	if err := w.h.remotes.inUse(pl); err != nil {
+		return err
+	}
+	return w.h.kubes.inUse(pl)
 }
 
 // Git implements supervisor.Host.

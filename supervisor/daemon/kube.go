@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/substrat/substrat/bwrap"
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/executor/k8s"
 	"github.com/substrat/substrat/fsstore"
@@ -234,6 +236,22 @@ func (k *kubes) waitReconciled(ctx context.Context) error {
 	}
 }
 
+// inUse says, as an error, whether a process in a pod holds pl's
+// workspace root now: its copy comes back over the root when it ends.
+func (k *kubes) inUse(pl supervisor.Workplace) error {
+	if pl.Sandbox == nil {
+		return nil
+	}
+	k.mu.Lock()
+	tok := k.roots[pl.Sandbox.Root.Host]
+	k.mu.Unlock()
+	if tok != nil && len(tok) > 0 {
+		return fmt.Errorf("your workspace is in use in a pod by a process that runs there now, and its copy will come back over what is here: " +
+			"try again when it has ended")
+	}
+	return nil
+}
+
 // take takes the token of the workspace root root, until release.
 func (k *kubes) take(ctx context.Context, root string) (release func(), err error) {
 	k.mu.Lock()
@@ -281,6 +299,15 @@ func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.Sandbox
 		spec, err := h.core.AgentSpec(sess)
 		if err != nil {
 			return provider.Process{}, err
+		}
+		// A work tool's shell keeps its state in the pod, whose /tmp is
+		// its own: not the home's directory, which the pod has not.
+		shellState := h.store.Layout().ShellState(sess.ID)
+		if len(needs.ReadWrite) == 1 && needs.ReadWrite[0] == shellState {
+			needs.ReadWrite = nil
+			p.Env = append(slices.DeleteFunc(slices.Clone(p.Env), func(kv string) bool {
+				return strings.HasPrefix(kv, bwrap.ShellStateEnv+"=")
+			}), bwrap.ShellStateEnv+"=/tmp/substrat-shell-"+sess.ID)
 		}
 		switch {
 		case !spec.Network:

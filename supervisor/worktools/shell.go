@@ -109,11 +109,13 @@ func (pl Place) runLocal(ctx context.Context, command string, out io.Writer) err
 	return cmd.Wait()
 }
 
-// runRemote runs command on the agent's host through RemoteSandbox and
-// RemoteStart, as one of its provider's processes: /bin/sh with Shell's
-// wrapper, the shell state bound read-write at its own path (copied
-// there and back with the agent's other files), in the sandbox's
-// environment. It is killed when ctx is done.
+// runRemote runs command where the agent runs (another host, a pod)
+// through RemoteSandbox and RemoteStart, as one of its provider's
+// processes: /bin/sh with Shell's wrapper, in the sandbox's environment,
+// the shell state a read-write need at its own path, named by
+// $SUBSTRAT_SHELL_STATE (on a host, copied there and back with the
+// agent's other files; the Sandbox hook of a pod, which has no such
+// path, names one of the pod's). It is killed when ctx is done.
 func (pl Place) runRemote(ctx context.Context, command string, out io.Writer) error {
 	if pl.Sandbox == nil || pl.RemoteSandbox == nil {
 		return notStarted{fmt.Errorf("%w: a shell on another host needs the agent's sandbox", ErrInvalid)}
@@ -122,8 +124,8 @@ func (pl Place) runRemote(ctx context.Context, command string, out io.Writer) er
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return notStarted{fmt.Errorf("shell state directory: %w", err)}
 	}
-	p := provider.Process{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", bwrap.ShellWrapper(state), "substrat-shell", command},
-		Env: bwrap.Environ(*pl.Sandbox)}
+	p := provider.Process{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", bwrap.ShellWrapperEnv(), "substrat-shell", command},
+		Env: append(bwrap.Environ(*pl.Sandbox), bwrap.ShellStateEnv+"="+state)}
 	p, err := pl.RemoteSandbox(ctx, p, provider.SandboxNeeds{ReadWrite: []string{state}})
 	if err != nil {
 		return notStarted{err}
