@@ -245,7 +245,7 @@ func (k *kubes) inUse(pl supervisor.Workplace) error {
 	k.mu.Lock()
 	tok := k.roots[pl.Sandbox.Root.Host]
 	k.mu.Unlock()
-	if tok != nil && len(tok) > 0 {
+	if len(tok) > 0 {
 		return fmt.Errorf("your workspace is in use in a pod by a process that runs there now, and its copy will come back over what is here: " +
 			"try again when it has ended")
 	}
