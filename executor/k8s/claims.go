@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -559,6 +560,26 @@ func claimStatus(claims []sandboxClaim, incarnation string) Status {
 		}
 	}
 	return s
+}
+
+// UnansweredClaim is how long a claim may go with no status at all
+// before WaitRunning gives up on it: agent-sandbox's controller sets its
+// conditions within a second or so, so none after this long means that
+// no controller runs (the CRDs installed, the controller not).
+const UnansweredClaim = time.Minute
+
+// unanswered says why the current of claims has had no answer from the
+// controller, as of now, or "".
+func unanswered(claims []sandboxClaim, now time.Time) string {
+	c := currentClaim(claims)
+	if c == nil || len(c.Status.Conditions) > 0 || c.Status.Sandbox.Name != "" || c.CreationTimestamp.IsZero() {
+		return ""
+	}
+	if age := now.Sub(c.CreationTimestamp.Time); age > UnansweredClaim {
+		return fmt.Sprintf("sandbox claim %s has had no status for %s: no agent-sandbox controller seems to run "+
+			"(%s=off makes pods directly)", c.Name, age.Round(time.Second), SandboxClaimsEnv)
+	}
+	return ""
 }
 
 // brokenClaimReasons are the reasons of a claim's Ready condition for

@@ -588,3 +588,31 @@ func TestClaimRefused(t *testing.T) {
 		t.Errorf("WaitRunning: %v, want ErrNotReady", err)
 	}
 }
+
+// TestUnansweredClaim: a claim with no status at all, past
+// UnansweredClaim, is one no controller answers; a younger one, or one
+// with a condition or a Sandbox, is not.
+func TestUnansweredClaim(t *testing.T) {
+	now := time.Now()
+	claim := func(age time.Duration, cond bool) []sandboxClaim {
+		var c sandboxClaim
+		c.Name = "substrat-x"
+		c.CreationTimestamp = metav1.NewTime(now.Add(-age))
+		if cond {
+			c.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse}}
+		}
+		return []sandboxClaim{c}
+	}
+	if why := unanswered(claim(2*UnansweredClaim, false), now); !strings.Contains(why, "no agent-sandbox controller seems to run") {
+		t.Errorf("an old claim with no status: %q", why)
+	}
+	for name, cs := range map[string][]sandboxClaim{
+		"young":    claim(UnansweredClaim/2, false),
+		"answered": claim(2*UnansweredClaim, true),
+		"none":     nil,
+	} {
+		if why := unanswered(cs, now); why != "" {
+			t.Errorf("%s: %q", name, why)
+		}
+	}
+}

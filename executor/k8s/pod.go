@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -440,6 +441,9 @@ func (e *Executor) WaitRunning(ctx context.Context, agent, incarnation string) (
 			if pods = claimed(pods, claims); len(pods) == 0 && len(claims) > 0 {
 				if st := claimStatus(claims, incarnation); st.State == StateBroken {
 					return true, fmt.Errorf("%w: sandbox claim: %s", ErrNotReady, st)
+				}
+				if why := unanswered(claims, time.Now()); why != "" {
+					return true, fmt.Errorf("%w: %s", ErrNotReady, why)
 				}
 				return false, nil
 			}
