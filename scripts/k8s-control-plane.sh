@@ -656,6 +656,15 @@ stop_one() {
 	rm -f "$pidf"
 }
 
+stop_shims() { # the shims of this containerd, and what they run, left when containerd went first
+	local p
+	for p in $(pgrep -f -- "-address $RUN_DIR/containerd/" 2>/dev/null); do
+		pkill -KILL -P "$p" 2>/dev/null
+		kill -KILL "$p" 2>/dev/null
+	done
+	return 0
+}
+
 stop() {
 	[ -d "$RUN_DIR" ] || return 0
 	local c
@@ -664,6 +673,9 @@ stop() {
 	for c in agent-sandbox-controller kubelet containerd kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
 		stop_one "$c"
 	done
+	# A stop after containerd died (a test run killed mid-way) left a
+	# pod's shim and pause process running, an hour later.
+	stop_shims
 	# What the kubelet mounted for its pods; the shims' socket directory
 	# containerd makes, when nothing else uses it.
 	{ grep -F " $RUN_DIR/" /proc/mounts || true; } | awk '{print $2}' | sort -r | xargs -r umount -l 2>/dev/null || true
