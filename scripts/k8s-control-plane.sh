@@ -407,9 +407,13 @@ stop_kubelet_pods() { # kill what the kubelet's containerd runs, before it goes
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() { # a port nothing listens on now, that none of the args names
-	local p i
+	local p i lo
+	# Below the kernel's ephemeral range (ip_local_port_range), which a
+	# connection of any process may take meanwhile.
+	lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
 	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		case " $* " in *" $p "*) continue ;; esac
 		port_busy "$p" || { echo "$p"; return 0; }
 	done

@@ -166,10 +166,28 @@ func start() {
 		return
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(script, "start", dir)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
+	// Its ports are free when the script picks them, and may not be by
+	// the time a server binds them (another plane starting, in another
+	// package's tests): such a start is tried again, with other ports.
+	for try := 0; ; try++ {
+		stdout.Reset()
+		stderr.Reset()
+		cmd := exec.Command(script, "start", dir)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err = cmd.Run(); err == nil || try == 2 || !strings.Contains(stderr.String(), "address already in use") {
+			break
+		}
+		// The script stopped what it started; a fresh directory, for
+		// etcd's data made with the old ports.
+		exec.Command("bash", script, "stop", dir).Run()
+		os.RemoveAll(dir)
+		if dir, err = os.MkdirTemp("", "substrat-k8s"); err != nil {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "k8stest: a port was taken meanwhile; starting again\n")
+	}
+	if err != nil {
 		os.RemoveAll(dir)
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		cluster.skip = fmt.Sprintf("no control plane (%s start: %v):\n%s", script, err,
