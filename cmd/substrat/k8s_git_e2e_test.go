@@ -12,13 +12,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"github.com/substrat/substrat/executor/k8s"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/internal/k8stest"
 	wire "github.com/substrat/substrat/supervisor/api"
@@ -123,26 +119,6 @@ mkdir -p sub && echo "gitdir: /etc" > sub/.git`, d)
 	return done("say what to do")
 }
 
-// k8sClaimVolume makes a volume for agent's workspace claim in ns (the
-// control plane has no provisioner).
-func k8sClaimVolume(t *testing.T, core corev1client.CoreV1Interface, ns, agent string) {
-	t.Helper()
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(agent)},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(agent)},
-		},
-	}
-	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
-}
-
 // gitRepo makes a repository with one commit on main.
 func gitRepo(t *testing.T) string {
 	t.Helper()
@@ -180,7 +156,7 @@ func TestK8sExecutorGit(t *testing.T) {
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "team",
 		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
-	k8sClaimVolume(t, core, ns, a.ID)
+	agentVolume(t, core, ns, a.ID)
 	res := d.send("far", "commit work.txt from the pod")
 	if !strings.HasPrefix(res.Text, "committed: far: work.txt init ") {
 		t.Fatalf("the turn said %q", res.Text)
@@ -285,7 +261,7 @@ func TestK8sExecutorSalvage(t *testing.T) {
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab",
 		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
-	k8sClaimVolume(t, core, ns, a.ID)
+	agentVolume(t, core, ns, a.ID)
 	release := filepath.Join(t.TempDir(), "release")
 	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "lose lost.txt precious " + release}, nil)
 	waitFile(t, release+".started")
