@@ -30,11 +30,14 @@ type Host interface {
 	// as that host can apply them. Nil: on this machine, as the provider
 	// does by itself (under Limit).
 	Start(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc
-	// ToolSocket returns the path of agent id's own tool socket, listening,
-	// or "" where there are none (NopHost). An agent's MCP server reaches
-	// its tools there: its processes run in a PID namespace of their own,
-	// sandboxed or not, and the daemon's socket refuses such peers.
-	ToolSocket(id string) (string, error)
+	// ToolSocket returns the path at which the processes of agent sess
+	// reach its own tool socket, listening, or "" where there are none
+	// (NopHost): the socket's own path, or, where they run elsewhere
+	// (a pod), the path there that a relay ties to it. An agent's MCP
+	// server reaches its tools there: its processes run in a PID
+	// namespace of their own, sandboxed or not, and the daemon's socket
+	// refuses such peers.
+	ToolSocket(sess *fsstore.Session) (string, error)
 	// CloseToolSocket closes agent id's tool socket, if it has one, and
 	// removes its resource-limit group (killing what is left in it): the
 	// agent runs nothing more. With id "", every one, and no new one
@@ -113,7 +116,7 @@ func (NopHost) Sandbox(*fsstore.Session) provider.SandboxFunc { return nil }
 func (NopHost) Start(*fsstore.Session, fsstore.Limits) provider.StartFunc { return nil }
 
 // ToolSocket implements Host: none.
-func (NopHost) ToolSocket(string) (string, error) { return "", nil }
+func (NopHost) ToolSocket(*fsstore.Session) (string, error) { return "", nil }
 
 // CloseToolSocket implements Host.
 func (NopHost) CloseToolSocket(string) {}

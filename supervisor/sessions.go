@@ -186,7 +186,7 @@ func (c *Core) ensureSession(ctx context.Context, n *node) (provider.Session, er
 	// daemon's socket refuses such peers. One listener per such live
 	// session; the others need none.
 	if cfg.Sandbox != nil || provider.HasOwnTools(p) {
-		if cfg.ToolSocket, err = c.host.ToolSocket(sess.ID); err != nil {
+		if cfg.ToolSocket, err = c.host.ToolSocket(sess); err != nil {
 			return nil, fmt.Errorf("the tool socket of %s: %w", sess.Name, err)
 		}
 	}

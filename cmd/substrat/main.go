@@ -59,6 +59,7 @@ type CLI struct {
 	Demo       DemoCmd       `cmd:"" help:"Run the main job end to end in a fresh temporary home: a scripted team, a kill -9, recovery."`
 	Bench      BenchCmd      `cmd:"" help:"Measure Substrat against this disk's own limits and against SQLite (make bench)."`
 	Mcp        McpCmd        `cmd:"" help:"Serve an agent's tools over MCP on stdio (started by provider CLIs)."`
+	ToolRelay  ToolRelayCmd  `cmd:"" hidden:"" help:"Relay an agent's tool socket over stdio (run by the daemon in an agent's pod)."`
 	Completion CompletionCmd `cmd:"" help:"Print shell completion code: source <(substrat completion bash)."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`
 }

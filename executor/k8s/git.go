@@ -1,8 +1,10 @@
 package k8s
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"strings"
@@ -56,21 +58,18 @@ const maxConfig = 1 << 20
 // OriginRel), with the two files that name the repository rewritten in
 // the pod's copy (see above).
 func GitTrees(gitDir, commonDir, mountPath string) ([]Tree, error) {
-	f, err := os.OpenFile(path.Join(gitDir, "config"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	config, err := readSmall(path.Join(gitDir, "config"))
 	if err != nil {
 		return nil, fmt.Errorf("the clone's config: %w", err)
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("the clone's config %s is not a regular file", f.Name())
+	exclude, err := readSmall(path.Join(gitDir, "info", "exclude"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the clone's info/exclude: %w", err)
 	}
-	config, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
-	if err != nil {
-		return nil, err
+	if len(exclude) > 0 && exclude[len(exclude)-1] != '\n' {
+		exclude = append(exclude, '\n')
 	}
-	if len(config) > maxConfig {
-		return nil, fmt.Errorf("the clone's config %s is larger than %d bytes", f.Name(), maxConfig)
-	}
+	exclude = append(exclude, "# Added in the pod by the Substrat daemon: the agent's own files.\n/"+OwnDir+"/\n"...)
 	origin := path.Join(mountPath, OriginRel)
 	if len(config) > 0 && config[len(config)-1] != '\n' {
 		config = append(config, '\n')
@@ -81,9 +80,31 @@ func GitTrees(gitDir, commonDir, mountPath string) ([]Tree, error) {
 		{Rel: ".git", Local: gitDir, RW: true, Keep: GitKeep, Files: map[string][]byte{
 			"config":                  config,
 			"objects/info/alternates": []byte(path.Join(origin, "objects") + "\n"),
+			"info/exclude":            exclude,
 		}},
 		{Rel: OriginRel, Local: commonDir},
 	}, nil
+}
+
+// readSmall reads the regular file name, not through a symlink, of at
+// most maxConfig bytes.
+func readSmall(name string) ([]byte, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", name)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxConfig {
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, maxConfig)
+	}
+	return b, nil
 }
 
 // quote renders s as a git config value.

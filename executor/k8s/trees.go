@@ -90,13 +90,27 @@ func aboveKept(name string, keep []string) bool {
 	return false
 }
 
+// OwnDir is where, in the pod's workspace, the trees of the agent's
+// provider go (its CLI's own HOME, its MCP config), at their place
+// relative to the Substrat home: the copies of the workspace root leave
+// it out whole, both ways, as they do .git, so nothing of it lands in
+// the root here (a directory of that name in the root stays here).
+const OwnDir = ".substrat-home"
+
 // nested returns the places of the trees after trees[i] that lie inside
-// it, relative to it.
+// it, relative to it; for the root, OwnDir stands for the trees under
+// it.
 func nested(trees []Tree, i int) []string {
 	var out []string
 	for j, u := range trees {
 		if j != i && u.Rel != trees[i].Rel && under(u.Rel, trees[i].Rel) {
-			out = append(out, strings.TrimPrefix(strings.TrimPrefix(u.Rel, trees[i].Rel), "/"))
+			rel := strings.TrimPrefix(strings.TrimPrefix(u.Rel, trees[i].Rel), "/")
+			if trees[i].Rel == "" && under(rel, OwnDir) {
+				rel = OwnDir
+			}
+			if !slices.Contains(out, rel) {
+				out = append(out, rel)
+			}
 		}
 	}
 	return out

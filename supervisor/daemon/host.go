@@ -123,8 +123,15 @@ func (h *host) Start(sess *fsstore.Session, l fsstore.Limits) provider.StartFunc
 	return h.startFor(sess, l)
 }
 
-// ToolSocket implements supervisor.Host.
-func (h *host) ToolSocket(id string) (string, error) { return h.toolSocket(id) }
+// ToolSocket implements supervisor.Host: on a Kubernetes executor, the
+// path in the agent's pod that a relay ties to the socket (kube_cli.go).
+func (h *host) ToolSocket(sess *fsstore.Session) (string, error) {
+	path, err := h.toolSocket(sess.ID)
+	if err != nil || fsstore.ExecutorKubernetes(sess.Executor) == "" {
+		return path, err
+	}
+	return podToolSocket(sess.ID), nil
+}
 
 // CloseToolSocket implements supervisor.Host.
 // The agent's cgroup goes with its socket, and its own copy on a host

@@ -72,6 +72,7 @@ type kubes struct {
 	byTarget   map[string]*k8s.Executor
 	roots      map[string]chan struct{} // a workspace root's token (a buffered channel of 1)
 	synced     map[string]bool          // agents whose pod's workspace came back after their last turn (kube_trees.go)
+	plans      map[string]kubePlan      // by agent: readied by its sandbox hook, for its start hook (kube_cli.go)
 	reconciled chan struct{}            // closed when the start's reconcile is done; nil before it starts
 }
 
@@ -131,7 +132,8 @@ const k8sPodTimeout = 5 * time.Minute
 
 func newKubes(log *slog.Logger, incarnation, home string) *kubes {
 	return &kubes{log: log, incarnation: incarnation, home: home,
-		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}, synced: map[string]bool{}}
+		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}, synced: map[string]bool{},
+		plans: map[string]kubePlan{}}
 }
 
 // executor returns the executor of target, made on first use.
@@ -309,13 +311,9 @@ func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.Sandbox
 				return strings.HasPrefix(kv, bwrap.ShellStateEnv+"=")
 			}), bwrap.ShellStateEnv+"=/tmp/substrat-shell-"+sess.ID)
 		}
-		switch {
-		case !spec.Network:
+		if !spec.Network {
 			return provider.Process{}, fmt.Errorf("%s runs on %s, whose pods have the cluster's network, and its workspace %s has none: "+
 				"use a workspace created with --network", sess.Name, target, sess.Workspace)
-		case needs.ToolSocket || len(needs.ReadWrite) > 0:
-			return provider.Process{}, fmt.Errorf("%s runs on %s, and provider %s needs its tool socket or files of the home there: "+
-				"not on a Kubernetes executor yet (the script provider runs there)", sess.Name, target, sess.Provider)
 		}
 		e, err := h.kubes.executor(target)
 		if err != nil {
@@ -324,7 +322,12 @@ func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.Sandbox
 		if _, err := h.k8sTrees(sess, target, e.MountPath()); err != nil {
 			return provider.Process{}, err // early, with what to do
 		}
-		return provider.Process{Path: p.Path, Args: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: e.MountPath()}, nil
+		out, plan, err := h.k8sOwn(sess, target, e.MountPath(), p, needs)
+		if err != nil {
+			return provider.Process{}, err
+		}
+		h.kubes.setPlan(sess.ID, plan)
+		return out, nil
 	}
 }
 
@@ -341,10 +344,12 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 		if err := h.kubes.waitReconciled(ctx); err != nil {
 			return nil, err
 		}
+		plan := h.kubes.takePlan(sess.ID)
 		trees, err := h.k8sTrees(sess, target, e.MountPath())
 		if err != nil {
 			return nil, err
 		}
+		trees = append(trees, plan.own...)
 		local := trees[0].Local
 		release, err := h.kubes.take(ctx, local)
 		if err != nil {
@@ -367,6 +372,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			}
 		}
 		inc := h.kubes.incarnation
+		var kr *kubeRelay
 		run, err := func() (executor.Process, error) {
 			if fenced, err := e.Fence(ctx, sess.ID, inc); err != nil {
 				return nil, err
@@ -384,11 +390,17 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			if err := h.k8sCopyIn(ctx, e, sess, inc, trees); err != nil {
 				return nil, err
 			}
+			if plan.sock != "" {
+				if kr, err = h.k8sRelay(ctx, e, sess, inc, plan.sock); err != nil {
+					return nil, err
+				}
+			}
 			return e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: inc,
 				Argv: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: p.Dir,
 				Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 		}()
 		if err != nil {
+			kr.stop(h, sess.ID)
 			closeAll(files)
 			release()
 			return nil, err
@@ -399,7 +411,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			run.Wait()
 			closeAll(files)
 		}()
-		return &kubeProcess{Process: run, e: e, k: h.kubes, log: h.log, agent: sess.ID, incarnation: inc, trees: trees, release: release}, nil
+		return &kubeProcess{Process: run, e: e, k: h.kubes, h: h, relay: kr, agent: sess.ID, incarnation: inc, trees: trees, release: release}, nil
 	}
 }
 
@@ -415,7 +427,8 @@ type kubeProcess struct {
 	executor.Process
 	e                  *k8s.Executor
 	k                  *kubes
-	log                *slog.Logger
+	h                  *host
+	relay              *kubeRelay // of its tool socket, or nil
 	agent, incarnation string
 	trees              []k8s.Tree // what went into the pod (k8sTrees)
 	release            func()
@@ -427,6 +440,7 @@ type kubeProcess struct {
 func (p *kubeProcess) Wait() error {
 	defer p.release()
 	err := p.Process.Wait()
+	p.relay.stop(p.h, p.agent)
 	target := p.e.Target().String()
 	if errors.Is(err, k8s.ErrPodGone) {
 		return fmt.Errorf("%w (on %s: the turn was cut short)", err, target)
@@ -436,7 +450,7 @@ func (p *kubeProcess) Wait() error {
 	perr := p.e.PullTrees(ctx, p.agent, p.incarnation, p.trees, "")
 	p.k.setSynced(p.agent, perr == nil)
 	if perr != nil {
-		p.log.Warn("an agent's files did not come back from its pod", "agent", p.agent, "target", target, "err", perr)
+		p.h.log.Warn("an agent's files did not come back from its pod", "agent", p.agent, "target", target, "err", perr)
 		if err == nil {
 			err = fmt.Errorf("%w: from %s: %w", provider.ErrNotBack, target, perr)
 		}

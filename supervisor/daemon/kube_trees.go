@@ -110,8 +110,8 @@ func mountPoints(trees []k8s.Tree) error {
 	}
 	var root *os.Root
 	for _, t := range trees[1:] {
-		if t.RW || t.Rel == ".git" || strings.HasPrefix(t.Rel, ".git/") {
-			continue
+		if t.RW || t.Rel == ".git" || strings.HasPrefix(t.Rel, ".git/") || t.Rel == k8s.OwnDir || strings.HasPrefix(t.Rel, k8s.OwnDir+"/") {
+			continue // not the workspace's: no mount point here
 		}
 		if root == nil {
 			r, err := os.OpenRoot(trees[0].Local)
