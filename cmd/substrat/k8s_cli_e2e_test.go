@@ -33,6 +33,13 @@ func k8sClaudeReply(req fakeapi.ClaudeRequest) fakeapi.ClaudeOut {
 			return fakeapi.ClaudeOut{Text: "you said MANGO"}
 		}
 		return fakeapi.ClaudeOut{Text: "I was never told"}
+	case strings.Contains(text, "ATTACK "):
+		// The agent's own shell, in the pod: what it plants in its
+		// HOME and around it.
+		cmd := text[strings.LastIndex(text, "ATTACK ")+len("ATTACK "):]
+		cmd, _, _ = strings.Cut(cmd, "\n")
+		in, _ := json.Marshal(map[string]string{"command": cmd, "description": "plant"})
+		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_k8s_attack", Name: "Bash", Args: string(in)}}
 	case strings.Contains(text, "remember MANGO"):
 		in, _ := json.Marshal(map[string]string{"recipient": "USER", "text": "MANGO noted from the pod"})
 		return fakeapi.ClaudeOut{ToolUse: &fakeapi.Call{ID: "toolu_k8s_send", Name: "mcp__substrat__send_message", Args: string(in)}}
@@ -115,5 +122,86 @@ func TestK8sExecutorCLI(t *testing.T) {
 	os.RemoveAll(own)
 	if res := d.send("far", "what did I say?"); res.Text != "you said MANGO" {
 		t.Errorf("the second turn in the pod said %q", res.Text)
+	}
+
+	// The attack, with the CLI's own shell in the pod: a symlink out of
+	// its HOME, its read-only MCP config overwritten, a file planted in
+	// another agent's HOME's place and in the store's, and one plain
+	// file. Only the plain file comes back.
+	other := fsstore.NewID()
+	cliHome := filepath.Join(d.home, rel[:strings.Index(rel, "/homes/"+a.ID)+len("/homes/"+a.ID)])
+	homeRel, _ := filepath.Rel(d.home, cliHome)
+	mcpRel := filepath.Join("agents", a.ID, "mcp.json")
+	mcpBefore, err := os.ReadFile(filepath.Join(d.home, mcpRel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attack := strings.Join([]string{
+		`ln -s /etc/passwd "$HOME/leak"`,
+		`printf pwned > "$PWD/` + k8s.OwnDir + "/" + mcpRel + `"`,
+		`mkdir -p "$PWD/` + k8s.OwnDir + `/` + filepath.Dir(homeRel) + `/` + other + `"`,
+		`printf x > "$PWD/` + k8s.OwnDir + `/` + filepath.Dir(homeRel) + `/` + other + `/planted"`,
+		`printf x > "$PWD/` + k8s.OwnDir + `/agents/` + a.ID + `/planted"`,
+		`printf data > "$HOME/fine.txt"`,
+	}, " && ")
+	if res := d.send("far", "ATTACK "+attack); !strings.HasPrefix(res.Text, "sent: ") {
+		t.Fatalf("the attack turn said %q", res.Text)
+	}
+	if b, err := os.ReadFile(filepath.Join(cliHome, "fine.txt")); err != nil || string(b) != "data" {
+		t.Fatalf("the plain file of the CLI's HOME: %q, %v (did the attack run in the pod? %v)", b, err, api.Requests()[len(api.Requests())-1].Last().Blocks())
+	}
+	if fi, err := os.Lstat(filepath.Join(cliHome, "leak")); !os.IsNotExist(err) {
+		t.Errorf("the symlink out came back: %v, %v", fi, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(d.home, mcpRel)); string(b) != string(mcpBefore) {
+		t.Errorf("the MCP config here became %q", b)
+	}
+	for _, p := range []string{filepath.Join(filepath.Dir(cliHome), other), filepath.Join(d.home, "agents", a.ID, "planted")} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s was planted here: %v", p, err)
+		}
+	}
+}
+
+// TestK8sExecutorCodexGemini: the real Codex and Gemini CLIs run turns
+// in their pods (kwok), each resuming, at its second turn, the session
+// its HOME carried back from the first and into the pod again.
+func TestK8sExecutorCodexGemini(t *testing.T) {
+	remembered := func(conv string) string {
+		switch {
+		case strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO"):
+			return "you said MANGO"
+		case strings.Contains(conv, "what did I say"):
+			return "I was never told"
+		}
+		return "noted"
+	}
+	kubeconfig, ns, core := k8sCluster(t)
+	inPod := t.TempDir()
+	d := k8sDaemon(t, kubeconfig, inPod, codexGeminiEnv(t, remembered)...)
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
+	for _, p := range []string{"codex", "gemini"} {
+		var a wire.AgentInfo
+		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box",
+			Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
+		agentVolume(t, core, ns, a.ID)
+		if res := d.send(p, "remember MANGO"); res.Text != "noted" {
+			t.Fatalf("%s: first turn %q", p, res.Text)
+		}
+		// Its HOME went into the pod.
+		found := false
+		filepath.WalkDir(filepath.Join(inPod, k8s.OwnDir), func(q string, de os.DirEntry, err error) error {
+			found = found || (err == nil && de.IsDir() && de.Name() == a.ID)
+			return nil
+		})
+		if !found {
+			t.Errorf("%s: no HOME of its own in the pod", p)
+		}
+		if res := d.send(p, "what did I say?"); res.Text != "you said MANGO" {
+			t.Errorf("%s: the second turn in the pod %q", p, res.Text)
+		}
+		if ps := relayProcs(a.ID); len(ps) > 0 {
+			t.Errorf("%s: the relay outlived the turn: %v", p, ps)
+		}
 	}
 }

@@ -73,8 +73,11 @@
 // (its names, sizes, modes and times) is kept as the pod's volume holds
 // it, and not sent again (a large repository goes once per daemon's
 // life, not once per turn); if the volume no longer holds it, it is
-// sent. In a real container
-// (TestRealKubeletTrees) the trees go and come back as the pod's user.
+// sent. The trees of the agent's provider (its CLI's own HOME, its MCP
+// config) go under OwnDir, which the root's copies leave out whole, both
+// ways; the clone's info/exclude in the pod ignores it. In a real
+// container (TestRealKubeletTrees) the trees go and come back as the
+// pod's user.
 //
 // Salvage. SalvageTrees brings back what a turn cut short before its
 // pull (a pod that went, a daemon killed) left in the volume, before the

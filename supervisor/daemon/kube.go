@@ -57,11 +57,13 @@ import (
 // its own, and the copy back is a mirror). A change made here to the
 // root during such a turn is replaced when the copy comes back.
 //
+// A CLI provider's own HOME and MCP config go into the volume too, and
+// its tool socket is relayed into the pod over an exec (kube_cli.go).
+//
 // Not there yet: a read-write link, a read-only link outside
-// /workspace, a provider that needs read-write paths of the home (a
-// CLI's own HOME) or the tool socket, a workspace without network (the
-// pod has the cluster's network, and no NetworkPolicy is made): all
-// refused. Limits changed while the pod runs apply to its next pod.
+// /workspace, a workspace without network (the pod has the cluster's
+// network, and no NetworkPolicy is made): all refused. Limits changed
+// while the pod runs apply to its next pod.
 type kubes struct {
 	log *slog.Logger
 	// incarnation is the daemon's (remotes.incarnation).
