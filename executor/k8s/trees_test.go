@@ -110,6 +110,7 @@ func TestGitTreesInPod(t *testing.T) {
 	push := time.Since(t0)
 	out, err := inPodSh(t, e, a, `set -e
 echo work > work.txt
+mkdir -p `+OwnDir+`/state && echo own > `+OwnDir+`/state/f
 git status --porcelain
 git add work.txt && git commit -qm "agent: work"
 git log --format=%s
@@ -123,7 +124,7 @@ cat sub/data/data.txt notes.txt`)
 			t.Errorf("git in the pod said:\n%s\nwithout %q", out, want)
 		}
 	}
-	if strings.Contains(out, ".substrat-origin") || strings.Contains(out, "error") {
+	if strings.Contains(out, ".substrat-origin") || strings.Contains(out, OwnDir) || strings.Contains(out, "error") {
 		t.Errorf("git in the pod said:\n%s", out)
 	}
 
