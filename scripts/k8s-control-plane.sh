@@ -27,6 +27,10 @@
 #                                        127.0.0.1 with free ports; state, logs and
 #                                        the kubeconfig go to RUN_DIR. The kubeconfig's
 #                                        path is the only line on stdout.
+#   k8s-control-plane.sh image RUN_DIR TAG FILE...
+#                                        one more agent image on the real kubelet's node,
+#                                        with FILE... (and their libraries) at their paths;
+#                                        its reference is the only line on stdout
 #   k8s-control-plane.sh stop RUN_DIR    stop what start started (apiserver before
 #                                        etcd), then remove RUN_DIR (--keep keeps it)
 #
@@ -40,7 +44,9 @@
 #                        containerd (see "a real kubelet" below)
 #   SUBSTRAT_K8S_IMAGE_FILES  absolute paths of more files for the agent image, at
 #                        the same paths (space-separated: a test's model program)
-set -euo pipefail
+set -Eeuo pipefail
+# A command that fails ends the script (set -e); say which, not silently.
+trap 'echo "k8s-control-plane: exit $? at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE_DIR=${SUBSTRAT_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/substrat/k8s}
 K8S_VERSION=${K8S_VERSION:-1.34.4}
@@ -272,12 +278,13 @@ image_tar() { # image_tar REF OUT.tar ROOTFS ENTRYPOINT-JSON: a docker-archive o
 	rm -rf "$work"
 }
 
-agent_image() { # the agent image, from this machine's binaries and their libraries
-	local root=$RUN_DIR/agent-root b r l
+agent_image() { # agent_image [TAG [FILE...]]: the agent image, from this machine's binaries and their libraries
+	local tag=${1:-test} root=$RUN_DIR/agent-root-${1:-test} b r l
+	shift || true
 	rm -rf "$root" && mkdir -p "$root"/{bin,usr/bin,tmp,workspace,etc}
 	for b in /bin/sh /usr/bin/setsid /usr/bin/head /usr/bin/mkfifo /usr/bin/mktemp /usr/bin/cat /usr/bin/tr \
 		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id \
-		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir ${SUBSTRAT_K8S_IMAGE_FILES:-}; do
+		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir ${SUBSTRAT_K8S_IMAGE_FILES:-} "$@"; do
 		r=$(readlink -f "$b") || continue
 		mkdir -p "$root$(dirname "$b")" && cp "$r" "$root$b"
 		for l in $(ldd "$r" 2>/dev/null | grep -o '/[^ ]*'); do
@@ -286,8 +293,19 @@ agent_image() { # the agent image, from this machine's binaries and their librar
 	done
 	printf 'root:x:0:0::/:/bin/sh\nagent:x:65532:65532::/workspace:/bin/sh\n' >"$root/etc/passwd"
 	chmod 1777 "$root/tmp"
-	image_tar docker.io/library/substrat-agent:test "$RUN_DIR/agent.tar" "$root" '["/bin/sh"]'
+	image_tar "docker.io/library/substrat-agent:$tag" "$RUN_DIR/agent-$tag.tar" "$root" '["/bin/sh"]'
 	rm -rf "$root"
+}
+
+image() { # image TAG FILE...: one more agent image, with FILE... besides, on the real kubelet's node
+	local tag=$1 C=$RUN_DIR/containerd
+	shift
+	[[ $tag =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die "a bad image tag: $tag"
+	[ -S "$C/sock" ] || die "no real kubelet's containerd in $RUN_DIR"
+	agent_image "$tag" "$@"
+	ctr --address "$C/sock" -n k8s.io images import --snapshotter native "$RUN_DIR/agent-$tag.tar" >/dev/null || die "importing the image"
+	rm -f "$RUN_DIR/agent-$tag.tar"
+	echo "docker.io/library/substrat-agent:$tag"
 }
 
 start_kubelet() { # after the control plane; uses api, wait_for, run from start
@@ -326,7 +344,8 @@ EOF
 	wait_for 60 "containerd" ctr --address "$C/sock" version
 	agent_image
 	ctr --address "$C/sock" -n k8s.io images import --snapshotter native "$KUBELET_BIN/pause.tar" >/dev/null || die "importing pause"
-	ctr --address "$C/sock" -n k8s.io images import --snapshotter native "$RUN_DIR/agent.tar" >/dev/null || die "importing the agent image"
+	ctr --address "$C/sock" -n k8s.io images import --snapshotter native "$RUN_DIR/agent-test.tar" >/dev/null || die "importing the agent image"
+	rm -f "$RUN_DIR/agent-test.tar"
 	port=$(free_port "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT" "$KWOK_PORT")
 	cat >"$RUN_DIR/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -389,17 +408,20 @@ EOF
 }
 
 stop_kubelet_pods() { # kill what the kubelet's containerd runs, before it goes
+	# Each step may fail (a task that ended meanwhile cannot be killed):
+	# under set -e, one failure would end the stop there, silently, and
+	# leave everything running.
 	local C=$RUN_DIR/containerd id
 	[ -S "$C/sock" ] || return 0
-	for id in $(ctr --address "$C/sock" -n k8s.io tasks ls -q 2>/dev/null); do
-		ctr --address "$C/sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+	for id in $(ctr --address "$C/sock" -n k8s.io tasks ls -q 2>/dev/null || true); do
+		ctr --address "$C/sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
 	done
 	sleep 0.5
-	for id in $(ctr --address "$C/sock" -n k8s.io tasks ls -q 2>/dev/null); do
-		ctr --address "$C/sock" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1
+	for id in $(ctr --address "$C/sock" -n k8s.io tasks ls -q 2>/dev/null || true); do
+		ctr --address "$C/sock" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1 || true
 	done
-	for id in $(ctr --address "$C/sock" -n k8s.io containers ls -q 2>/dev/null); do
-		ctr --address "$C/sock" -n k8s.io containers delete "$id" >/dev/null 2>&1
+	for id in $(ctr --address "$C/sock" -n k8s.io containers ls -q 2>/dev/null || true); do
+		ctr --address "$C/sock" -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
 	done
 }
 
@@ -647,7 +669,7 @@ stop_one() {
 		rm -f "$pidf"
 		return 0
 	fi
-	kill -TERM "$pid"
+	kill -TERM "$pid" 2>/dev/null || true # it may have ended meanwhile
 	for ((i = 0; i < 100; i++)); do
 		gone "$pid" && break
 		sleep 0.2
@@ -662,9 +684,9 @@ stop_one() {
 
 stop_shims() { # the shims of this containerd, and what they run, left when containerd went first
 	local p
-	for p in $(pgrep -f -- "-address $RUN_DIR/containerd/" 2>/dev/null); do
-		pkill -KILL -P "$p" 2>/dev/null
-		kill -KILL "$p" 2>/dev/null
+	for p in $(pgrep -f -- "-address $RUN_DIR/containerd/" 2>/dev/null || true); do
+		pkill -KILL -P "$p" 2>/dev/null || true # none left: pkill fails
+		kill -KILL "$p" 2>/dev/null || true
 	done
 	return 0
 }
@@ -699,13 +721,19 @@ start)
 	RUN_DIR=$2
 	start
 	;;
+image)
+	[ -n "${3:-}" ] || die "usage: $0 image RUN_DIR TAG FILE..."
+	RUN_DIR=$2
+	shift 2
+	image "$@"
+	;;
 stop)
 	[ -n "${2:-}" ] || die "usage: $0 stop RUN_DIR [--keep]"
 	RUN_DIR=$2
 	stop "${3:-}"
 	;;
 *)
-	echo "usage: $0 build | start RUN_DIR | stop RUN_DIR [--keep]" >&2
+	echo "usage: $0 build | start RUN_DIR | image RUN_DIR TAG FILE... | stop RUN_DIR [--keep]" >&2
 	exit 2
 	;;
 esac

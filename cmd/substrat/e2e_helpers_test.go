@@ -30,15 +30,18 @@ type e2eDaemon struct {
 	t    testing.TB
 	home string
 	env  []string
+	bin  string // the substrat binary ("": the one on PATH)
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
 func (d *e2eDaemon) start() {
 	d.t.Helper()
-	bin, err := exec.LookPath("substrat")
-	if err != nil {
-		d.t.Fatal(err)
+	bin, err := d.bin, error(nil)
+	if bin == "" {
+		if bin, err = exec.LookPath("substrat"); err != nil {
+			d.t.Fatal(err)
+		}
 	}
 	log, err := os.OpenFile(filepath.Join(d.home, "e2e-daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -86,7 +89,13 @@ func (d *e2eDaemon) kill() {
 // ends.
 func runDaemon(t testing.TB, env ...string) *e2eDaemon {
 	t.Helper()
-	d := &e2eDaemon{t: t, home: shortHome(t), env: append(append(os.Environ(), "SUBSTRAT_HOME="), env...)}
+	return runDaemonAt(t, "", env...)
+}
+
+// runDaemonAt is runDaemon with the substrat binary bin.
+func runDaemonAt(t testing.TB, bin string, env ...string) *e2eDaemon {
+	t.Helper()
+	d := &e2eDaemon{t: t, home: shortHome(t), bin: bin, env: append(append(os.Environ(), "SUBSTRAT_HOME="), env...)}
 	d.start()
 	t.Cleanup(d.kill)
 	return d

@@ -130,16 +130,22 @@ func k8sCluster(t *testing.T) (kubeconfig, ns string, core corev1client.CoreV1In
 }
 
 // agentVolume makes a volume for the workspace claim of agent in ns (the
-// control plane has no provisioner), removed when the test ends.
-func agentVolume(t *testing.T, core corev1client.CoreV1Interface, ns, agent string) {
+// control plane has no provisioner), removed when the test ends, and
+// returns its directory (a hostPath, which a real container's user can
+// write).
+func agentVolume(t *testing.T, core corev1client.CoreV1Interface, ns, agent string) string {
 	t.Helper()
+	vol := t.TempDir()
+	if err := os.Chmod(vol, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(agent)},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.TempDir()}},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: vol}},
 			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(agent)},
 		},
 	}
@@ -147,6 +153,7 @@ func agentVolume(t *testing.T, core corev1client.CoreV1Interface, ns, agent stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	return vol
 }
 
 // k8sDaemon starts a daemon whose Kubernetes executors reach the test's
@@ -434,24 +441,7 @@ func TestK8sExecutorRealKubelet(t *testing.T) {
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: k8sShellModelPath, Workspace: "lab",
 		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
-	vol := t.TempDir()
-	if err := os.Chmod(vol, 0o777); err != nil { // the pod's user writes it
-		t.Fatal(err)
-	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strings.ToLower(a.ID)},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: vol}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: k8s.ClaimName(a.ID)},
-		},
-	}
-	if _, err := core.PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { core.PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	vol := agentVolume(t, core, ns, a.ID)
 
 	t0 := time.Now()
 	res := d.send("far", "go")

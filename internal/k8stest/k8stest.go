@@ -118,6 +118,27 @@ func Kubelet(t testing.TB) (node, image string) {
 	return strings.TrimSpace(string(n)), strings.TrimSpace(string(i))
 }
 
+// Image makes one more image on the real kubelet's node (Kubelet): the
+// agent image with files besides, at their paths, with their libraries
+// (scripts/k8s-control-plane.sh image), and returns its reference; or
+// skips t, saying why there is none.
+func Image(t testing.TB, tag string, files ...string) string {
+	t.Helper()
+	Kubelet(t)
+	if cluster.runDir == "" {
+		t.Skip("no image can be made in a cluster that is given")
+	}
+	out, err := exec.Command("bash", append([]string{cluster.script, "image", cluster.runDir, tag}, files...)...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("making the image %s: %v\n%s", tag, err, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // Started is how long the control plane took to start (0 when it was
 // given).
 func Started() time.Duration { return cluster.started }
