@@ -147,8 +147,9 @@ func mountSource(target string) string {
 }
 
 // sshDaemon starts a test sshd, and a daemon whose ssh executors reach
-// it, with places under a directory of the test. It returns the daemon,
-// the server and the places' root.
+// it, with places under a directory of the test (the executors' root).
+// It returns the daemon, the server and the directory of the daemon's
+// home under that root, where its copies are.
 func sshDaemon(t testing.TB, env ...string) (*e2eDaemon, *sshtest.Server, string) {
 	t.Helper()
 	needBwrap(t)
@@ -168,7 +169,11 @@ func sshDaemon(t testing.TB, env ...string) (*e2eDaemon, *sshtest.Server, string
 			t.Errorf("the daemon raced:\n%s", b)
 		}
 	})
-	return d, s, places
+	id, err := fsstore.HomeID(d.home)
+	if err != nil || id == "" {
+		t.Fatalf("the daemon's home has no id: %q, %v", id, err)
+	}
+	return d, s, filepath.Join(places, id)
 }
 
 // TestSSHExecutorE2E: an agent created with --executor ssh://HOST runs
@@ -387,7 +392,7 @@ func TestSSHExecutorFence(t *testing.T) {
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab", Executor: "ssh://" + s.Host}, &a)
 	// A stale process of the agent: started on the host, as the dead
 	// daemon's would have been, with another incarnation.
-	e, err := ssh.New(s.Host, ssh.Options{Config: s.Config, Root: places})
+	e, err := ssh.New(s.Host, ssh.Options{Config: s.Config, Root: filepath.Dir(places), Home: filepath.Base(places)})
 	if err != nil {
 		t.Fatal(err)
 	}

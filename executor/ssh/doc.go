@@ -39,10 +39,34 @@
 // Salvage brings back, before a push, what a process cut off before its
 // pull left there: newer files only, nothing deleted.
 //
+// Layout on the host. Everything kept for a key (an agent's id, a
+// workspace's key) is in Root/HOME/KEY: its place (place/), its extras
+// (extra/) and its sockets, where HOME is the id of the Substrat home
+// whose copies they are (Options.Home, fsstore.HomeID): several homes
+// may share a host's root, and each tells its own copies by that
+// directory. Copies lists a home's keys; what is there was written on
+// the host, by agents too, so only names that are ids are listed, and
+// Remove removes one entry (a symlink, not what it leads to). The
+// daemon removes, at its start or at its first use of a host, its
+// home's copies that its store no longer has (supervisor/daemon's
+// remotes). Copies made by daemons older than the homes' directories
+// are directly under the root (Root/KEY), and nothing removes them:
+// once no daemon of such a version uses the host, remove them by hand
+// there. A home's directory holds only KEY directories; an old copy
+// holds place/, extra/ or a tool-*.sock. With the default root, this
+// lists the old copies, to remove (rm -rf) when no agent's process
+// runs there:
+//
+//	cd ~/.substrat-exec && for d in *; do
+//		{ [ -e "$d/place" ] || [ -e "$d/extra" ] || ls "$d" | grep -q '^tool-.*\.sock$'; } && echo "$d"
+//	done
+//
 // Sockets. Forward makes a Unix socket on the host, beside the place,
 // that reaches one of this machine through the master (a remote
 // stream-local forwarding, ssh -R): the agent's tool socket, which the
-// daemon binds into the sandbox for the CLI's MCP server.
+// daemon binds into the sandbox for the CLI's MCP server. Its path
+// there (Root/HOME/KEY/NAME) must fit a Unix socket's (107 bytes): a
+// root longer than 23 bytes makes Forward fail; set a short one.
 //
 // Limits, known. A remote exit status of 255 reads as ssh's own
 // failure (a lost connection). sshd's MaxSessions (10 by default) bounds the processes that

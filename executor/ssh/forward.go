@@ -9,6 +9,10 @@ import (
 	"strings"
 )
 
+// maxSocketPath bounds a Unix socket's path (sun_path, its NUL
+// included).
+const maxSocketPath = 108
+
 // Forward makes a Unix socket on the host, in the agent's directory
 // there (beside its place), that reaches the local Unix socket local
 // through the master connection (ssh -R, a remote stream-local
@@ -26,14 +30,17 @@ func (e *Executor) Forward(ctx context.Context, agent, name, local string) (stri
 	if !filepath.IsAbs(local) || strings.ContainsAny(local, ": \n") {
 		return "", fmt.Errorf("ssh executor: cannot forward to %q (an absolute path without ':' or blanks)", local)
 	}
-	root, err := e.Root(ctx)
+	dir, err := e.copyDir(ctx, agent)
 	if err != nil {
 		return "", err
 	}
-	if strings.ContainsAny(root, ": \n") {
-		return "", fmt.Errorf("ssh executor: cannot forward from under %q (':' or blanks); set the executor's root", root)
+	if strings.ContainsAny(dir, ": \n") {
+		return "", fmt.Errorf("ssh executor: cannot forward from under %q (':' or blanks); set the executor's root", dir)
 	}
-	remote := filepath.Join(root, agent, name)
+	remote := filepath.Join(dir, name)
+	if len(remote) >= maxSocketPath {
+		return "", fmt.Errorf("ssh executor: the socket %s on %s would have a path too long for a Unix socket; set a shorter root", remote, e.host)
+	}
 	spec := remote + ":" + local
 	// No master yet, or no such forwarding: nothing to cancel.
 	exec.CommandContext(ctx, "ssh", e.args("-O", "cancel", "-R", spec, "--", e.host)...).Run()

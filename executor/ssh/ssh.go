@@ -47,6 +47,11 @@ type Options struct {
 	// agents' places are kept; "" is $SUBSTRAT_SSH_ROOT, else
 	// ~/.substrat-exec there.
 	Root string
+	// Home is the id of the Substrat home whose copies these are
+	// (fsstore.HomeID): they are kept under Root/Home, apart from other
+	// homes' under the same root, and Copies lists them. "" keeps them
+	// directly under Root (the layout of older daemons), and lists none.
+	Home string
 	// MaxFileSize and MaxTotalSize bound what Pull brings back: no file
 	// larger than MaxFileSize, and no more than MaxTotalSize in all.
 	// MaxFiles bounds the number of its entries. Zero means the
@@ -92,6 +97,9 @@ func New(host string, opts Options) (*Executor, error) {
 	}
 	if opts.Root != "" && (!filepath.IsAbs(opts.Root) || filepath.Clean(opts.Root) != opts.Root) {
 		return nil, fmt.Errorf("ssh executor: root %q is not a clean absolute path", opts.Root)
+	}
+	if opts.Home != "" && !idRE.MatchString(opts.Home) {
+		return nil, fmt.Errorf("%w: home %q", ErrID, opts.Home)
 	}
 	if opts.MaxFileSize <= 0 {
 		opts.MaxFileSize = DefaultMaxFileSize
@@ -296,6 +304,17 @@ func (e *Executor) Root(ctx context.Context) (string, error) {
 // one Push fills: the daemon builds the sandbox's command line with it
 // as the sandbox's root.
 func (e *Executor) Place(ctx context.Context, agent string) (string, error) {
+	dir, err := e.copyDir(ctx, agent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "place"), nil
+}
+
+// copyDir returns the directory on the host of everything kept there
+// for agent (a copy's key): Root/Home/agent, or Root/agent without a
+// home.
+func (e *Executor) copyDir(ctx context.Context, agent string) (string, error) {
 	if !idRE.MatchString(agent) {
 		return "", fmt.Errorf("%w: agent %q", ErrID, agent)
 	}
@@ -303,7 +322,7 @@ func (e *Executor) Place(ctx context.Context, agent string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, agent, "place"), nil
+	return filepath.Join(root, e.opts.Home, agent), nil
 }
 
 // master returns the pid of the master connection, if it runs.

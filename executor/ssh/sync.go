@@ -196,11 +196,11 @@ func (e *Executor) Salvage(ctx context.Context, agent, local string) error {
 // Remove removes, on the host, everything kept there for agent: its
 // place, extras and sockets. Call it when none of its processes runs.
 func (e *Executor) Remove(ctx context.Context, agent string) error {
-	place, err := e.Place(ctx, agent)
+	dir, err := e.copyDir(ctx, agent)
 	if err != nil {
 		return err
 	}
-	_, err = e.run(ctx, `rm -rf -- "$1"`, filepath.Dir(place))
+	_, err = e.run(ctx, `rm -rf -- "$1"`, dir)
 	return err
 }
 
@@ -212,11 +212,11 @@ func (e *Executor) Extra(ctx context.Context, agent, rel string) (string, error)
 	if !filepath.IsLocal(rel) || filepath.Clean(rel) != rel {
 		return "", fmt.Errorf("ssh executor: %q is not a clean relative path", rel)
 	}
-	place, err := e.Place(ctx, agent)
+	dir, err := e.copyDir(ctx, agent)
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(filepath.Dir(place), "extra", rel), nil
+	return filepath.Join(dir, "extra", rel), nil
 }
 
 // PushExtra copies local, a directory or a regular file (never a

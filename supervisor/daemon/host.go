@@ -33,7 +33,7 @@ type host struct {
 
 func newHost(store *fsstore.Store, log *slog.Logger) *host {
 	h := &host{store: store, log: log, procs: newProcTable(store.FS(), store.Layout().Procs(), log), git: gitws.New(store.Layout()),
-		limits: limits.New(store.Layout().Home, log), remotes: newRemotes(log)}
+		limits: limits.New(store.Layout().Home, log), remotes: newRemotes(log, store)}
 	h.kubes = newKubes(log, h.remotes.incarnation, store.Layout().Home)
 	h.notify = newNotifier(store.Layout().Home, log, func() int {
 		if h.core == nil {

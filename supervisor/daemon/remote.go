@@ -20,6 +20,7 @@ import (
 	"github.com/substrat/substrat/executor/ssh"
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/provider"
+	"github.com/substrat/substrat/supervisor"
 	"github.com/substrat/substrat/supervisor/daemon/limits"
 )
 
@@ -70,13 +71,27 @@ import (
 // runs are expected at the same paths on the host. A read-write link is
 // refused, and so is a read-write extra in the store's agents/.
 //
+// On the host, the copies are under a directory named by this home's id
+// (fsstore.HomeID, ssh.Options.Home), apart from other homes' under the
+// same root. They go with what they copy: an agent's own when it leaves
+// the tree or ends (forget), a workspace's when it is deleted
+// (forgetWorkspace). What was removed while no daemon ran is caught up
+// with by a sweep of each host (remote_sweep.go), at the daemon's start
+// for the hosts of its tree, else at a host's first use in its life,
+// which its first process waits for: the home's copies whose agent the
+// tree does not have (or has terminated) and whose workspace the store
+// does not have are removed, never one a process uses, nor another
+// home's, nor one of the old layout (directly under the root; see
+// executor/ssh).
+//
 // The daemon is the only writer of the store: the host gets copies, and
 // what comes back lands in workspaces and the providers' own state,
 // never in the store's agents/. Resource limits apply there as rlimits
 // (memory as the data segment, processes as the login user's); the work
 // tools are refused.
 type remotes struct {
-	log *slog.Logger
+	log   *slog.Logger
+	store *fsstore.Store // the home's: its id names its copies on hosts
 	// incarnation is this daemon's: every remote process carries it,
 	// and a later daemon's Fence kills those that carry another.
 	incarnation string
@@ -84,8 +99,10 @@ type remotes struct {
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	byHost  map[string]*ssh.Executor
-	copies  map[string]*remoteCopy // by host and key
-	pending map[string]*remoteRun  // by agent: readied by its sandbox hook, for its Start hook
+	copies  map[string]*remoteCopy   // by host and key
+	pending map[string]*remoteRun    // by agent: readied by its sandbox hook, for its Start hook
+	core    *supervisor.Core         // set by start: what the store has, for the sweeps
+	swept   map[string]chan struct{} // by host: closed when its sweep is done
 }
 
 // remoteCopy is a copy on a host: of a workspace (its root and its
@@ -159,13 +176,13 @@ type remoteRun struct {
 	ws, self *remoteCopy
 }
 
-func newRemotes(log *slog.Logger) *remotes {
+func newRemotes(log *slog.Logger, store *fsstore.Store) *remotes {
 	id, err := uuid.NewV7()
 	if err != nil {
 		panic(err) // only if the system's random source fails
 	}
-	return &remotes{log: log, incarnation: id.String(), byHost: map[string]*ssh.Executor{},
-		copies: map[string]*remoteCopy{}, pending: map[string]*remoteRun{}}
+	return &remotes{log: log, store: store, incarnation: id.String(), byHost: map[string]*ssh.Executor{},
+		copies: map[string]*remoteCopy{}, pending: map[string]*remoteRun{}, swept: map[string]chan struct{}{}}
 }
 
 // executor returns the executor of host, made on first use.
@@ -178,11 +195,19 @@ func (r *remotes) executor(host string) (*ssh.Executor, error) {
 	if e := r.byHost[host]; e != nil {
 		return e, nil
 	}
-	e, err := ssh.New(host, ssh.Options{})
+	home, err := fsstore.HomeID(r.store.Layout().Home)
+	if err != nil {
+		return nil, err
+	}
+	if home == "" {
+		return nil, fmt.Errorf("the home %s has no id yet", r.store.Layout().Home)
+	}
+	e, err := ssh.New(host, ssh.Options{Home: home})
 	if err != nil {
 		return nil, err
 	}
 	r.byHost[host] = e
+	r.sweepLocked(e)
 	return e, nil
 }
 
@@ -259,7 +284,8 @@ func (h *host) remoteSandbox(sess *fsstore.Session, hostName string) provider.Sa
 			var x extra
 			switch {
 			case sock != "" && m.Host == sock:
-				remote, err := e.Forward(ctx, sess.ID, "tool-"+h.remotes.incarnation+".sock", sock)
+				// A short name: the path of a Unix socket is.
+				remote, err := e.Forward(ctx, sess.ID, "tool.sock", sock)
 				if err != nil {
 					return provider.Process{}, fmt.Errorf("the tool socket of %s on %s: %w", sess.Name, hostName, err)
 				}
@@ -346,6 +372,9 @@ func excludes(x extra, all []extra) []string {
 // copies (the workspace root local with shared, its own extras own), for
 // its Start hook to take.
 func (r *remotes) ready(ctx context.Context, e *ssh.Executor, agent, local string, root bwrap.Source, rootRW bool, shared, own []extra) error {
+	if err := r.waitSwept(ctx, e.Host()); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	stale := r.pending[agent]
 	delete(r.pending, agent)

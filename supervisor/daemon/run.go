@@ -144,6 +144,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	// Pods on Kubernetes executors agree with the store (kube.go).
 	d.host.kubes.reconcile(d.core)
+	// Copies on ssh hosts of what is gone from the store (remote_sweep.go).
+	d.host.remotes.start(d.core)
 	ln, err := d.listen(nofile)
 	if err != nil {
 		return err
