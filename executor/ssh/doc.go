@@ -40,8 +40,8 @@
 // pull left there: newer files only, nothing deleted.
 //
 // Layout on the host. Everything kept for a key (an agent's id, a
-// workspace's key) is in Root/HOME/KEY: its place (place/), its extras
-// (extra/) and its sockets, where HOME is the id of the Substrat home
+// workspace's key) is in Root/HOME/KEY: its place (place/) and its
+// extras (extra/), where HOME is the id of the Substrat home
 // whose copies they are (Options.Home, fsstore.HomeID): several homes
 // may share a host's root, and each tells its own copies by that
 // directory. Copies lists a home's keys; what is there was written on
@@ -61,12 +61,15 @@
 //		{ [ -e "$d/place" ] || [ -e "$d/extra" ] || ls "$d" | grep -q '^tool-.*\.sock$'; } && echo "$d"
 //	done
 //
-// Sockets. Forward makes a Unix socket on the host, beside the place,
-// that reaches one of this machine through the master (a remote
-// stream-local forwarding, ssh -R): the agent's tool socket, which the
-// daemon binds into the sandbox for the CLI's MCP server. Its path
-// there (Root/HOME/KEY/NAME) must fit a Unix socket's (107 bytes): a
-// root longer than 23 bytes makes Forward fail; set a short one.
+// Sockets. Forward makes a Unix socket on the host that reaches one of
+// this machine through the master (a remote stream-local forwarding,
+// ssh -R): the agent's tool socket, which the daemon binds into the
+// sandbox for the CLI's MCP server. Its path there must fit a Unix
+// socket's (107 bytes), so it is short: Root/sockets/HASH.sock, HASH
+// 24 hex digits of a hash of the home, the agent and the socket's name
+// (38 bytes past the root: a root of up to 68 bytes will do). The
+// sockets of every home share that directory; one left behind is inert,
+// and replaced by the next Forward of its agent.
 //
 // Limits, known. A remote exit status of 255 reads as ssh's own
 // failure (a lost connection). sshd's MaxSessions (10 by default) bounds the processes that

@@ -2,6 +2,8 @@ package ssh
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"context"
 	"fmt"
 	"os/exec"
@@ -13,11 +15,12 @@ import (
 // included).
 const maxSocketPath = 108
 
-// Forward makes a Unix socket on the host, in the agent's directory
-// there (beside its place), that reaches the local Unix socket local
+// Forward makes a Unix socket on the host, under the root's sockets/
+// (socketPath: short, since a Unix socket's path is at most 107 bytes
+// and the root may be a long home's), that reaches the local Unix socket local
 // through the master connection (ssh -R, a remote stream-local
-// forwarding), and returns its path on the host. name is the socket's
-// file name there. A socket left there (by a master that died, or a
+// forwarding), and returns its path on the host. name tells the
+// agent's sockets apart. A socket left there (by a master that died, or a
 // daemon) is removed first, and a forwarding of the same path by this
 // master cancelled, so that the new one listens: call it before each
 // turn, as a new master (after a lost connection) has none. sshd
@@ -30,14 +33,17 @@ func (e *Executor) Forward(ctx context.Context, agent, name, local string) (stri
 	if !filepath.IsAbs(local) || strings.ContainsAny(local, ": \n") {
 		return "", fmt.Errorf("ssh executor: cannot forward to %q (an absolute path without ':' or blanks)", local)
 	}
-	dir, err := e.copyDir(ctx, agent)
+	if _, err := e.copyDir(ctx, agent); err != nil {
+		return "", err
+	}
+	root, err := e.Root(ctx)
 	if err != nil {
 		return "", err
 	}
-	if strings.ContainsAny(dir, ": \n") {
-		return "", fmt.Errorf("ssh executor: cannot forward from under %q (':' or blanks); set the executor's root", dir)
+	if strings.ContainsAny(root, ": \n") {
+		return "", fmt.Errorf("ssh executor: cannot forward from under %q (':' or blanks); set the executor's root", root)
 	}
-	remote := filepath.Join(dir, name)
+	remote := socketPath(root, e.opts.Home, agent, name)
 	if len(remote) >= maxSocketPath {
 		return "", fmt.Errorf("ssh executor: the socket %s on %s would have a path too long for a Unix socket; set a shorter root", remote, e.host)
 	}
@@ -52,4 +58,16 @@ func (e *Executor) Forward(ctx context.Context, agent, name, local string) (stri
 		return "", fmt.Errorf("ssh %s: forwarding %s to %s: %v: %s", e.host, remote, local, err, bytes.TrimSpace(out))
 	}
 	return remote, nil
+}
+
+// socketsDir is the directory of the root that holds the forwarded
+// sockets of every home and agent.
+const socketsDir = "sockets"
+
+// socketPath is where, under root, the socket name of agent of home is
+// forwarded: a hash of the three, so that its path stays 38 bytes longer
+// than the root's whatever they are.
+func socketPath(root, home, agent, name string) string {
+	sum := sha256.Sum256([]byte(home + "\x00" + agent + "\x00" + name))
+	return filepath.Join(root, socketsDir, hex.EncodeToString(sum[:12])+".sock")
 }

@@ -103,6 +103,41 @@ func TestForward(t *testing.T) {
 	_ = s
 }
 
+// TestForwardLongRoot: the forwarded socket's path stays short under a
+// long root (a long login name's home) and a home id: a process on the
+// host reaches it.
+func TestForwardLongRoot(t *testing.T) {
+	if why := sshtest.Available(); why != "" {
+		t.Skip(why)
+	}
+	s := sshtest.Start(t)
+	base := t.TempDir()
+	root := filepath.Join(base, strings.Repeat("r", max(1, 64-len(base)-1)))
+	e, err := New(s.Host, Options{Config: s.Config, Root: root, Home: "01a22476-5fa4-7a92-8ca1-4d8002c3f26e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	agent := "01a22476-5fbd-76a7-8ea6-898ea0050c48"
+	remote, err := e.Forward(ctx, agent, "tool.sock", serve(t))
+	if err != nil {
+		t.Fatalf("Forward under a root of %d bytes: %v", len(root), err)
+	}
+	if !strings.HasPrefix(remote, root+"/") || len(remote) >= maxSocketPath {
+		t.Errorf("the socket %s (%d bytes)", remote, len(remote))
+	}
+	var out strings.Builder
+	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: "1",
+		Argv: []string{os.Args[0], "-test.run=^$"}, Env: []string{dialEnv + "=" + remote}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil || out.String() != "pong ping\n" {
+		t.Fatalf("through the forwarding: %q, %v", out.String(), err)
+	}
+}
+
 // TestCheckForward: Check says so when the host's sshd does not forward
 // Unix sockets, which the agents' tool sockets need.
 func TestCheckForward(t *testing.T) {
