@@ -260,6 +260,9 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 // createClaim makes a's claim, then its template and pool, and returns
 // its name.
 func (e *Executor) createClaim(ctx context.Context, a Agent) (string, error) {
+	if err := e.isolate(ctx, a); err != nil {
+		return "", err
+	}
 	for range 5 {
 		name := randomName(PodPrefix(a.ID, a.Incarnation))
 		u, err := toUnstructured(map[string]any{

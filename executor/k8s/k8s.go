@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -101,6 +102,12 @@ type Options struct {
 	// than directly. Auto (the default) makes claims where the API server
 	// serves their kinds. "" is $SUBSTRAT_K8S_SANDBOX_CLAIMS, else auto.
 	SandboxClaims string
+	// NetworkPolicies: the cluster's network plugin enforces
+	// NetworkPolicies (the daemon's NetworkPolicyEnv), so an isolated
+	// agent (Agent.Isolated) can run, behind one the executor makes.
+	// Without it, an isolated agent's Ensure fails, and the executor
+	// reads no NetworkPolicy.
+	NetworkPolicies bool
 }
 
 // Executor runs agents' processes in pods of one namespace: one pod per
@@ -113,6 +120,7 @@ type Executor struct {
 	// would add another 11 MB to the daemon's binary.
 	core  corev1client.CoreV1Interface
 	authz authzclient.AuthorizationV1Interface
+	net   networkingclient.NetworkingV1Interface
 	dyn   dynamic.Interface
 
 	// mode is auto's finding (SandboxClaims), once made.
@@ -191,7 +199,11 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
 	}
-	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, dyn: dyn, mode: &modeState{}, held: &sync.Map{}}, nil
+	net, err := networkingclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
+	}
+	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, net: net, dyn: dyn, mode: &modeState{}, held: &sync.Map{}}, nil
 }
 
 // Target is where the executor runs pods.
@@ -201,7 +213,8 @@ func (e *Executor) Target() Target { return e.target }
 // reachable with the context's credentials, and they may create, list,
 // delete pods and exec into them in the namespace (and in SandboxClaims
 // mode make and delete claims, templates and pools, and delete
-// Sandboxes). It returns nil when they can, or an error that says what
+// Sandboxes; where NetworkPolicies are enforced, make, read, update and
+// delete them). It returns nil when they can, or an error that says what
 // is missing.
 func (e *Executor) Check(ctx context.Context) error {
 	if _, err := e.ServerVersion(ctx); err != nil {
@@ -225,6 +238,11 @@ func (e *Executor) Check(ctx context.Context) error {
 					attrs = append(attrs, authzv1.ResourceAttributes{Verb: v, Group: r.Group, Resource: r.Resource})
 				}
 			}
+		}
+	}
+	if e.opts.NetworkPolicies {
+		for _, v := range []string{"create", "get", "update", "delete"} {
+			attrs = append(attrs, authzv1.ResourceAttributes{Verb: v, Group: "networking.k8s.io", Resource: "networkpolicies"})
 		}
 	}
 	var missing []string
@@ -264,7 +282,11 @@ func (e *Executor) Mode(ctx context.Context) (string, error) {
 	if on {
 		how = "SandboxClaims (agent-sandbox makes the pods)"
 	}
-	return how + ", " + SandboxClaimsEnv + "=" + e.opts.SandboxClaims, nil
+	np := "agents without network refused (" + NetworkPolicyEnv + " is not enforced)"
+	if e.opts.NetworkPolicies {
+		np = "agents without network isolated by NetworkPolicies (" + NetworkPolicyEnv + "=enforced)"
+	}
+	return how + ", " + SandboxClaimsEnv + "=" + e.opts.SandboxClaims + "; " + np, nil
 }
 
 // ServerVersion is the API server's version, for what doctor shows.

@@ -33,6 +33,11 @@ type Agent struct {
 	// Limits are the limits in force for the agent (its own over its
 	// pool's and the daemon's), applied as the container's resources.
 	Limits fsstore.Limits
+	// Isolated: the agent's workspace has no network. A NetworkPolicy
+	// that denies its pods all ingress and egress is made before its
+	// pod (netpol.go); the cluster's network plugin must enforce it
+	// (NetworkPolicyEnv).
+	Isolated bool
 }
 
 // The container's name, and the pod's volumes.
@@ -189,6 +194,9 @@ func (e *Executor) Ensure(ctx context.Context, a Agent) (*corev1.Pod, error) {
 	if _, err := e.Fence(ctx, a.ID, a.Incarnation); err != nil {
 		return nil, err
 	}
+	if err := e.isolate(ctx, a); err != nil {
+		return nil, err
+	}
 	if on, err := e.SandboxClaims(ctx); err != nil {
 		return nil, err
 	} else if on {
@@ -232,8 +240,11 @@ func sameResources(pod, want *corev1.Pod) bool {
 	return apiequality.Semantic.DeepEqual(pod.Spec.Containers[0].Resources, want.Spec.Containers[0].Resources)
 }
 
-// create creates a pod for a.
+// create creates a pod for a, isolated first if a is.
 func (e *Executor) create(ctx context.Context, a Agent) (*corev1.Pod, error) {
+	if err := e.isolate(ctx, a); err != nil {
+		return nil, err
+	}
 	return e.core.Pods(e.target.Namespace).Create(ctx, e.Pod(a), metav1.CreateOptions{})
 }
 
@@ -359,8 +370,11 @@ func (e *Executor) Delete(ctx context.Context, agent string) error {
 		}
 	}
 	sel := labels.SelectorFromSet(e.labels(agent, "")).String()
-	return e.core.Pods(e.target.Namespace).DeleteCollection(ctx,
-		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: sel})
+	if err := e.core.Pods(e.target.Namespace).DeleteCollection(ctx,
+		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+		return err
+	}
+	return e.unisolate(ctx, agent)
 }
 
 // DeleteWorkspace deletes agent's default workspace claim, and with it

@@ -60,10 +60,14 @@ import (
 // A CLI provider's own HOME and MCP config go into the volume too, and
 // its tool socket is relayed into the pod over an exec (kube_cli.go).
 //
+// A workspace without network runs only where the daemon is told that
+// the cluster enforces NetworkPolicies (k8s.NetworkPolicyEnv): its pods
+// are isolated by one (k8s.Agent.Isolated), made before them; elsewhere,
+// and in the host's network, it is refused (k8sIsolation).
+//
 // Not there yet: a read-write link, a read-only link outside
-// /workspace, a workspace without network (the pod has the cluster's
-// network, and no NetworkPolicy is made): all refused. Limits changed
-// while the pod runs apply to its next pod.
+// /workspace: refused. Limits changed while the pod runs apply to its
+// next pod.
 type kubes struct {
 	log *slog.Logger
 	// incarnation is the daemon's (remotes.incarnation).
@@ -129,6 +133,32 @@ func placement(v string) (func(*corev1.Pod), error) {
 	}, nil
 }
 
+// k8sIsolation says, as an error, whether agent sess may run on target
+// with its workspace's network: one without runs only where the
+// cluster's network plugin enforces the NetworkPolicy that isolates it
+// (k8s.NetworkPolicyEnv), and not in the host's network, which no such
+// policy reaches.
+func k8sIsolation(sess *fsstore.Session, target string, network bool) error {
+	switch {
+	case network:
+		return nil
+	case !k8s.NetworkPoliciesEnforced():
+		return fmt.Errorf("%s runs on %s, and its workspace %s has no network: its pod would be isolated by a NetworkPolicy, "+
+			"which only the cluster's network plugin can enforce; if it does, set %s=enforced for the daemon, else use a workspace created with --network",
+			sess.Name, target, sess.Workspace, k8s.NetworkPolicyEnv)
+	case hostNetwork(os.Getenv(K8sPodSpecEnv)):
+		return fmt.Errorf("%s runs on %s, and its workspace %s has no network, but %s puts its pod in the host's network, which no NetworkPolicy isolates",
+			sess.Name, target, sess.Workspace, K8sPodSpecEnv)
+	}
+	return nil
+}
+
+// hostNetwork reports whether the pod placement v sets hostNetwork.
+func hostNetwork(v string) bool {
+	var pl podPlacement
+	return json.Unmarshal([]byte(v), &pl) == nil && pl.HostNetwork
+}
+
 // k8sPodTimeout bounds the wait for an agent's pod to run.
 const k8sPodTimeout = 5 * time.Minute
 
@@ -160,7 +190,8 @@ func (k *kubes) executor(target string) (*k8s.Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := k8s.New(t, k8s.Options{Home: id, Image: os.Getenv(K8sImageEnv), MountPath: os.Getenv(K8sMountPathEnv), Customize: custom})
+	e, err := k8s.New(t, k8s.Options{Home: id, Image: os.Getenv(K8sImageEnv), MountPath: os.Getenv(K8sMountPathEnv), Customize: custom,
+		NetworkPolicies: k8s.NetworkPoliciesEnforced()})
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +221,11 @@ func (k *kubes) reconcile(core *supervisor.Core) {
 				k.log.Warn("k8s reconcile: an agent was not looked at", "agent", a.ID, "err", err)
 				continue
 			}
+			spec, err := core.AgentSpec(&fsstore.Session{ID: a.ID, Name: a.Name, Workspace: a.Workspace})
 			byTarget[target] = append(byTarget[target], k8s.Agent{ID: a.ID, Incarnation: k.incarnation,
-				Busy: a.AgentState == fsstore.AgentBusy || res.Pending > 0, Limits: res.LimitsInForce})
+				Busy: a.AgentState == fsstore.AgentBusy || res.Pending > 0, Limits: res.LimitsInForce,
+				// Unreadable: isolated, if it can be, until its turn says.
+				Isolated: (err != nil || !spec.Network) && k8s.NetworkPoliciesEnforced()})
 		}
 		var wg sync.WaitGroup
 		for target, agents := range byTarget {
@@ -313,9 +347,8 @@ func (h *host) k8sSandbox(sess *fsstore.Session, target string) provider.Sandbox
 				return strings.HasPrefix(kv, bwrap.ShellStateEnv+"=")
 			}), bwrap.ShellStateEnv+"=/tmp/substrat-shell-"+sess.ID)
 		}
-		if !spec.Network {
-			return provider.Process{}, fmt.Errorf("%s runs on %s, whose pods have the cluster's network, and its workspace %s has none: "+
-				"use a workspace created with --network", sess.Name, target, sess.Workspace)
+		if err := k8sIsolation(sess, target, spec.Network); err != nil {
+			return provider.Process{}, err
 		}
 		e, err := h.kubes.executor(target)
 		if err != nil {
@@ -347,6 +380,13 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			return nil, err
 		}
 		plan := h.kubes.takePlan(sess.ID)
+		spec, err := h.core.AgentSpec(sess)
+		if err != nil {
+			return nil, err
+		}
+		if err := k8sIsolation(sess, target, spec.Network); err != nil {
+			return nil, err
+		}
 		trees, err := h.k8sTrees(sess, target, e.MountPath())
 		if err != nil {
 			return nil, err
@@ -381,7 +421,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			} else if len(fenced) > 0 {
 				h.log.Warn("deleted pods of an earlier incarnation", "agent", sess.ID, "target", target, "pods", fenced)
 			}
-			if _, err := e.Ensure(ctx, k8s.Agent{ID: sess.ID, Incarnation: inc, Busy: true, Limits: l}); err != nil {
+			if _, err := e.Ensure(ctx, k8s.Agent{ID: sess.ID, Incarnation: inc, Busy: true, Limits: l, Isolated: !spec.Network}); err != nil {
 				return nil, err
 			}
 			wctx, cancel := context.WithTimeout(ctx, k8sPodTimeout)
