@@ -2,9 +2,9 @@ package ssh
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
