@@ -23,7 +23,7 @@ func checkK8s(ctx context.Context, executor string, used int) api.DoctorCheck {
 		return c
 	}
 	hint := "'kubectl --context " + t.Context + " -n " + t.Namespace + " auth can-i create pods/exec' must say yes for the daemon's user (the context in $KUBECONFIG or ~/.kube/config)"
-	e, err := k8s.New(t, k8s.Options{Home: "doctor"})
+	e, err := k8s.New(t, k8s.Options{Home: "doctor", NetworkPolicies: k8s.NetworkPoliciesEnforced()})
 	if err != nil {
 		c.Status, c.Detail, c.Hint = api.DoctorFail, cut(err.Error(), 300)+note, hint
 		return c
