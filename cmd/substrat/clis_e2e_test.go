@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"testing"
 
 	wire "github.com/substrat/substrat/supervisor/api"
@@ -13,16 +12,7 @@ import (
 // turn after the restart that resumes the same CLI session (the fake sees
 // the first exchange).
 func TestCodexGeminiE2E(t *testing.T) {
-	remembered := func(conv string) string {
-		switch {
-		case strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO"):
-			return "you said MANGO"
-		case strings.Contains(conv, "what did I say"):
-			return "I was never told"
-		}
-		return "noted"
-	}
-	d := runCodexGeminiDaemon(t, remembered)
+	d := runCodexGeminiDaemon(t, rememberReply)
 	for _, p := range []string{"codex", "gemini"} {
 		mustCall(d, wire.AgentCreate, wire.CreateParams{Name: p, Provider: p, Model: "fake-model", Workspace: "box"}, nil)
 		if res := d.send(p, "remember MANGO"); res.Text != "noted" {

@@ -408,3 +408,16 @@ func toolsBin(t *testing.T, name string) string {
 	}
 	return bin
 }
+
+// rememberReply plays a model that remembers: "what did I say" is
+// answered "you said MANGO" if the conversation holds "remember MANGO"
+// (a session resumed), else "I was never told"; anything else "noted".
+func rememberReply(conv string) string {
+	switch {
+	case strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO"):
+		return "you said MANGO"
+	case strings.Contains(conv, "what did I say"):
+		return "I was never told"
+	}
+	return "noted"
+}

@@ -168,18 +168,9 @@ func TestK8sExecutorCLI(t *testing.T) {
 // in their pods (kwok), each resuming, at its second turn, the session
 // its HOME carried back from the first and into the pod again.
 func TestK8sExecutorCodexGemini(t *testing.T) {
-	remembered := func(conv string) string {
-		switch {
-		case strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO"):
-			return "you said MANGO"
-		case strings.Contains(conv, "what did I say"):
-			return "I was never told"
-		}
-		return "noted"
-	}
 	kubeconfig, ns, core := k8sCluster(t)
 	inPod := t.TempDir()
-	d := k8sDaemon(t, kubeconfig, inPod, codexGeminiEnv(t, remembered)...)
+	d := k8sDaemon(t, kubeconfig, inPod, codexGeminiEnv(t, rememberReply)...)
 	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
 	for _, p := range []string{"codex", "gemini"} {
 		var a wire.AgentInfo

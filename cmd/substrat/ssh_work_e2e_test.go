@@ -92,16 +92,7 @@ func TestSSHExecutorClaude(t *testing.T) {
 // fakes: a turn, and a second that resumes the CLI's session from its
 // HOME, which came back from the host and went there again.
 func TestSSHExecutorCodexGemini(t *testing.T) {
-	remembered := func(conv string) string {
-		switch {
-		case strings.Contains(conv, "what did I say") && strings.Contains(conv, "remember MANGO"):
-			return "you said MANGO"
-		case strings.Contains(conv, "what did I say"):
-			return "I was never told"
-		}
-		return "noted"
-	}
-	d, s, places := sshDaemon(t, codexGeminiEnv(t, remembered)...)
+	d, s, places := sshDaemon(t, codexGeminiEnv(t, rememberReply)...)
 	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "box", Network: true}, nil)
 	for _, p := range []string{"codex", "gemini"} {
 		var a wire.AgentInfo

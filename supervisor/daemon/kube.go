@@ -263,6 +263,11 @@ func (k *kubes) waitReconciled(ctx context.Context) error {
 	k.mu.Lock()
 	done := k.reconciled
 	k.mu.Unlock()
+	return waitClosed(ctx, done)
+}
+
+// waitClosed waits until done is closed (nil: at once) or ctx ends.
+func waitClosed(ctx context.Context, done <-chan struct{}) error {
 	if done == nil {
 		return nil
 	}

@@ -73,15 +73,7 @@ func (r *remotes) waitSwept(ctx context.Context, host string) error {
 	r.mu.Lock()
 	done := r.swept[host]
 	r.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitClosed(ctx, done)
 }
 
 // sweep removes, on e's host, this home's copies that the store has
