@@ -209,7 +209,7 @@ func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []
 		}
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTrees(pw, send, trees)) }()
+	go func() { pw.CloseWithError(writeTrees(pw, send, trees, nil)) }()
 	defer pr.CloseWithError(errors.New("push ended"))
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
@@ -229,20 +229,40 @@ func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []
 }
 
 // writeTrees writes send, of all, as one tar stream (each without the
-// trees of all inside it): see PushTrees.
-func writeTrees(w io.Writer, send, all []Tree) error {
+// trees of all inside it): see PushTrees. With only, it writes only the
+// entries whose names only holds.
+func writeTrees(w io.Writer, send, all []Tree, only map[string]bool) error {
 	tw := tar.NewWriter(w)
 	for _, t := range send {
 		i := slices.IndexFunc(all, func(u Tree) bool { return u.Rel == t.Rel })
-		if err := writeTree(tw, t, nested(all, i)); err != nil {
+		err := eachEntry(t, nested(all, i), func(en entry) error {
+			switch {
+			case only != nil && !only[en.name]:
+				return nil
+			case en.fi == nil:
+				return writeBytes(tw, en.name, en.data)
+			}
+			return writeEntry(tw, en.p, en.name, en.inTree, en.fi)
+		})
+		if err != nil {
 			return err
 		}
 	}
 	return tw.Close()
 }
 
-// writeTree writes the tree t, but for what skip names (relative to it).
-func writeTree(tw *tar.Writer, t Tree, skip []string) error {
+// An entry is what a tree puts at name in the pod's workspace: the
+// file, directory or symlink at p here (inTree: its name relative to
+// the tree's top), or, with no fi, the bytes data (the tree's Files).
+type entry struct {
+	name, p, inTree string
+	fi              fs.FileInfo
+	data            []byte
+}
+
+// eachEntry calls f with each entry of the tree t, parents first, but
+// for what skip names (relative to it).
+func eachEntry(t Tree, skip []string, f func(entry) error) error {
 	at := func(name string) string { return path.Join(t.Rel, name) }
 	fi, err := os.Stat(t.Local)
 	if err != nil {
@@ -252,10 +272,10 @@ func writeTree(tw *tar.Writer, t Tree, skip []string) error {
 		if t.Rel == "" {
 			return fmt.Errorf("k8s executor: the workspace %s is not a directory", t.Local)
 		}
-		return writeEntry(tw, t.Local, t.Rel, path.Base(t.Rel), fi)
+		return f(entry{name: t.Rel, p: t.Local, inTree: path.Base(t.Rel), fi: fi})
 	}
 	if t.Rel != "" {
-		if err := writeEntry(tw, t.Local, t.Rel, ".", fi); err != nil {
+		if err := f(entry{name: t.Rel, p: t.Local, inTree: ".", fi: fi}); err != nil {
 			return err
 		}
 	}
@@ -269,13 +289,13 @@ func writeTree(tw *tar.Writer, t Tree, skip []string) error {
 		}
 		if b, ok := t.Files[name]; ok {
 			done[name] = true
-			return writeBytes(tw, at(name), b)
+			return f(entry{name: at(name), data: b})
 		}
 		fi, err := d.Info()
 		if err != nil {
 			return nil // gone meanwhile
 		}
-		return writeEntry(tw, p, at(name), name, fi)
+		return f(entry{name: at(name), p: p, inTree: name, fi: fi})
 	})
 	if err != nil {
 		return err
@@ -288,7 +308,7 @@ func writeTree(tw *tar.Writer, t Tree, skip []string) error {
 	}
 	sort.Strings(more)
 	for _, name := range more {
-		if err := writeBytes(tw, at(name), t.Files[name]); err != nil {
+		if err := f(entry{name: at(name), data: t.Files[name]}); err != nil {
 			return err
 		}
 	}
