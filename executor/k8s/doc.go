@@ -83,7 +83,11 @@
 // it deletes nothing and replaces nothing of another kind (no symlink or
 // directory over a file, nor a file over them). It reads the volume the
 // new pod mounts: the agent's claim, which outlives its pods; a volume
-// that does not (an emptyDir) has nothing left to salvage.
+// that does not (an emptyDir) has nothing left to salvage. VolumeID
+// names the volume a pod mounts by the API server's objects only (the
+// claim's name and UID, an emptyDir's pod's), never by what is in it:
+// a daemon keeps it to tell, across its restarts, that the volume is
+// the one it last copied back in full, and skip the salvage.
 //
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
@@ -122,8 +126,10 @@
 // The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
 // k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
 // a pod whose resources are not those limits is replaced), WaitRunning,
-// a salvage (the first turn in the daemon's life, or after one whose
-// copy did not come back), PushTrees of the workspace root with a git
+// a salvage (unless the daemon's record, kept on this machine, says the
+// agent's last turn came back in full from that very volume: none after
+// a turn cut short, a daemon killed, or a copy that did not come back;
+// a clean restart keeps it), PushTrees of the workspace root with a git
 // workspace's clone and read-only links, Start of the provider's process
 // (no bwrap: the pod is the sandbox), and PullTrees when it has ended; a
 // pod that went meanwhile (ErrPodGone) fails the turn, which is retried,

@@ -52,7 +52,12 @@ import (
 // push, as after a daemon killed mid-turn: the files newer there than
 // here, nothing deleted (SalvageTrees; the new pod mounts the same
 // claim, which outlives pods; a workspace volume that does not outlive
-// its pod has nothing left to salvage). Turns of a workspace's agents on
+// its pod has nothing left to salvage). A turn whose copy came back in
+// full leaves a record of that on this machine (run/k8s/AGENT.synced,
+// with the volume's identity: kube_synced.go), removed before the next
+// push; the next turn, even after a daemon's restart, salvages only
+// without a record of its pod's volume, so what the user deleted here
+// since a clean turn does not come back from the volume. Turns of a workspace's agents on
 // Kubernetes take its root one at a time (each pod has a workspace of
 // its own, and the copy back is a mirror). A change made here to the
 // root during such a turn is replaced when the copy comes back.
@@ -71,7 +76,6 @@ type kubes struct {
 	mu         sync.Mutex // guards the fields below
 	byTarget   map[string]*k8s.Executor
 	roots      map[string]chan struct{} // a workspace root's token (a buffered channel of 1)
-	synced     map[string]bool          // agents whose pod's workspace came back after their last turn (kube_trees.go)
 	reconciled chan struct{}            // closed when the start's reconcile is done; nil before it starts
 }
 
@@ -131,7 +135,7 @@ const k8sPodTimeout = 5 * time.Minute
 
 func newKubes(log *slog.Logger, incarnation, home string) *kubes {
 	return &kubes{log: log, incarnation: incarnation, home: home,
-		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}, synced: map[string]bool{}}
+		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}}
 }
 
 // executor returns the executor of target, made on first use.
@@ -273,8 +277,10 @@ func (k *kubes) take(ctx context.Context, root string) (release func(), err erro
 // forget deletes agent's pods on every target in use (it runs nothing
 // more); its workspace claim stays. Nothing waits for it.
 func (k *kubes) forget(agent string) {
+	if err := k.setSynced(agent, ""); err != nil {
+		k.log.Warn("an agent's record of its volume in sync was not removed", "agent", agent, "err", err)
+	}
 	k.mu.Lock()
-	delete(k.synced, agent)
 	all := make([]*k8s.Executor, 0, len(k.byTarget))
 	for _, e := range k.byTarget {
 		all = append(all, e)
@@ -367,6 +373,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			}
 		}
 		inc := h.kubes.incarnation
+		var vol string // the pod's workspace volume (kube_synced.go)
 		run, err := func() (executor.Process, error) {
 			if fenced, err := e.Fence(ctx, sess.ID, inc); err != nil {
 				return nil, err
@@ -378,10 +385,12 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			}
 			wctx, cancel := context.WithTimeout(ctx, k8sPodTimeout)
 			defer cancel()
-			if _, err := e.WaitRunning(wctx, sess.ID, inc); err != nil {
+			pod, err := e.WaitRunning(wctx, sess.ID, inc)
+			if err != nil {
 				return nil, fmt.Errorf("the pod of %s on %s: %w", sess.Name, target, err)
 			}
-			if err := h.k8sCopyIn(ctx, e, sess, inc, trees); err != nil {
+			vol = h.kubes.volumeID(ctx, e, pod)
+			if err := h.k8sCopyIn(ctx, e, sess, inc, vol, trees); err != nil {
 				return nil, err
 			}
 			return e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: inc,
@@ -399,7 +408,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			run.Wait()
 			closeAll(files)
 		}()
-		return &kubeProcess{Process: run, e: e, k: h.kubes, log: h.log, agent: sess.ID, incarnation: inc, trees: trees, release: release}, nil
+		return &kubeProcess{Process: run, e: e, k: h.kubes, log: h.log, agent: sess.ID, incarnation: inc, vol: vol, trees: trees, release: release}, nil
 	}
 }
 
@@ -417,6 +426,7 @@ type kubeProcess struct {
 	k                  *kubes
 	log                *slog.Logger
 	agent, incarnation string
+	vol                string     // the pod's workspace volume (kube_synced.go)
 	trees              []k8s.Tree // what went into the pod (k8sTrees)
 	release            func()
 }
@@ -434,7 +444,11 @@ func (p *kubeProcess) Wait() error {
 	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
 	defer cancel()
 	perr := p.e.PullTrees(ctx, p.agent, p.incarnation, p.trees, "")
-	p.k.setSynced(p.agent, perr == nil)
+	if perr == nil && p.vol != "" {
+		if err := p.k.setSynced(p.agent, p.vol); err != nil {
+			p.log.Warn("an agent's volume in sync was not recorded: its next turn salvages", "agent", p.agent, "err", err)
+		}
+	}
 	if perr != nil {
 		p.log.Warn("an agent's files did not come back from its pod", "agent", p.agent, "target", target, "err", perr)
 		if err == nil {
