@@ -100,7 +100,13 @@
 // SandboxClaim (claims.go): Options.SandboxClaims, or
 // $SUBSTRAT_K8S_SANDBOX_CLAIMS, is on, off or auto (the default: on when
 // the API server serves sandboxclaims, sandboxtemplates and
-// sandboxwarmpools). Per claim, all of one name (PodPrefix and five
+// sandboxwarmpools; asked once, and again at each Reconcile: one
+// request). A target may change modes between daemons: Reconcile drops
+// what the other mode left (claims_mode.go): in claims mode the home's
+// pods that no kept claim names, pod mode's among them; in pod mode,
+// where the API server serves the claims, every claim of the home, with
+// its Sandbox, template, pool and pod, then the home's templates and
+// pools left. Per claim, all of one name (PodPrefix and five
 // random characters, never used again): the SandboxClaim, with the
 // agent's labels; a SandboxTemplate whose pod template is Pod (labels,
 // resources, workspace, hardened spec; no network policy or DNS of the
@@ -176,7 +182,10 @@
 // claim, Sandbox, template, pool and pod deleted; the old incarnation's
 // Start refused, even in a running pod with its labels that no claim
 // names); Reconcile (orphan and stale claims and stray pods deleted, busy
-// agents' claims made again); Delete; a claim whose pod cannot be made
+// agents' claims made again); a switch to pod mode and back
+// (claims_switch_test.go: the home's claims and all they made dropped,
+// another home's kept; then pod mode's pods deleted), and auto mode
+// asked again by Reconcile; Delete; a claim whose pod cannot be made
 // (its pool gone, or a pod the API server refuses);
 // and a pod deleted under a command. cmd/substrat's TestK8sExecutorE2E
 // and TestK8sExecutorPodGone pass in claims mode too, when run with
