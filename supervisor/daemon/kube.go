@@ -57,9 +57,9 @@ import (
 // with the volume's identity: kube_synced.go), removed before the next
 // push; the next turn, even after a daemon's restart, salvages only
 // without a record of its pod's volume, so what the user deleted here
-// since a clean turn does not come back from the volume. Turns of a workspace's agents on
-// Kubernetes take its root one at a time (each pod has a workspace of
-// its own, and the copy back is a mirror). A change made here to the
+// since a clean turn does not come back from the volume. Turns of a
+// workspace's agents on Kubernetes take its root one at a time (each pod
+// has a workspace of its own, and the copy back is a mirror). A change made here to the
 // root during such a turn is replaced when the copy comes back.
 //
 // Not there yet: a read-write link, a read-only link outside
