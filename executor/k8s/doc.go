@@ -87,7 +87,10 @@
 // names the volume a pod mounts by the API server's objects only (the
 // claim's name and UID, an emptyDir's pod's), never by what is in it:
 // a daemon keeps it to tell, across its restarts, that the volume is
-// the one it last copied back in full, and skip the salvage.
+// the one it last copied back in full, and skip the salvage
+// (TestVolumeID; cmd/substrat TestK8sExecutorCleanRestart: a file
+// deleted here after a clean turn and a clean restart does not come
+// back, while TestK8sExecutorSalvage's turns cut short still salvage).
 //
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
