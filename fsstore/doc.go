@@ -18,6 +18,8 @@
 //	  providers/<name>/        a provider's own state (a CLI's HOME,
 //	                           session ids); homes/<id>/ per agent
 //	  run/<id>.sock            a sandboxed agent's tool socket (no data)
+//	  run/k8s/<id>.synced      the identity of an agent's Kubernetes volume
+//	                           whose last turn came back in full
 //	  inbox/{tmp,new,cur}/     messages to USER
 //	  agents/<id>/             one live agent
 //	    session.json           snapshot of the agent as of event last_seq

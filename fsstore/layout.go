@@ -88,6 +88,14 @@ func (l Layout) ToolSocket(id string) string {
 	return filepath.Join(l.Home, RunDirName, id+".sock")
 }
 
+// KubeSynced is run/k8s/<id>.synced: the daemon's record that agent
+// id's workspace volume on a Kubernetes executor came back in full after
+// its last turn (supervisor/daemon, kube_synced.go). It is under run/,
+// which a backup leaves out.
+func (l Layout) KubeSynced(id string) string {
+	return filepath.Join(l.Home, RunDirName, "k8s", id+".synced")
+}
+
 // ScratchDir is scratch/<id>: the working directory of an agent that has
 // neither a workspace nor a directory of the user's (one created before
 // agents had working directories, or through an API that named none).

@@ -321,3 +321,46 @@ func sendFailed(d *e2eDaemon, ref, text string) string {
 	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: ref, Text: text, Wait: true}, &res)
 	return res.Failed
 }
+
+// TestK8sExecutorCleanRestart: a turn that ended cleanly, its copy
+// back done, is remembered across a clean restart of the daemon: a file
+// deleted here meanwhile, still in the claim's volume, does not come
+// back with the first turn after the restart (no salvage: the volume
+// was in sync).
+func TestK8sExecutorCleanRestart(t *testing.T) {
+	kubeconfig, ns, core := k8sCluster(t)
+	inPod := t.TempDir()
+	d := k8sDaemon(t, kubeconfig, inPod)
+	model := lookPath(t, "k8s-model")
+	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
+	root := fsstore.Layout{Home: d.home}.WorkspaceRoot("USER", "lab")
+	var a wire.AgentInfo
+	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Model: model, Workspace: "lab",
+		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
+	agentVolume(t, core, ns, a.ID)
+	if res := d.send("far", "write gone.txt from the pod"); !strings.HasPrefix(res.Text, "wrote gone.txt") {
+		t.Fatalf("the turn said %q", res.Text)
+	}
+	mustCall(d, wire.DaemonStop, struct{}{}, nil)
+	select {
+	case <-d.done:
+		d.cmd = nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop")
+	}
+	if err := os.Remove(filepath.Join(root, "gone.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(inPod, "gone.txt")); err != nil {
+		t.Fatalf("gone.txt is not in the volume: %v", err)
+	}
+	d.start()
+	if res := d.send("far", "write next.txt after the restart"); !strings.HasPrefix(res.Text, "wrote next.txt") {
+		t.Fatalf("the turn after the restart said %q", res.Text)
+	}
+	for _, dir := range []string{root, inPod} {
+		if _, err := os.Lstat(filepath.Join(dir, "gone.txt")); !os.IsNotExist(err) {
+			t.Errorf("gone.txt, deleted here, came back in %s: %v", dir, err)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -66,60 +65,6 @@ var (
 	poolsGVR     = claimsGV.WithResource("sandboxwarmpools")
 	sandboxesGVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
 )
-
-// claimsMode resolves Options.SandboxClaims: "" is $SUBSTRAT_K8S_SANDBOX_CLAIMS,
-// else auto.
-func claimsMode(s string) (string, error) {
-	if s == "" {
-		s = os.Getenv(SandboxClaimsEnv)
-	}
-	switch s {
-	case "":
-		return ClaimsAuto, nil
-	case ClaimsAuto, ClaimsOn, ClaimsOff:
-		return s, nil
-	}
-	return "", fmt.Errorf("k8s executor: sandbox claims %q is not on, off or auto", s)
-}
-
-// SandboxClaims reports whether the executor makes SandboxClaims rather
-// than pods: Options.SandboxClaims on or off says so; auto asks the API
-// server whether it serves sandboxclaims, sandboxtemplates and
-// sandboxwarmpools of extensions.agents.x-k8s.io/v1beta1, once (an error
-// is not remembered: the next call asks again).
-func (e *Executor) SandboxClaims(ctx context.Context) (bool, error) {
-	switch e.opts.SandboxClaims {
-	case ClaimsOn:
-		return true, nil
-	case ClaimsOff:
-		return false, nil
-	}
-	e.mode.mu.Lock()
-	defer e.mode.mu.Unlock()
-	if e.mode.on != nil {
-		return *e.mode.on, nil
-	}
-	body, err := e.core.RESTClient().Get().AbsPath("/apis/" + claimsGV.String()).Do(ctx).Raw()
-	on := false
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return false, fmt.Errorf("%s: is agent-sandbox installed: %w", e.target, err)
-	default:
-		var list metav1.APIResourceList
-		if err := json.Unmarshal(body, &list); err != nil {
-			return false, fmt.Errorf("%w: the API server's resources of %s: %v", ErrClaims, claimsGV, err)
-		}
-		var names []string
-		for _, r := range list.APIResources {
-			names = append(names, r.Name)
-		}
-		on = slices.Contains(names, claimsGVR.Resource) && slices.Contains(names, templatesGVR.Resource) &&
-			slices.Contains(names, poolsGVR.Resource)
-	}
-	e.mode.on = &on
-	return on, nil
-}
 
 // sandboxClaim is what the executor reads of a SandboxClaim.
 type sandboxClaim struct {

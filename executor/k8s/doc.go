@@ -86,7 +86,14 @@
 // it deletes nothing and replaces nothing of another kind (no symlink or
 // directory over a file, nor a file over them). It reads the volume the
 // new pod mounts: the agent's claim, which outlives its pods; a volume
-// that does not (an emptyDir) has nothing left to salvage.
+// that does not (an emptyDir) has nothing left to salvage. VolumeID
+// names the volume a pod mounts by the API server's objects only (the
+// claim's name and UID, an emptyDir's pod's), never by what is in it:
+// a daemon keeps it to tell, across its restarts, that the volume is
+// the one it last copied back in full, and skip the salvage
+// (TestVolumeID; cmd/substrat TestK8sExecutorCleanRestart: a file
+// deleted here after a clean turn and a clean restart does not come
+// back, while TestK8sExecutorSalvage's turns cut short still salvage).
 //
 // Reconcile. At the daemon's start, Reconcile makes the home's pods
 // agree with the store, and the store wins: pods of no live agent
@@ -99,7 +106,13 @@
 // SandboxClaim (claims.go): Options.SandboxClaims, or
 // $SUBSTRAT_K8S_SANDBOX_CLAIMS, is on, off or auto (the default: on when
 // the API server serves sandboxclaims, sandboxtemplates and
-// sandboxwarmpools). Per claim, all of one name (PodPrefix and five
+// sandboxwarmpools; asked once, and again at each Reconcile: one
+// request). A target may change modes between daemons: Reconcile drops
+// what the other mode left (claims_mode.go): in claims mode the home's
+// pods that no kept claim names, pod mode's among them; in pod mode,
+// where the API server serves the claims, every claim of the home, with
+// its Sandbox, template, pool and pod, then the home's templates and
+// pools left. Per claim, all of one name (PodPrefix and five
 // random characters, never used again): the SandboxClaim, with the
 // agent's labels; a SandboxTemplate whose pod template is Pod (labels,
 // resources, workspace, hardened spec; no network policy or DNS of the
@@ -125,8 +138,10 @@
 // The daemon (supervisor/daemon/kube.go) runs a turn of an agent on
 // k8s://CONTEXT/NAMESPACE so: Fence, Ensure (with the limits in force;
 // a pod whose resources are not those limits is replaced), WaitRunning,
-// a salvage (the first turn in the daemon's life, or after one whose
-// copy did not come back), PushTrees of the workspace root with a git
+// a salvage (unless the daemon's record, kept on this machine, says the
+// agent's last turn came back in full from that very volume: none after
+// a turn cut short, a daemon killed, or a copy that did not come back;
+// a clean restart keeps it), PushTrees of the workspace root with a git
 // workspace's clone and read-only links, Start of the provider's process
 // (no bwrap: the pod is the sandbox), and PullTrees when it has ended; a
 // pod that went meanwhile (ErrPodGone) fails the turn, which is retried,
@@ -173,7 +188,10 @@
 // claim, Sandbox, template, pool and pod deleted; the old incarnation's
 // Start refused, even in a running pod with its labels that no claim
 // names); Reconcile (orphan and stale claims and stray pods deleted, busy
-// agents' claims made again); Delete; a claim whose pod cannot be made
+// agents' claims made again); a switch to pod mode and back
+// (claims_switch_test.go: the home's claims and all they made dropped,
+// another home's kept; then pod mode's pods deleted), and auto mode
+// asked again by Reconcile; Delete; a claim whose pod cannot be made
 // (its pool gone, or a pod the API server refuses);
 // and a pod deleted under a command. cmd/substrat's TestK8sExecutorE2E
 // and TestK8sExecutorPodGone pass in claims mode too, when run with

@@ -34,7 +34,12 @@ type Reconciled struct {
 //
 // In SandboxClaims mode, the same holds of the home's claims (a claim
 // stands for its pod, and the names are the claims'); a pod of the home
-// that no kept claim names is deleted too.
+// that no kept claim names (pod mode's, left by a daemon in that mode)
+// is deleted too. In pod mode, where the API server serves the claims,
+// the home's claims are all dropped first, with their Sandboxes,
+// templates, pools and pods (what a daemon in claims mode left), and
+// the claims' names are among those deleted. In auto mode, it asks the
+// API server again whether it serves the claims (claims_mode.go).
 func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, error) {
 	agents := make(map[string]Agent, len(live))
 	for _, a := range live {
@@ -43,17 +48,31 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 		}
 		agents[a.ID] = a
 	}
-	if on, err := e.SandboxClaims(ctx); err != nil {
-		return Reconciled{}, err
-	} else if on {
-		return e.reconcileClaims(ctx, live, agents)
-	}
-	pods, err := e.listHome(ctx)
+	on, served, err := e.claimsNow(ctx)
 	if err != nil {
 		return Reconciled{}, err
 	}
+	if on {
+		return e.reconcileClaims(ctx, live, agents)
+	}
 	var (
-		r        Reconciled
+		r Reconciled
+		t tally
+	)
+	if served {
+		e.dropHomeClaims(ctx, &r, &t)
+	}
+	return e.reconcilePods(ctx, live, agents, r, &t)
+}
+
+// reconcilePods is Reconcile in pod mode, after r and t.
+func (e *Executor) reconcilePods(ctx context.Context, live []Agent, agents map[string]Agent, r Reconciled, t *tally) (Reconciled, error) {
+	pods, err := e.listHome(ctx)
+	if err != nil {
+		t.note(nil, "", err)
+		return r, t.err()
+	}
+	var (
 		doomed   []*corev1.Pod
 		creating []Agent
 		has      = map[string]bool{} // agents whose pod is kept
@@ -81,7 +100,6 @@ func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, err
 			creating = append(creating, a)
 		}
 	}
-	var t tally
 	note := t.note
 	e.parallel(len(doomed), func(i int) {
 		err := e.deletePod(ctx, doomed[i], 0)
@@ -158,10 +176,7 @@ func (e *Executor) reconcileClaims(ctx context.Context, live []Agent, agents map
 	if err != nil {
 		return Reconciled{}, err
 	}
-	podList := make([]corev1.Pod, len(pods))
-	for i, p := range pods {
-		podList[i] = *p
-	}
+	podList := podValues(pods)
 	var (
 		r        Reconciled
 		doomed   []*sandboxClaim

@@ -1,12 +1,17 @@
 package k8s
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // salvageInto moves into local, from the tree stage (its entries names),
@@ -119,4 +124,33 @@ func moveIn(root, sroot *os.Root, name string, fi fs.FileInfo) error {
 		root.Remove(tmp)
 	}
 	return err
+}
+
+// VolumeID names the workspace volume that pod, one of the executor's
+// (as WaitRunning returns it), mounts, so that a daemon can tell from
+// one turn to the next, across its own restarts, that a volume is the
+// one it last copied back in full (and so has nothing to salvage): for
+// a PersistentVolumeClaim, the executor's home, its target and the
+// claim's name and UID (a claim made again under its name is another
+// volume); for an emptyDir, the pod's UID (the volume goes with its
+// pod); "" for another kind, which cannot be told apart. What is in
+// the volume plays no part: only the API server's objects, which the
+// pod's processes cannot change.
+func (e *Executor) VolumeID(ctx context.Context, pod *corev1.Pod) (string, error) {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name != volWorkspace {
+			continue
+		}
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			pvc, err := e.core.PersistentVolumeClaims(pod.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+			if err != nil {
+				return "", fmt.Errorf("the workspace claim of pod %s: %w", pod.Name, err)
+			}
+			return fmt.Sprintf("home=%s target=%s claim=%s uid=%s", e.opts.Home, e.target, pvc.Name, pvc.UID), nil
+		case v.EmptyDir != nil:
+			return fmt.Sprintf("home=%s target=%s pod=%s uid=%s", e.opts.Home, e.target, pod.Name, pod.UID), nil
+		}
+	}
+	return "", nil
 }

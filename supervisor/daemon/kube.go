@@ -52,9 +52,14 @@ import (
 // push, as after a daemon killed mid-turn: the files newer there than
 // here, nothing deleted (SalvageTrees; the new pod mounts the same
 // claim, which outlives pods; a workspace volume that does not outlive
-// its pod has nothing left to salvage). Turns of a workspace's agents on
-// Kubernetes take its root one at a time (each pod has a workspace of
-// its own, and the copy back is a mirror). A change made here to the
+// its pod has nothing left to salvage). A turn whose copy came back in
+// full leaves a record of that on this machine (run/k8s/AGENT.synced,
+// with the volume's identity: kube_synced.go), removed before the next
+// push; the next turn, even after a daemon's restart, salvages only
+// without a record of its pod's volume, so what the user deleted here
+// since a clean turn does not come back from the volume. Turns of a
+// workspace's agents on Kubernetes take its root one at a time (each pod
+// has a workspace of its own, and the copy back is a mirror). A change made here to the
 // root during such a turn is replaced when the copy comes back.
 //
 // A CLI provider's own HOME and MCP config go into the volume too, and
@@ -77,7 +82,6 @@ type kubes struct {
 	mu         sync.Mutex // guards the fields below
 	byTarget   map[string]*k8s.Executor
 	roots      map[string]chan struct{} // a workspace root's token (a buffered channel of 1)
-	synced     map[string]bool          // agents whose pod's workspace came back after their last turn (kube_trees.go)
 	plans      map[string]kubePlan      // by agent: readied by its sandbox hook, for its start hook (kube_cli.go)
 	reconciled chan struct{}            // closed when the start's reconcile is done; nil before it starts
 }
@@ -164,8 +168,7 @@ const k8sPodTimeout = 5 * time.Minute
 
 func newKubes(log *slog.Logger, incarnation, home string) *kubes {
 	return &kubes{log: log, incarnation: incarnation, home: home,
-		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}, synced: map[string]bool{},
-		plans: map[string]kubePlan{}}
+		byTarget: map[string]*k8s.Executor{}, roots: map[string]chan struct{}{}, plans: map[string]kubePlan{}}
 }
 
 // executor returns the executor of target, made on first use.
@@ -316,8 +319,10 @@ func (k *kubes) take(ctx context.Context, root string) (release func(), err erro
 // forget deletes agent's pods on every target in use (it runs nothing
 // more); its workspace claim stays. Nothing waits for it.
 func (k *kubes) forget(agent string) {
+	if err := k.setSynced(agent, ""); err != nil {
+		k.log.Warn("an agent's record of its volume in sync was not removed", "agent", agent, "err", err)
+	}
 	k.mu.Lock()
-	delete(k.synced, agent)
 	all := make([]*k8s.Executor, 0, len(k.byTarget))
 	for _, e := range k.byTarget {
 		all = append(all, e)
@@ -420,6 +425,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 		}
 		inc := h.kubes.incarnation
 		var kr *kubeRelay
+		var vol string // the pod's workspace volume (kube_synced.go)
 		run, err := func() (executor.Process, error) {
 			if fenced, err := e.Fence(ctx, sess.ID, inc); err != nil {
 				return nil, err
@@ -431,10 +437,12 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			}
 			wctx, cancel := context.WithTimeout(ctx, k8sPodTimeout)
 			defer cancel()
-			if _, err := e.WaitRunning(wctx, sess.ID, inc); err != nil {
+			pod, err := e.WaitRunning(wctx, sess.ID, inc)
+			if err != nil {
 				return nil, fmt.Errorf("the pod of %s on %s: %w", sess.Name, target, err)
 			}
-			if err := h.k8sCopyIn(ctx, e, sess, inc, trees); err != nil {
+			vol = h.kubes.volumeID(ctx, e, pod)
+			if err := h.k8sCopyIn(ctx, e, sess, inc, vol, trees); err != nil {
 				return nil, err
 			}
 			if plan.sock != "" {
@@ -458,7 +466,7 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 			run.Wait()
 			closeAll(files)
 		}()
-		return &kubeProcess{Process: run, e: e, k: h.kubes, h: h, relay: kr, agent: sess.ID, incarnation: inc, trees: trees, release: release}, nil
+		return &kubeProcess{Process: run, e: e, k: h.kubes, h: h, relay: kr, agent: sess.ID, incarnation: inc, vol: vol, trees: trees, release: release}, nil
 	}
 }
 
@@ -477,6 +485,7 @@ type kubeProcess struct {
 	h                  *host
 	relay              *kubeRelay // of its tool socket, or nil
 	agent, incarnation string
+	vol                string     // the pod's workspace volume (kube_synced.go)
 	trees              []k8s.Tree // what went into the pod (k8sTrees)
 	release            func()
 }
@@ -495,7 +504,11 @@ func (p *kubeProcess) Wait() error {
 	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
 	defer cancel()
 	perr := p.e.PullTrees(ctx, p.agent, p.incarnation, p.trees, "")
-	p.k.setSynced(p.agent, perr == nil)
+	if perr == nil && p.vol != "" {
+		if err := p.k.setSynced(p.agent, p.vol); err != nil {
+			p.h.log.Warn("an agent's volume in sync was not recorded: its next turn salvages", "agent", p.agent, "err", err)
+		}
+	}
 	if perr != nil {
 		p.h.log.Warn("an agent's files did not come back from its pod", "agent", p.agent, "target", target, "err", perr)
 		if err == nil {

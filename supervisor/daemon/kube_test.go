@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"log/slog"
+	"os"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,5 +34,32 @@ func TestPlacement(t *testing.T) {
 		if _, err := placement(bad); err == nil {
 			t.Errorf("placement(%s) taken", bad)
 		}
+	}
+}
+
+// TestKubeSynced: the record of an agent's volume in sync counts for
+// that volume only, and is gone once removed.
+func TestKubeSynced(t *testing.T) {
+	k := newKubes(slog.New(slog.DiscardHandler), "inc", t.TempDir())
+	if k.isSynced("a1", "") || k.isSynced("a1", "vol1") {
+		t.Fatal("synced with no record")
+	}
+	if err := k.setSynced("a1", "vol1"); err != nil {
+		t.Fatal(err)
+	}
+	if !k.isSynced("a1", "vol1") || k.isSynced("a1", "vol2") || k.isSynced("a1", "") || k.isSynced("a2", "vol1") {
+		t.Fatal("the record counts for another volume or agent, or not for its own")
+	}
+	if err := k.setSynced("a1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.setSynced("a1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if k.isSynced("a1", "vol1") {
+		t.Fatal("synced after the record's removal")
+	}
+	if _, err := os.Stat(k.home + "/run/k8s/a1.synced"); !os.IsNotExist(err) {
+		t.Fatalf("the record: %v", err)
 	}
 }

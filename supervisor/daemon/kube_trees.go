@@ -79,10 +79,11 @@ func (h *host) k8sTrees(sess *fsstore.Session, target, mountPath string) ([]k8s.
 }
 
 // k8sCopyIn readies the pod's workspace for a turn: what a turn cut
-// short left there is salvaged first, if the agent's last turn did not
-// come back in this daemon's life (kubes.synced), then trees are pushed.
-func (h *host) k8sCopyIn(ctx context.Context, e *k8s.Executor, sess *fsstore.Session, inc string, trees []k8s.Tree) error {
-	if !h.kubes.isSynced(sess.ID) {
+// short left in its volume vol is salvaged first, unless the agent's
+// last turn came back in full from that volume (kube_synced.go), then
+// trees are pushed, the record of the volume in sync removed first.
+func (h *host) k8sCopyIn(ctx context.Context, e *k8s.Executor, sess *fsstore.Session, inc, vol string, trees []k8s.Tree) error {
+	if !h.kubes.isSynced(sess.ID, vol) {
 		err := e.SalvageTrees(ctx, sess.ID, inc, trees, "")
 		switch {
 		case errors.Is(err, k8s.ErrRefused):
@@ -93,7 +94,9 @@ func (h *host) k8sCopyIn(ctx context.Context, e *k8s.Executor, sess *fsstore.Ses
 			return fmt.Errorf("bringing back what was left in the pod of %s: %w", sess.Name, err)
 		}
 	}
-	h.kubes.setSynced(sess.ID, false) // until the pull
+	if err := h.kubes.setSynced(sess.ID, ""); err != nil { // until the pull
+		return fmt.Errorf("the record of %s's volume in sync: %w", sess.Name, err)
+	}
 	if err := mountPoints(trees); err != nil {
 		return fmt.Errorf("workspace %s: %w", sess.Workspace, err)
 	}
@@ -146,22 +149,4 @@ func mountPoints(trees []k8s.Tree) error {
 		}
 	}
 	return nil
-}
-
-// isSynced reports whether agent's pod workspace came back after its
-// last turn, in this daemon's life.
-func (k *kubes) isSynced(agent string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.synced[agent]
-}
-
-func (k *kubes) setSynced(agent string, ok bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if ok {
-		k.synced[agent] = true
-	} else {
-		delete(k.synced, agent)
-	}
 }
