@@ -54,7 +54,7 @@ const copyPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 const pushScript = `umask 022; d=$1; n=$2; shift 2; [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
 	` while [ "$n" -gt 0 ]; do [ -d "$d/$1" ] && [ ! -h "$d/$1" ] || { echo "no $1 to keep" >&2; exit 4; }; shift; n=$((n-1)); done;` +
 	` { find "$d" -mindepth 1 "$@" || { find "$d" -mindepth 1 -type d ! -perm -u=rwx -exec chmod u+rwx {} \; 2>/dev/null;` +
-	` find "$d" -mindepth 1 "$@"; }; } && tar -x -o -f - -C "$d"`
+	` find "$d" -mindepth 1 "$@"; }; } && tar -x -o -f - -C "$d"` + tokenScript
 
 // pushArgv is the command line of pushScript for the workspace at mount,
 // whose directories keep (relative to it) stay as they are: checked

@@ -128,6 +128,9 @@ type Executor struct {
 	// held is, by agent, what its pods' workspace holds of read-only
 	// trees since a push (trees.go: keepable).
 	held *sync.Map
+	// pushed is, by agent, what its pod holds since its last push
+	// (*pushed, increment.go).
+	pushed *sync.Map
 }
 
 type modeState struct {
@@ -203,7 +206,7 @@ func newFromConfig(t Target, cfg *rest.Config, opts Options) (*Executor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k8s executor %s: %w", t, err)
 	}
-	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, net: net, dyn: dyn, mode: &modeState{}, held: &sync.Map{}}, nil
+	return &Executor{target: t, opts: opts, rest: cfg, core: core, authz: authz, net: net, dyn: dyn, mode: &modeState{}, held: &sync.Map{}, pushed: &sync.Map{}}, nil
 }
 
 // Target is where the executor runs pods.

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/substrat/substrat/executor"
 )
@@ -147,16 +148,47 @@ func (e *Executor) PushTrees(ctx context.Context, agent, incarnation string, tre
 		}
 	}
 	sort.Strings(keep)
-	err := e.push(ctx, agent, incarnation, trees, keep)
+	at := time.Now()
+	now, err := stampTrees(sendOf(trees, keep), trees)
+	if err != nil {
+		return err
+	}
+	prev := e.lastPush(agent)
+	e.pushed.Delete(agent) // until this push is done
+	if prev != nil {
+		if err := e.pushChanges(ctx, agent, incarnation, trees, keep, prev, now); err == nil {
+			e.pushed.Store(agent, &pushed{token: prev.token, at: at, entries: now, kept: keep})
+			e.held.Store(agent, stamps)
+			return nil
+		}
+		// Any failure: a full push says why, if it fails too.
+	}
+	token := newToken()
+	err = e.push(ctx, agent, incarnation, trees, keep, token)
 	if errors.Is(err, errNotHeld) {
-		err = e.push(ctx, agent, incarnation, trees, nil)
+		keep = nil
+		if now, err = stampTrees(trees, trees); err == nil {
+			err = e.push(ctx, agent, incarnation, trees, nil, token)
+		}
 	}
 	if err != nil {
 		e.held.Delete(agent)
 		return err
 	}
 	e.held.Store(agent, stamps)
+	e.pushed.Store(agent, &pushed{token: token, at: at, entries: now, kept: keep})
 	return nil
+}
+
+// sendOf returns the trees but those at keep.
+func sendOf(trees []Tree, keep []string) []Tree {
+	var send []Tree
+	for _, t := range trees {
+		if !slices.Contains(keep, t.Rel) {
+			send = append(send, t)
+		}
+	}
+	return send
 }
 
 // errNotHeld: the pod no longer holds what a push would keep.
@@ -201,19 +233,15 @@ func stampOf(local string) (string, error) {
 
 // push sends trees but those at keep, which the pod keeps (errNotHeld
 // if it does not hold one).
-func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []Tree, keep []string) error {
-	var send []Tree
-	for _, t := range trees {
-		if !slices.Contains(keep, t.Rel) {
-			send = append(send, t)
-		}
-	}
+func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []Tree, keep []string, token string) error {
+	send := sendOf(trees, keep)
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTrees(pw, send, trees, nil)) }()
 	defer pr.CloseWithError(errors.New("push ended"))
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
-		Argv: pushArgv(e.opts.MountPath, keep), Env: []string{copyPath},
+		Argv:  pushArgv(e.opts.MountPath, keep),
+		Env:   []string{copyPath, "SUBSTRAT_PUSH_TOKEN=" + token, "SUBSTRAT_PUSH_TOKEN_FILE=" + tokenFile(agent)},
 		Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
 	if err != nil {
 		return err
@@ -333,7 +361,13 @@ func writeBytes(tw *tar.Writer, name string, b []byte) error {
 // in. A read-write tree that the pod does not hold as a directory (a
 // symlink is not one) fails it.
 func (e *Executor) PullTrees(ctx context.Context, agent, incarnation string, trees []Tree, tmp string) error {
-	return e.pullTrees(ctx, agent, incarnation, trees, tmp, false)
+	err := e.pullTrees(ctx, agent, incarnation, trees, tmp, false)
+	if err != nil {
+		e.pushed.Delete(agent) // the next push sends all
+	} else {
+		e.markClean(agent)
+	}
+	return err
 }
 
 // SalvageTrees copies back, from the workspace of the pod of agent's

@@ -1,0 +1,131 @@
+package k8s
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/substrat/substrat/fsstore"
+)
+
+// snapshot lists the tree dir: each entry's kind and bytes or target.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.IsDir():
+			out[rel] = "dir"
+		case d.Type()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			out[rel] = "link " + target
+		default:
+			b, _ := os.ReadFile(p)
+			out[rel] = "file " + string(b)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestIncrementalPush: after a clean copy back, a push sends only what
+// changed here (a file changed in the pod since, and not here, stays as
+// the pod has it) and deletes what went here (files, a directory, a
+// file that became a directory); a file rewritten here with the same
+// size and time right after a push is sent all the same; a pod without
+// the last push's token gets a full push.
+func TestIncrementalPush(t *testing.T) {
+	root, ro, inPod := t.TempDir(), t.TempDir(), t.TempDir()
+	e := newExec(t, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	t.Cleanup(func() { os.Remove(tokenFile(a.ID)) }) // kwok's exec: this machine's /tmp
+	old := time.Now().Add(-time.Hour)
+	for name, text := range map[string]string{"a.txt": "a", "b.txt": "bb", "d/x": "x", "gone/deep/f": "f", "kind": "file"} {
+		writeFile(t, filepath.Join(root, name), text, 0o644)
+		os.Chtimes(filepath.Join(root, name), old, old)
+	}
+	os.Symlink("a.txt", filepath.Join(root, "l"))
+	os.Mkdir(filepath.Join(root, "ref"), 0o755) // the read-only tree's mount point
+	writeFile(t, filepath.Join(ro, "r.txt"), "ro", 0o644)
+	trees := []Tree{{Local: root, RW: true}, {Rel: "ref", Local: ro}}
+	push := func() {
+		t.Helper()
+		if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pull := func() {
+		t.Helper()
+		if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same := func(what string, want map[string]string) {
+		t.Helper()
+		got := snapshot(t, inPod)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: the pod's %s is %q, want %q", what, k, got[k], v)
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("%s: the pod has %s (%s)", what, k, got[k])
+			}
+		}
+	}
+	push()
+	want := snapshot(t, root)
+	want["ref/r.txt"] = "file ro"
+	same("the first push", want)
+	pull()
+
+	// The pod's copy changed after the copy back; changes here.
+	os.WriteFile(filepath.Join(inPod, "a.txt"), []byte("drift"), 0o644)
+	os.WriteFile(filepath.Join(root, "b.txt"), []byte("BBBB"), 0o644)
+	os.Remove(filepath.Join(root, "d", "x"))
+	os.RemoveAll(filepath.Join(root, "gone"))
+	os.Remove(filepath.Join(root, "kind"))
+	writeFile(t, filepath.Join(root, "kind", "inner"), "in", 0o644)
+	writeFile(t, filepath.Join(root, "new", "y"), "y", 0o644)
+	os.Remove(filepath.Join(root, "l"))
+	os.Symlink("b.txt", filepath.Join(root, "l"))
+	writeFile(t, filepath.Join(ro, "r.txt"), "RO2", 0o644)
+	push()
+	want = snapshot(t, root)
+	want["a.txt"] = "file drift" // not sent: unchanged here
+	want["ref/r.txt"] = "file RO2"
+	same("the push of what changed", want)
+
+	// Rewritten with the same size and time right after a push.
+	pull()
+	b := filepath.Join(root, "b.txt")
+	fi, _ := os.Stat(b)
+	os.WriteFile(b, []byte("CCCC"), 0o644)
+	os.Chtimes(b, fi.ModTime(), fi.ModTime())
+	push()
+	if got, _ := os.ReadFile(filepath.Join(inPod, "b.txt")); string(got) != "CCCC" {
+		t.Errorf("a racily clean file in the pod: %q", got)
+	}
+
+	// A pod without the token: everything again.
+	pull()
+	os.Remove(tokenFile(a.ID))
+	os.WriteFile(filepath.Join(inPod, "junk"), []byte("j"), 0o644)
+	push()
+	want = snapshot(t, root)
+	want["ref/r.txt"] = "file RO2"
+	same("the push to a pod without the token", want)
+
+	// A push with no copy back since: everything again.
+	os.WriteFile(filepath.Join(inPod, "junk"), []byte("j"), 0o644)
+	push()
+	same("the push after one with no copy back", want)
+}
