@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -258,8 +259,23 @@ func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []
 
 // writeTrees writes send, of all, as one tar stream (each without the
 // trees of all inside it): see PushTrees. With only, it writes only the
-// entries whose names only holds.
+// entries whose names only holds. It writes in chunks of feedChunk:
+// each write becomes one frame of the exec's input, which the pod's
+// wrapper reads with a process of its own (a small write per header
+// made a push of 2,000 small files take 8 s on kwok, not 0.5).
 func writeTrees(w io.Writer, send, all []Tree, only map[string]bool) error {
+	bw := bufio.NewWriterSize(w, feedChunk)
+	if err := writeTar(bw, send, all, only); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// feedChunk is the size of the writes of a push's stream: the frames of
+// ssh.Feed are at most that.
+const feedChunk = 32 << 10
+
+func writeTar(w io.Writer, send, all []Tree, only map[string]bool) error {
 	tw := tar.NewWriter(w)
 	for _, t := range send {
 		i := slices.IndexFunc(all, func(u Tree) bool { return u.Rel == t.Rel })
