@@ -228,8 +228,10 @@ const (
 )
 
 // budget is what is left of Pull's bounds, over all the trees of one
-// copy back: entries and bytes.
-type budget struct{ entries, total int64 }
+// copy back: entries and bytes; and how many entries of the stream were
+// left out (skipped: a symlink out of the tree, a FIFO, a name twice),
+// which the pod keeps while this side has none of them.
+type budget struct{ entries, total, skipped int64 }
 
 // readTar unpacks the tar stream r into the empty directory stage,
 // under Pull's rules and bounds (what is left of them in b), and returns
@@ -264,10 +266,15 @@ func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]ki
 		if name == "" || name == "." {
 			continue // the root itself
 		}
-		if !filepath.IsLocal(name) || skipped(name) || kept(name, keep) || names[name] != 0 {
+		if !filepath.IsLocal(name) || names[name] != 0 {
+			b.skipped++
+			continue
+		}
+		if skipped(name) || kept(name, keep) {
 			continue
 		}
 		if hdr.Typeflag != tar.TypeDir && aboveKept(name, keep) {
+			b.skipped++
 			continue // what is kept here stays in a directory
 		}
 		// Every parent is a directory of the stream (made if the stream
@@ -280,6 +287,7 @@ func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]ki
 			}
 		}
 		if !parentOK {
+			b.skipped++
 			continue
 		}
 		mkParents := func() error {
@@ -314,6 +322,7 @@ func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]ki
 				// one.
 				target := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+hdr.Linkname), "/"), "/")
 				if names[target] != kindFile {
+					b.skipped++
 					continue
 				}
 				f, err := root.Open(target)
@@ -360,6 +369,7 @@ func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]ki
 			names[name] = kindFile
 		case tar.TypeSymlink:
 			if !safeLink(name, hdr.Linkname) {
+				b.skipped++
 				continue
 			}
 			if err := mkParents(); err != nil {
@@ -371,6 +381,7 @@ func readTar(r io.Reader, stage string, keep []string, b *budget) (map[string]ki
 			names[name] = kindLink
 		default:
 			// A device, FIFO, or what this does not know: skipped.
+			b.skipped++
 		}
 	}
 }

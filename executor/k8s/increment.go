@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -123,14 +124,32 @@ func racy(s string, at time.Time) bool {
 	return err != nil || !time.Unix(0, ns).Before(at.Add(-racyWindow))
 }
 
-// changes returns what goes from prev to now: the names to delete in
-// the pod first (the topmost only), and those to send. A tree kept at
-// prev's push and sent now is replaced whole; one kept now is the
-// pod's, left alone.
-func changes(prev *pushed, now map[string]string, keep []string) (dels []string, send map[string]bool) {
+// changes returns what goes from prev to now, of trees: the names to
+// delete in the pod first (the topmost only), and those to send. What
+// the pod's copy may hold that no copy back brought here is replaced
+// whole: a read-only tree (but one kept: the pod's, left alone), and a
+// read-write tree's Keep (a clone's config, hooks, info; a planted
+// commondir). So is a tree kept at prev's push and sent now.
+func changes(prev *pushed, now map[string]string, trees []Tree, keep []string) (dels []string, send map[string]bool) {
 	send = map[string]bool{}
+	var whole []string
+	for _, t := range trees {
+		switch {
+		case slices.Contains(keep, t.Rel):
+		case !t.RW:
+			whole = append(whole, t.Rel)
+		default:
+			for _, k := range t.Keep {
+				if name := path.Join(t.Rel, k); !slices.Contains(keep, name) {
+					whole = append(whole, name)
+				}
+			}
+		}
+	}
+	dels = append(dels, whole...)
 	for name, s := range now {
-		if old, ok := prev.entries[name]; !ok || old != s || racy(s, prev.at) {
+		old, ok := prev.entries[name]
+		if !ok || old != s || racy(s, prev.at) || slices.ContainsFunc(whole, func(w string) bool { return under(name, w) }) {
 			send[name] = true
 		}
 	}
@@ -159,14 +178,17 @@ func changes(prev *pushed, now map[string]string, keep []string) (dels []string,
 
 // incScript checks that the pod holds the token of the last push ($2,
 // in the file $3; else exit 5), deletes, under the workspace $1, the
-// NUL-separated names of the first $4 bytes of its input, and unpacks
-// the tar stream of the rest there. A name that cannot be deleted (a
-// directory the agent locked) fails it: a full push unlocks.
+// NUL-separated names of the first $4 bytes of its input, and every
+// .git below the top (no push puts one there: a copy back leaves them
+// out), and unpacks the tar stream of the rest there. A name that
+// cannot be deleted (a directory the agent locked) fails it: a full
+// push unlocks.
 const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4;` +
 	` [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
 	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(cat -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
 	` cd -- "$d" || exit 2;` +
 	` head -c "$n" | xargs -0 -r rm -rf -- || exit 6;` +
+	` find . -mindepth 2 -name .git -prune -exec rm -rf {} + || exit 6;` +
 	` exec tar -x -o -f -`
 
 // tokenScript, after a full push, writes the token of
@@ -177,7 +199,7 @@ const tokenScript = ` && { [ -z "${SUBSTRAT_PUSH_TOKEN_FILE:-}" ] || { t=$(mktem
 
 // pushChanges sends what changed since prev (see above).
 func (e *Executor) pushChanges(ctx context.Context, agent, incarnation string, trees []Tree, keep []string, prev *pushed, now map[string]string) error {
-	dels, only := changes(prev, now, keep)
+	dels, only := changes(prev, now, trees, keep)
 	var list bytes.Buffer
 	for _, d := range dels {
 		list.WriteString("./" + d + "\x00")

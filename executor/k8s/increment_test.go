@@ -115,6 +115,23 @@ func TestIncrementalPush(t *testing.T) {
 		t.Errorf("a racily clean file in the pod: %q", got)
 	}
 
+	// What the pod holds that never comes back: a .git below the top
+	// goes at the next push; a symlink out of the tree, which the copy
+	// back leaves out, makes the next push a full one.
+	pull()
+	writeFile(t, filepath.Join(inPod, "d", ".git"), "gitdir: /etc", 0o644)
+	push()
+	if _, err := os.Lstat(filepath.Join(inPod, "d", ".git")); !os.IsNotExist(err) {
+		t.Errorf("a planted d/.git survived a push: %v", err)
+	}
+	pull()
+	os.Symlink("/etc", filepath.Join(inPod, "out"))
+	pull()
+	push()
+	if _, err := os.Lstat(filepath.Join(inPod, "out")); !os.IsNotExist(err) {
+		t.Errorf("a symlink out of the tree survived the push after its copy back: %v", err)
+	}
+
 	// A pod without the token: everything again.
 	pull()
 	os.Remove(tokenFile(a.ID))

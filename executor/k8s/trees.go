@@ -377,9 +377,10 @@ func writeBytes(tw *tar.Writer, name string, b []byte) error {
 // in. A read-write tree that the pod does not hold as a directory (a
 // symlink is not one) fails it.
 func (e *Executor) PullTrees(ctx context.Context, agent, incarnation string, trees []Tree, tmp string) error {
-	err := e.pullTrees(ctx, agent, incarnation, trees, tmp, false)
-	if err != nil {
-		e.pushed.Delete(agent) // the next push sends all
+	left, err := e.pullTrees(ctx, agent, incarnation, trees, tmp, false)
+	if err != nil || left > 0 {
+		// The pod holds what this side has not: the next push sends all.
+		e.pushed.Delete(agent)
 	} else {
 		e.markClean(agent)
 	}
@@ -396,7 +397,8 @@ func (e *Executor) PullTrees(ctx context.Context, agent, incarnation string, tre
 // before the PushTrees that replaces the pod's copy, in the pod that
 // mounts the volume the lost one did.
 func (e *Executor) SalvageTrees(ctx context.Context, agent, incarnation string, trees []Tree, tmp string) error {
-	return e.pullTrees(ctx, agent, incarnation, trees, tmp, true)
+	_, err := e.pullTrees(ctx, agent, incarnation, trees, tmp, true)
+	return err
 }
 
 // staged is a tree unpacked aside, to move in.
@@ -407,9 +409,11 @@ type staged struct {
 	keep  []string
 }
 
-func (e *Executor) pullTrees(ctx context.Context, agent, incarnation string, trees []Tree, tmp string, salvage bool) error {
+// pullTrees is PullTrees, or SalvageTrees; it returns how many entries
+// of the pod's copy it left out.
+func (e *Executor) pullTrees(ctx context.Context, agent, incarnation string, trees []Tree, tmp string, salvage bool) (int64, error) {
 	if err := checkTrees(trees); err != nil {
-		return err
+		return 0, err
 	}
 	var b budget
 	var all []staged
@@ -425,7 +429,7 @@ func (e *Executor) pullTrees(ctx context.Context, agent, incarnation string, tre
 		keep := append(append([]string(nil), t.Keep...), nested(trees, i)...)
 		dir, err := os.MkdirTemp(tmp, "substrat-pull-")
 		if err != nil {
-			return err
+			return 0, err
 		}
 		all = append(all, staged{t: t, dir: dir, keep: keep})
 		names, err := e.readPod(ctx, agent, incarnation, t.Rel, dir, keep, &b)
@@ -434,7 +438,7 @@ func (e *Executor) pullTrees(ctx context.Context, agent, incarnation string, tre
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("copying the pod's %s back into %s: %w", path.Join(e.opts.MountPath, t.Rel), t.Local, err)
+			return 0, fmt.Errorf("copying the pod's %s back into %s: %w", path.Join(e.opts.MountPath, t.Rel), t.Local, err)
 		}
 		all[len(all)-1].names = names
 	}
@@ -446,10 +450,10 @@ func (e *Executor) pullTrees(ctx context.Context, agent, incarnation string, tre
 			err = mirror(s.dir, s.t.Local, s.names, s.keep)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return b.skipped, nil
 }
 
 // errNoTree: the pod holds no directory where a tree goes.
