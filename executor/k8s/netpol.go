@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -85,4 +86,33 @@ func (e *Executor) isolate(ctx context.Context, a Agent) error {
 // unisolate deletes agent's NetworkPolicy, if this home has one.
 func (e *Executor) unisolate(ctx context.Context, agent string) error {
 	return e.isolate(ctx, Agent{ID: agent})
+}
+
+// reconcilePolicies deletes the home's NetworkPolicies of agents that
+// are not among live, or not isolated there, and returns their names.
+func (e *Executor) reconcilePolicies(ctx context.Context, live []Agent) ([]string, error) {
+	isolated := map[string]bool{}
+	for _, a := range live {
+		isolated[a.ID] = a.Isolated
+	}
+	nps := e.net.NetworkPolicies(e.target.Namespace)
+	list, err := nps.List(ctx, metav1.ListOptions{LabelSelector: e.homeSelector()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the home's NetworkPolicies: %w", err)
+	}
+	var deleted []string
+	var errs []error
+	for _, np := range list.Items {
+		if isolated[np.Labels[LabelAgent]] {
+			continue
+		}
+		err := nps.Delete(ctx, np.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(np.UID)}})
+		switch {
+		case err == nil:
+			deleted = append(deleted, np.Name)
+		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+			errs = append(errs, err)
+		}
+	}
+	return deleted, errors.Join(errs...)
 }

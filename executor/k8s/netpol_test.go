@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -111,5 +112,38 @@ func TestIsolationNotOurs(t *testing.T) {
 	off := newExec(t, Options{Workspace: emptyDir})
 	if _, err := off.Ensure(ctx, a); err == nil {
 		t.Error("Ensure of an isolated agent where no NetworkPolicy is made")
+	}
+}
+
+// TestIsolationReconcile: the start's reconcile deletes the home's
+// NetworkPolicies of agents that are not live or not isolated, and
+// keeps those of isolated live agents and another home's.
+func TestIsolationReconcile(t *testing.T) {
+	e := newExec(t, Options{Workspace: emptyDir, NetworkPolicies: true})
+	other := newExec(t, Options{Workspace: emptyDir, NetworkPolicies: true})
+	other.target = e.target // another home, the same namespace
+	ctx := ctxT(t)
+	keep, open, gone := fsstore.NewID(), fsstore.NewID(), fsstore.NewID()
+	for _, id := range []string{keep, open, gone} {
+		if err := e.isolate(ctx, Agent{ID: id, Isolated: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	theirs := fsstore.NewID()
+	if err := other.isolate(ctx, Agent{ID: theirs, Isolated: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Reconcile(ctx, []Agent{{ID: keep, Incarnation: "2", Isolated: true}, {ID: open, Incarnation: "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{keep: true, open: false, gone: false, theirs: true} {
+		_, err := e.net.NetworkPolicies(e.target.Namespace).Get(ctx, NetworkPolicyName(id), metav1.GetOptions{})
+		if got := err == nil; got != want {
+			t.Errorf("the policy of %s: there %v, want %v (%v)", id, got, want, err)
+		}
+	}
+	if !slices.Contains(r.Deleted, NetworkPolicyName(gone)) || !slices.Contains(r.Deleted, NetworkPolicyName(open)) {
+		t.Errorf("Reconcile says it deleted %v", r.Deleted)
 	}
 }

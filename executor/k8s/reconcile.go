@@ -40,7 +40,22 @@ type Reconciled struct {
 // templates, pools and pods (what a daemon in claims mode left), and
 // the claims' names are among those deleted. In auto mode, it asks the
 // API server again whether it serves the claims (claims_mode.go).
+//
+// Where the executor makes NetworkPolicies, the home's policies of an
+// agent that is not live, or not isolated, are deleted too (their names
+// among those deleted).
 func (e *Executor) Reconcile(ctx context.Context, live []Agent) (Reconciled, error) {
+	r, err := e.reconcile(ctx, live)
+	if e.opts.NetworkPolicies && !errors.Is(err, ErrID) {
+		deleted, perr := e.reconcilePolicies(ctx, live)
+		r.Deleted = append(r.Deleted, deleted...)
+		err = errors.Join(err, perr)
+	}
+	return r, err
+}
+
+// reconcile is Reconcile but for the policies.
+func (e *Executor) reconcile(ctx context.Context, live []Agent) (Reconciled, error) {
 	agents := make(map[string]Agent, len(live))
 	for _, a := range live {
 		if err := e.checkIDs(a.ID, a.Incarnation); err != nil {
