@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/substrat/substrat/fsstore"
 	"github.com/substrat/substrat/internal/k8stest"
 	wire "github.com/substrat/substrat/supervisor/api"
+	"github.com/substrat/substrat/supervisor/daemon"
 )
 
 // k8sGitModel is a script-provider model program (k8s-git-model in
@@ -341,13 +343,17 @@ func TestK8sExecutorCleanRestart(t *testing.T) {
 	if res := d.send("far", "write gone.txt from the pod"); !strings.HasPrefix(res.Text, "wrote gone.txt") {
 		t.Fatalf("the turn said %q", res.Text)
 	}
-	mustCall(d, wire.DaemonStop, struct{}{}, nil)
-	select {
-	case <-d.done:
-		d.cmd = nil
-	case <-time.After(30 * time.Second):
-		t.Fatal("the daemon did not stop")
+	stop := func() {
+		t.Helper()
+		mustCall(d, wire.DaemonStop, struct{}{}, nil)
+		select {
+		case <-d.done:
+			d.cmd = nil
+		case <-time.After(30 * time.Second):
+			t.Fatal("the daemon did not stop")
+		}
 	}
+	stop()
 	if err := os.Remove(filepath.Join(root, "gone.txt")); err != nil {
 		t.Fatal(err)
 	}
@@ -361,6 +367,33 @@ func TestK8sExecutorCleanRestart(t *testing.T) {
 	for _, dir := range []string{root, inPod} {
 		if _, err := os.Lstat(filepath.Join(dir, "gone.txt")); !os.IsNotExist(err) {
 			t.Errorf("gone.txt, deleted here, came back in %s: %v", dir, err)
+		}
+	}
+
+	// A turn whose copy into the pod fails (a daemon restarted with a
+	// wrong mount path) ran nothing there: the volume is still in sync,
+	// and a file deleted here after it does not come back either.
+	stop()
+	env := d.env
+	d.env = append(slices.Clone(env), daemon.K8sMountPathEnv+"=/nonexistent/workspace")
+	d.start()
+	var res wire.SendResult
+	mustStream(d, wire.AgentSend, wire.SendMessageParams{Ref: "far", Text: "write never.txt", Wait: true}, &res)
+	if !strings.Contains(res.Failed, "no workspace at /nonexistent/workspace") {
+		t.Fatalf("the turn with a wrong mount path: %+v", res)
+	}
+	stop()
+	d.env = env
+	if err := os.Remove(filepath.Join(root, "next.txt")); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	if res := d.send("far", "write last.txt after the failed turn"); !strings.HasPrefix(res.Text, "wrote last.txt") {
+		t.Fatalf("the turn after the failed one said %q", res.Text)
+	}
+	for _, dir := range []string{root, inPod} {
+		if _, err := os.Lstat(filepath.Join(dir, "next.txt")); !os.IsNotExist(err) {
+			t.Errorf("next.txt, deleted here after a failed copy, came back in %s: %v", dir, err)
 		}
 	}
 }

@@ -55,7 +55,8 @@ import (
 // its pod has nothing left to salvage). A turn whose copy came back in
 // full leaves a record of that on this machine (run/k8s/AGENT.synced,
 // with the volume's identity: kube_synced.go), removed before the next
-// push; the next turn, even after a daemon's restart, salvages only
+// process starts there (a push that fails writes only what is here);
+// the next turn, even after a daemon's restart, salvages only
 // without a record of its pod's volume, so what the user deleted here
 // since a clean turn does not come back from the volume. Turns of a
 // workspace's agents on Kubernetes take its root one at a time (each pod
@@ -449,6 +450,11 @@ func (h *host) k8sStart(sess *fsstore.Session, l fsstore.Limits, target string) 
 				if kr, err = h.k8sRelay(ctx, e, sess, inc, plan.sock); err != nil {
 					return nil, err
 				}
+			}
+			// Until the pull: the process may write the volume. A push
+			// that failed wrote only what is here, and leaves it.
+			if err := h.kubes.setSynced(sess.ID, ""); err != nil {
+				return nil, fmt.Errorf("the record of %s's volume in sync: %w", sess.Name, err)
 			}
 			return e.Start(ctx, &executor.Cmd{Agent: sess.ID, Incarnation: inc,
 				Argv: append([]string{p.Path}, p.Args[1:]...), Env: p.Env, Dir: p.Dir,

@@ -25,8 +25,9 @@ import (
 // volume, can neither make nor read it. It holds the volume's identity
 // (k8s.Executor.VolumeID: the home, the target, the claim's name and
 // UID), written atomically after a PullTrees that succeeded, and is
-// removed, durably, before each push (so before the process starts):
-// a turn cut short (a pod deleted, a daemon killed, a pull that failed)
+// removed, durably, right before a process starts in the pod (a push,
+// whether it fails or not, writes only what is here, and leaves it): a
+// turn cut short (a pod deleted, a daemon killed, a pull that failed)
 // leaves none, and the next turn salvages. A record of another volume (a
 // claim made again, another target, a copy of the home) does not count.
 // A record whose write was lost in a crash means a salvage, as before.

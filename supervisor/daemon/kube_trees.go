@@ -81,7 +81,8 @@ func (h *host) k8sTrees(sess *fsstore.Session, target, mountPath string) ([]k8s.
 // k8sCopyIn readies the pod's workspace for a turn: what a turn cut
 // short left in its volume vol is salvaged first, unless the agent's
 // last turn came back in full from that volume (kube_synced.go), then
-// trees are pushed, the record of the volume in sync removed first.
+// trees are pushed (k8sStart removes the record of the volume in sync
+// before the process starts).
 func (h *host) k8sCopyIn(ctx context.Context, e *k8s.Executor, sess *fsstore.Session, inc, vol string, trees []k8s.Tree) error {
 	if !h.kubes.isSynced(sess.ID, vol) {
 		err := e.SalvageTrees(ctx, sess.ID, inc, trees, "")
@@ -93,9 +94,6 @@ func (h *host) k8sCopyIn(ctx context.Context, e *k8s.Executor, sess *fsstore.Ses
 		case err != nil:
 			return fmt.Errorf("bringing back what was left in the pod of %s: %w", sess.Name, err)
 		}
-	}
-	if err := h.kubes.setSynced(sess.ID, ""); err != nil { // until the pull
-		return fmt.Errorf("the record of %s's volume in sync: %w", sess.Name, err)
 	}
 	if err := mountPoints(trees); err != nil {
 		return fmt.Errorf("workspace %s: %w", sess.Workspace, err)
