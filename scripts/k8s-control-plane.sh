@@ -284,7 +284,7 @@ agent_image() { # agent_image [TAG [FILE...]]: the agent image, from this machin
 	rm -rf "$root" && mkdir -p "$root"/{bin,usr/bin,tmp,workspace,etc}
 	for b in /bin/sh /usr/bin/setsid /usr/bin/head /usr/bin/mkfifo /usr/bin/mktemp /usr/bin/cat /usr/bin/tr \
 		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id \
-		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir /usr/bin/xargs /usr/bin/mv ${SUBSTRAT_K8S_IMAGE_FILES:-} "$@"; do
+		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir /usr/bin/xargs /usr/bin/mv /usr/bin/wc ${SUBSTRAT_K8S_IMAGE_FILES:-} "$@"; do
 		r=$(readlink -f "$b") || continue
 		mkdir -p "$root$(dirname "$b")" && cp "$r" "$root$b"
 		for l in $(ldd "$r" 2>/dev/null | grep -o '/[^ ]*'); do

@@ -73,6 +73,11 @@ func newToken() string {
 // tokenFile is where, in the agent's pod, its push's token is.
 func tokenFile(agent string) string { return "/tmp/substrat-push-" + agent }
 
+// tokenEnv is the environment of a push of agent with token.
+func tokenEnv(agent, token string) []string {
+	return []string{copyPath, "SUBSTRAT_PUSH_TOKEN=" + token, "SUBSTRAT_PUSH_TOKEN_FILE=" + tokenFile(agent)}
+}
+
 // stampTrees returns the stamps of the entries of send (of all) that a
 // push would write.
 func stampTrees(send, all []Tree) (map[string]string, error) {
@@ -189,11 +194,13 @@ const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4;` +
 	` cd -- "$d" || exit 2;` +
 	` head -c "$n" | xargs -0 -r rm -rf -- || exit 6;` +
 	` find . -mindepth 2 -name .git -prune -exec rm -rf {} + || exit 6;` +
-	` exec tar -x -o -f -`
+	` tar -x -o -f -` + tokenScript
 
-// tokenScript, after a full push, writes the token of
-// $SUBSTRAT_PUSH_TOKEN into the file $SUBSTRAT_PUSH_TOKEN_FILE (if set),
-// replacing whatever is there (a FIFO, a symlink) by a rename.
+// tokenScript, after a push, writes the token of $SUBSTRAT_PUSH_TOKEN
+// into the file $SUBSTRAT_PUSH_TOKEN_FILE (if set), replacing whatever is
+// there (a FIFO, a symlink) by a rename: a new file, whose time is the
+// push's end, which the next copy back compares the pod's files with
+// (pullChanges).
 const tokenScript = ` && { [ -z "${SUBSTRAT_PUSH_TOKEN_FILE:-}" ] || { t=$(mktemp /tmp/substrat-push.XXXXXX) &&` +
 	` printf %s "$SUBSTRAT_PUSH_TOKEN" >"$t" && mv -f -- "$t" "$SUBSTRAT_PUSH_TOKEN_FILE"; }; }`
 
@@ -222,7 +229,7 @@ func (e *Executor) pushChanges(ctx context.Context, agent, incarnation string, t
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
 		Argv: []string{"/bin/sh", "-c", incScript, "substrat-push", e.opts.MountPath, prev.token, tokenFile(agent), strconv.Itoa(list.Len())},
-		Env:  []string{copyPath}, Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
+		Env:  tokenEnv(agent, prev.token), Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
 	if err != nil {
 		return err
 	}

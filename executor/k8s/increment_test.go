@@ -185,3 +185,112 @@ func BenchmarkPushTrees(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPullTrees: a copy back of the workspace of BenchmarkPushTrees
+// from a pod on kwok where nothing changed: whole, and of what changed.
+func BenchmarkPullTrees(b *testing.B) {
+	root, inPod := b.TempDir(), b.TempDir()
+	e := newExec(b, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(b, e, a)
+	b.Cleanup(func() { os.Remove(tokenFile(a.ID)) })
+	data := make([]byte, 8<<10)
+	for i := range 2000 {
+		p := filepath.Join(root, "d"+string(rune('a'+i%20)), "f"+time.Duration(i).String())
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, data, 0o644)
+	}
+	trees := []Tree{{Local: root, RW: true}}
+	ctx := ctxT(b)
+	if err := e.PushTrees(ctx, a.ID, a.Incarnation, trees); err != nil {
+		b.Fatal(err)
+	}
+	for _, whole := range []bool{true, false} {
+		name := "nothing-changed"
+		if whole {
+			name = "whole"
+		}
+		b.Run(name, func(b *testing.B) {
+			if err := e.PushTrees(ctx, a.ID, a.Incarnation, trees); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if whole {
+					os.Remove(tokenFile(a.ID)) // no proof of the push: all of it
+				}
+				if err := e.PullTrees(ctx, a.ID, a.Incarnation, trees, b.TempDir()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestIncrementalPull: after a push, a copy back brings what changed in
+// the pod since (even a file whose time the agent set back: its ctime
+// moved), deletes here what went there, and leaves alone what did not
+// change there (a change made here meanwhile survives, and goes at the
+// next push); a pod without the push's token gets a full copy back.
+func TestIncrementalPull(t *testing.T) {
+	root, inPod := t.TempDir(), t.TempDir()
+	e := newExec(t, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	t.Cleanup(func() { os.Remove(tokenFile(a.ID)) })
+	for name, text := range map[string]string{"a.txt": "a", "b.txt": "b", "c.txt": "c", "d/x": "x", "kind": "file"} {
+		writeFile(t, filepath.Join(root, name), text, 0o644)
+	}
+	trees := []Tree{{Local: root, RW: true}}
+	push := func() {
+		t.Helper()
+		if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pull := func() {
+		t.Helper()
+		if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			return "(" + err.Error() + ")"
+		}
+		return string(b)
+	}
+	push()
+	time.Sleep(20 * time.Millisecond) // the process starts after the push
+	// The process, in the pod.
+	os.WriteFile(filepath.Join(inPod, "b.txt"), []byte("B from the pod"), 0o644)
+	os.Chtimes(filepath.Join(inPod, "b.txt"), time.Unix(1e9, 0), time.Unix(1e9, 0))
+	writeFile(t, filepath.Join(inPod, "new", "z"), "z", 0o644)
+	os.Remove(filepath.Join(inPod, "d", "x"))
+	os.Remove(filepath.Join(inPod, "kind"))
+	writeFile(t, filepath.Join(inPod, "kind", "in"), "in", 0o644)
+	// Meanwhile, here.
+	os.WriteFile(filepath.Join(root, "c.txt"), []byte("C here"), 0o644)
+	pull()
+	for name, want := range map[string]string{"a.txt": "a", "b.txt": "B from the pod", "c.txt": "C here", "new/z": "z", "kind/in": "in"} {
+		if got := read(name); got != want {
+			t.Errorf("after the copy back, %s here is %q, want %q", name, got, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, "d", "x")); !os.IsNotExist(err) {
+		t.Errorf("d/x, deleted in the pod, is here: %v", err)
+	}
+	// The change made here goes at the next push.
+	push()
+	if b, _ := os.ReadFile(filepath.Join(inPod, "c.txt")); string(b) != "C here" {
+		t.Errorf("c.txt in the pod after the push: %q", b)
+	}
+
+	// No token: a full copy back, which mirrors the pod.
+	os.WriteFile(filepath.Join(root, "c.txt"), []byte("C again here"), 0o644)
+	os.Remove(tokenFile(a.ID))
+	pull()
+	if got := read("c.txt"); got != "C here" {
+		t.Errorf("after a full copy back, c.txt here is %q, want the pod's", got)
+	}
+}

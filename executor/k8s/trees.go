@@ -242,7 +242,7 @@ func (e *Executor) push(ctx context.Context, agent, incarnation string, trees []
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
 		Argv:  pushArgv(e.opts.MountPath, keep),
-		Env:   []string{copyPath, "SUBSTRAT_PUSH_TOKEN=" + token, "SUBSTRAT_PUSH_TOKEN_FILE=" + tokenFile(agent)},
+		Env:   tokenEnv(agent, token),
 		Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
 	if err != nil {
 		return err
@@ -422,9 +422,25 @@ func (e *Executor) pullTrees(ctx context.Context, agent, incarnation string, tre
 			os.RemoveAll(s.dir)
 		}
 	}()
+	token := e.pushToken(agent)
 	for i, t := range trees {
 		if !t.RW {
 			continue
+		}
+		if token != "" && !salvage {
+			before := b
+			st, err := e.pullChanges(ctx, agent, incarnation, trees, i, tmp, token, &b)
+			switch {
+			case err == nil:
+				all = append(all, st)
+				continue
+			case errors.Is(err, ErrRefused):
+				os.RemoveAll(st.dir)
+				return 0, fmt.Errorf("copying the pod's %s back into %s: %w", path.Join(e.opts.MountPath, t.Rel), t.Local, err)
+			}
+			// Any other failure: a full copy back.
+			os.RemoveAll(st.dir)
+			b = before
 		}
 		keep := append(append([]string(nil), t.Keep...), nested(trees, i)...)
 		dir, err := os.MkdirTemp(tmp, "substrat-pull-")
@@ -470,6 +486,14 @@ func (e *Executor) readPod(ctx context.Context, agent, incarnation, rel, stage s
 			argv = append(argv, "--exclude=./"+k)
 		}
 	}
+	return e.readStream(ctx, agent, incarnation, argv, stage, keep, b, nil)
+}
+
+// readStream runs argv in the pod, whose output is what head reads (if
+// not nil) then a tar stream, which it unpacks into stage as readPod
+// does. Exit status 3 is errNoTree.
+func (e *Executor) readStream(ctx context.Context, agent, incarnation string, argv []string, stage string, keep []string, b *budget,
+	head func(*bufio.Reader) error) (map[string]kind, error) {
 	pr, pw := io.Pipe()
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation, Argv: argv, Env: []string{copyPath},
@@ -483,11 +507,19 @@ func (e *Executor) readPod(ctx context.Context, agent, incarnation, rel, stage s
 		pw.Close()
 		done <- err
 	}()
-	names, rerr := readTar(pr, stage, keep, b)
+	br := bufio.NewReaderSize(pr, 64<<10)
+	var names map[string]kind
+	var rerr error
+	if head != nil {
+		rerr = head(br)
+	}
+	if rerr == nil {
+		names, rerr = readTar(br, stage, keep, b)
+	}
 	if rerr == nil {
 		// What follows the archive's end (tar's padding of its last
 		// record), up to a bound.
-		if n, _ := io.CopyN(io.Discard, pr, 1<<20); n == 1<<20 {
+		if n, _ := io.CopyN(io.Discard, br, 1<<20); n == 1<<20 {
 			rerr = fmt.Errorf("%w: more than 1 MiB after the end of its archive", ErrRefused)
 		}
 	}
