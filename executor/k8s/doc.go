@@ -36,9 +36,10 @@
 //
 // Copies. Push copies a workspace into the pod's workspace volume and
 // Pull copies it back, each through an exec like Start's (a tar stream
-// on its input or output: the image needs tar, find, xargs and mv too
-// (a push after a clean copy back sends only what changed:
-// increment.go), and chmod
+// on its input or output: the image needs tar, find, xargs, mv and wc
+// too (a push after a clean copy back sends only what changed:
+// increment.go; a copy back after a push brings only what changed:
+// increment_pull.go), and chmod
 // to unlock what the agent locked there, which would otherwise fail
 // every later copy). Push makes
 // the pod's copy a mirror; Pull treats what comes back as hostile, under

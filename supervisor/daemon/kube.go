@@ -61,7 +61,10 @@ import (
 // since a clean turn does not come back from the volume. Turns of a
 // workspace's agents on Kubernetes take its root one at a time (each pod
 // has a workspace of its own, and the copy back is a mirror). A change made here to the
-// root during such a turn is replaced when the copy comes back.
+// root during such a turn is replaced when the copy comes back if the
+// pod changed the same entry, or the copy back is a full one (the copy
+// back after a push brings only what changed there: k8s's
+// increment_pull.go).
 //
 // A CLI provider's own HOME and MCP config go into the volume too, and
 // its tool socket is relayed into the pod over an exec (kube_cli.go).
