@@ -286,6 +286,10 @@ agent_image() { # agent_image [TAG [FILE...]]: the agent image, from this machin
 		/usr/bin/grep /usr/bin/sleep /usr/bin/env /usr/bin/rm /usr/bin/echo /usr/bin/true /usr/bin/false /usr/bin/id \
 		/usr/bin/tar /usr/bin/find /usr/bin/ln /usr/bin/mkdir /usr/bin/xargs /usr/bin/mv /usr/bin/wc ${SUBSTRAT_K8S_IMAGE_FILES:-} "$@"; do
 		r=$(readlink -f "$b") || continue
+		if [ -d "$r" ]; then # a directory: as it is (a CLI's package)
+			mkdir -p "$root$b" && cp -a "$r/." "$root$b/"
+			continue
+		fi
 		mkdir -p "$root$(dirname "$b")" && cp "$r" "$root$b"
 		for l in $(ldd "$r" 2>/dev/null | grep -o '/[^ ]*'); do
 			mkdir -p "$root$(dirname "$l")" && cp -n "$(readlink -f "$l")" "$root$l"
@@ -297,7 +301,7 @@ agent_image() { # agent_image [TAG [FILE...]]: the agent image, from this machin
 	rm -rf "$root"
 }
 
-image() { # image TAG FILE...: one more agent image, with FILE... besides, on the real kubelet's node
+image() { # image TAG FILE...: one more agent image, with FILE... (files or directories) besides, on the real kubelet's node
 	local tag=$1 C=$RUN_DIR/containerd
 	shift
 	[[ $tag =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die "a bad image tag: $tag"

@@ -14,7 +14,6 @@ import (
 	"github.com/substrat/substrat/internal/k8stest"
 	"github.com/substrat/substrat/provider/fakeapi"
 	wire "github.com/substrat/substrat/supervisor/api"
-	"github.com/substrat/substrat/supervisor/daemon"
 )
 
 // k8sClaudeReply plays the model of TestK8sExecutorCLI: "remember" is
@@ -195,82 +194,5 @@ func TestK8sExecutorCodexGemini(t *testing.T) {
 		if ps := relayProcs(a.ID); len(ps) > 0 {
 			t.Errorf("%s: the relay outlived the turn: %v", p, ps)
 		}
-	}
-}
-
-// TestK8sExecutorCLIRealKubelet: the real Claude Code CLI runs a turn in
-// a real container (containerd, runc) on the real kubelet, whose image
-// holds only the CLI's binary and substrat's at their paths here (and
-// a shell, tar, find): its HOME, MCP config and workspace reach it only
-// as copies in the claim's volume, and its tools only through the relay.
-// A tool call reaches USER, and the second turn resumes the session the
-// first left.
-func TestK8sExecutorCLIRealKubelet(t *testing.T) {
-	node, _ := k8stest.Kubelet(t)
-	cli := claudeCLI(t)
-	prog, err := filepath.EvalSymlinks(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The daemon (this test binary, as substrat) runs the MCP server and
-	// the relay at the path it runs from: one outside /tmp, which the
-	// pod's own hides.
-	dir, err := os.MkdirTemp("/var/tmp", "substrat-k8s-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	substrat := filepath.Join(dir, "substrat")
-	if out, err := exec.Command("cp", lookPath(t, "substrat"), substrat).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	image := k8stest.Image(t, "claude", prog, substrat)
-	kubeconfig, ns, core := k8sCluster(t)
-	api := fakeapi.NewClaude(k8sClaudeReply)
-	t.Cleanup(api.Close)
-	spec := `{"nodeName":"` + node + `","hostNetwork":true,"tolerations":[{"operator":"Exists"}]}`
-	d := runDaemonAt(t, substrat, append(claudeEnv(cli, api.URL),
-		"KUBECONFIG="+kubeconfig, daemon.K8sImageEnv+"="+image, daemon.K8sPodSpecEnv+"="+spec)...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
-			t.Logf("the daemon's log:\n%s", b)
-		}
-	})
-	mustCall(d, wire.WorkspaceCreate, wire.WorkspaceParams{Name: "lab", Network: true}, nil)
-	var a wire.AgentInfo
-	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Provider: "claude", Workspace: "lab",
-		Executor: "k8s://" + k8stest.Context + "/" + ns}, &a)
-	vol := agentVolume(t, core, ns, a.ID)
-
-	t0 := time.Now()
-	if res := d.send("far", "remember MANGO"); !strings.HasPrefix(res.Text, "sent: ") {
-		t.Fatalf("the first turn said %q", res.Text)
-	}
-	first := time.Since(t0)
-	if got := d.waitInbox("MANGO noted from the pod", time.Minute); got != "MANGO noted from the pod" {
-		t.Errorf("USER got %q", got)
-	}
-	t0 = time.Now()
-	if res := d.send("far", "what did I say?"); res.Text != "you said MANGO" {
-		t.Errorf("the second turn in the container said %q", res.Text)
-	}
-	t.Logf("Claude Code's turns in a container on the real kubelet: the first %v (pod made), then %v",
-		first.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
-	// Its HOME was in the claim's volume, written by the container's user.
-	var transcripts []string
-	filepath.WalkDir(filepath.Join(vol, k8s.OwnDir), func(p string, de os.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, ".jsonl") {
-			transcripts = append(transcripts, p)
-		}
-		return nil
-	})
-	if len(transcripts) == 0 {
-		t.Errorf("no session transcript in the claim's volume")
-	}
-	pods := agentPods(t, core, ns, a.ID)
-	if len(pods) != 1 || pods[0].Spec.NodeName != node {
-		t.Fatalf("%d pods, on %v", len(pods), pods)
 	}
 }
