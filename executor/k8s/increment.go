@@ -190,7 +190,7 @@ func changes(prev *pushed, now map[string]string, trees []Tree, keep []string) (
 // push unlocks.
 const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4;` +
 	` [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
-	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(cat -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
+	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(head -c 64 -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
 	` cd -- "$d" || exit 2;` +
 	` head -c "$n" | xargs -0 -r rm -rf -- || exit 6;` +
 	` find . -mindepth 2 -name .git -prune -exec rm -rf {} + || exit 6;` +

@@ -37,7 +37,7 @@ import (
 // first), then the tar stream.
 const pullIncScript = `d=$1; tok=$2; f=$3; shift 3;` +
 	` [ -d "$d" ] && [ ! -h "$d" ] || { echo "no directory at $d" >&2; exit 3; };` +
-	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(cat -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
+	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(head -c 64 -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
 	` cd -- "$d" || exit 2; find . \( -type d ! -perm -u=rx -exec chmod u+rwx {} \; \) -o` +
 	` \( -type f ! -perm -u=r -exec chmod u+r {} \; \) 2>/dev/null;` +
 	` t=$(mktemp -d) || exit 2;` +
