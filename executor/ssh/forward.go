@@ -20,10 +20,12 @@ const maxSocketPath = 108
 // and the root may be a long home's), that reaches the local Unix socket local
 // through the master connection (ssh -R, a remote stream-local
 // forwarding), and returns its path on the host. name tells the
-// agent's sockets apart. A socket left there (by a master that died, or a
-// daemon) is removed first, and a forwarding of the same path by this
-// master cancelled, so that the new one listens: call it before each
-// turn, as a new master (after a lost connection) has none. sshd
+// agent's sockets apart. The socket is a file of the host: a process
+// through any master of the pool reaches it, while the one master that
+// holds the forwarding runs. A socket left there (by a master that
+// died, or a daemon) is removed first, and a forwarding of the same
+// path by the executor cancelled, so that the new one listens: call it
+// before each turn, as a new master (after a lost connection) has none. sshd
 // creates the socket as the login user, mode 0600 under its umask; its
 // AllowStreamLocalForwarding must not be off.
 func (e *Executor) Forward(ctx context.Context, agent, name, local string) (string, error) {
@@ -48,16 +50,35 @@ func (e *Executor) Forward(ctx context.Context, agent, name, local string) (stri
 		return "", fmt.Errorf("ssh executor: the socket %s on %s would have a path too long for a Unix socket; set a shorter root", remote, e.host)
 	}
 	spec := remote + ":" + local
-	// No master yet, or no such forwarding: nothing to cancel.
-	exec.CommandContext(ctx, "ssh", e.args("-O", "cancel", "-R", spec, "--", e.host)...).Run()
+	e.pmu.Lock()
+	old := e.fwds[remote]
+	e.pmu.Unlock()
+	if old.m != nil && old.m.alive() {
+		exec.CommandContext(ctx, "ssh", e.args(old.m.sock, "-O", "cancel", "-R", old.spec, "--", e.host)...).Run()
+	}
 	if _, err := e.run(ctx, `mkdir -p -- "$1" && rm -f -- "$2"`, filepath.Dir(remote), remote); err != nil {
 		return "", err
 	}
-	out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput()
+	m, err := e.acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer e.release(m)
+	out, err := exec.CommandContext(ctx, "ssh", e.args(m.sock, "-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("ssh %s: forwarding %s to %s: %v: %s", e.host, remote, local, err, bytes.TrimSpace(out))
 	}
+	e.pmu.Lock()
+	e.fwds[remote] = forwarding{m, spec}
+	e.pmu.Unlock()
 	return remote, nil
+}
+
+// forwarding is a socket that Forward made: the master that holds it,
+// and its ssh -R spec.
+type forwarding struct {
+	m    *master
+	spec string
 }
 
 // socketsDir is the directory of the root that holds the forwarded
