@@ -169,3 +169,22 @@ func TestPoolBound(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolEnv: the pool's bounds come from the environment when the
+// options leave them unset; a bad value is refused.
+func TestPoolEnv(t *testing.T) {
+	t.Setenv(MaxMastersEnv, "3")
+	t.Setenv(MaxSessionsEnv, "2")
+	e, err := New("h", Options{MaxSessions: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if len(e.masters) != 3 || e.limit != 5 {
+		t.Errorf("%d masters, %d sessions; want 3, 5", len(e.masters), e.limit)
+	}
+	t.Setenv(MaxSessionsEnv, "-1")
+	if _, err := New("h", Options{}); err == nil || !strings.Contains(err.Error(), MaxSessionsEnv) {
+		t.Errorf("New with $%s=-1: %v", MaxSessionsEnv, err)
+	}
+}

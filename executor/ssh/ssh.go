@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -35,6 +36,13 @@ const ConfigEnv = "SUBSTRAT_SSH_CONFIG"
 // not the place for them, and for tests, whose host is this machine.
 const RootEnv = "SUBSTRAT_SSH_ROOT"
 
+// MaxMastersEnv and MaxSessionsEnv set Options.MaxMasters and
+// Options.MaxSessions when they are zero.
+const (
+	MaxMastersEnv  = "SUBSTRAT_SSH_MAX_MASTERS"
+	MaxSessionsEnv = "SUBSTRAT_SSH_MAX_SESSIONS"
+)
+
 // Options configure an Executor.
 type Options struct {
 	// Config is the ssh_config file (ssh -F); "" is the user's own.
@@ -58,7 +66,8 @@ type Options struct {
 	// see the package doc); MaxSessions is how many sessions (a
 	// process, an rsync, a command of the executor) one of them
 	// carries: the host's sshd MaxSessions, learned lower from a
-	// refused session. Zero means the defaults.
+	// refused session. Zero means $SUBSTRAT_SSH_MAX_MASTERS and
+	// $SUBSTRAT_SSH_MAX_SESSIONS, else the defaults.
 	MaxMasters, MaxSessions int
 }
 
@@ -124,11 +133,8 @@ func New(host string, opts Options) (*Executor, error) {
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = DefaultMaxFiles
 	}
-	if opts.MaxMasters <= 0 {
-		opts.MaxMasters = DefaultMaxMasters
-	}
-	if opts.MaxSessions <= 0 {
-		opts.MaxSessions = DefaultMaxSessions
+	if err := opts.pool(); err != nil {
+		return nil, err
 	}
 	// A unix socket path is short (108 bytes): a short private dir (ssh
 	// adds 17 bytes to the socket's name while it binds it).
@@ -142,6 +148,29 @@ func New(host string, opts Options) (*Executor, error) {
 	}
 	return &Executor{host: host, opts: opts, ctlDir: dir, root: opts.Root,
 		masters: make([]*master, opts.MaxMasters), limit: opts.MaxSessions, fwds: map[string]forwarding{}}, nil
+}
+
+// pool fills in the pool's bounds: from $SUBSTRAT_SSH_MAX_MASTERS and
+// $SUBSTRAT_SSH_MAX_SESSIONS when they are zero, else the defaults.
+func (o *Options) pool() error {
+	for _, b := range []struct {
+		v   *int
+		env string
+		def int
+	}{{&o.MaxMasters, MaxMastersEnv, DefaultMaxMasters}, {&o.MaxSessions, MaxSessionsEnv, DefaultMaxSessions}} {
+		if *b.v > 0 {
+			continue
+		}
+		*b.v = b.def
+		if s := os.Getenv(b.env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 || n > 1000 {
+				return fmt.Errorf("ssh executor: $%s=%q is not a number from 1 to 1000", b.env, s)
+			}
+			*b.v = n
+		}
+	}
+	return nil
 }
 
 // Host is the destination the executor runs on.
