@@ -197,7 +197,11 @@ func (e *Executor) open(ctx context.Context, i int) (*master, error) {
 		return nil, fmt.Errorf("ssh %s: %v", e.host, err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- m.cmd.Wait(); close(m.done) }() // reaps it whenever it ends
+	go func() { // reaps it whenever it ends
+		exited <- m.cmd.Wait()
+		close(m.done)
+		e.lost(m)
+	}()
 	return m, e.ready(ctx, m, exited)
 }
 

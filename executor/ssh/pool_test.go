@@ -188,3 +188,36 @@ func TestPoolEnv(t *testing.T) {
 		t.Errorf("New with $%s=-1: %v", MaxSessionsEnv, err)
 	}
 }
+
+// TestPoolForwardLost: the master that holds a forwarding lost, the
+// processes on the other masters reach the socket again.
+func TestPoolForwardLost(t *testing.T) {
+	_, e := startMax(t, Options{MaxSessions: 2})
+	ctx := context.Background()
+	remote, err := e.Forward(ctx, "pool", "tool.sock", serve(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []*held
+	for range 4 {
+		hs = append(hs, hold(t, e, `exec "$1" -test.run=^$`, dialEnv+"="+remote))
+	}
+	e.pmu.Lock()
+	holder, m0, m1 := e.fwds[remote].m, e.masters[0], e.masters[1]
+	e.pmu.Unlock()
+	if holder != m0 || m1 == nil {
+		t.Fatalf("the forwarding on %v, the second master %v", holder, m1)
+	}
+	holder.cmd.Process.Kill()
+	until(t, func() bool {
+		e.pmu.Lock()
+		defer e.pmu.Unlock()
+		f := e.fwds[remote]
+		return f.m != nil && f.m != holder
+	})
+	for i, h := range hs[2:] {
+		if out := h.finish(t); out != "pong ping\n" {
+			t.Errorf("process %d on the second master said %q; stderr %q", i+2, out, h.stderr.String())
+		}
+	}
+}

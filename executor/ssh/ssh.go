@@ -92,6 +92,7 @@ type Executor struct {
 	root string
 
 	omu     sync.Mutex            // held while a master is opened
+	fmu     sync.Mutex            // held while a forwarding is made
 	pmu     sync.Mutex            // guards what follows
 	masters []*master             // the pool, MaxMasters slots; nil: none opened
 	limit   int                   // sessions a master carries, learned
