@@ -128,16 +128,17 @@ var refusals = [][]byte{[]byte("Session open refused by peer"), []byte("open fai
 // watch learns the bound of sessions a master carries from what an ssh
 // client through m printed first (its standard error): a refusal means
 // that the sessions counted against m, but this one, are the most its
-// sshd takes.
-func (e *Executor) watch(m *master, stderr []byte) {
+// sshd takes. It reports whether there was one.
+func (e *Executor) watch(m *master, stderr []byte) bool {
 	for _, r := range refusals {
 		if bytes.Contains(stderr, r) {
 			e.pmu.Lock()
 			e.limit = max(1, min(e.limit, m.sessions-1))
 			e.pmu.Unlock()
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // watcher passes what it is written to w (nil: nowhere), and the first
@@ -147,12 +148,13 @@ type watcher struct {
 	e    *Executor
 	m    *master
 	head []byte
+	done bool // seen a refusal, or enough
 }
 
 func (w *watcher) Write(p []byte) (int, error) {
-	if len(w.head) < 512 {
+	if !w.done {
 		w.head = append(w.head, p[:min(len(p), 512)]...)
-		w.e.watch(w.m, w.head)
+		w.done = w.e.watch(w.m, w.head) || len(w.head) >= 512
 	}
 	if w.w == nil {
 		return len(p), nil
