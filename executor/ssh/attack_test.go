@@ -165,10 +165,12 @@ func TestNoAgentForwarding(t *testing.T) {
 	}
 	defer e.Close()
 	ctx := context.Background()
-	if err := e.connect(ctx); err != nil {
+	m, err := e.acquire(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := e.client(ctx, `echo "agent=${SSH_AUTH_SOCK}"`).Output()
+	defer e.release(m)
+	out, err := e.client(ctx, m, `echo "agent=${SSH_AUTH_SOCK}"`).Output()
 	if err != nil {
 		t.Fatal(err)
 	}

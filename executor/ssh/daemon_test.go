@@ -73,7 +73,7 @@ func TestDaemonKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	masters := func() (alive []string) {
-		socks, _ := filepath.Glob(filepath.Join(tmp, "*", "master"))
+		socks, _ := filepath.Glob(filepath.Join(tmp, "*", "m[0-9]"))
 		for _, sock := range socks {
 			if exec.Command("ssh", "-F", s.Config, "-o", "ControlPath="+sock, "-O", "check", s.Host).Run() == nil {
 				alive = append(alive, sock)

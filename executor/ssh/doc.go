@@ -3,9 +3,21 @@
 // ProxyJump and the user's keys work as they do for ssh itself
 // ($SUBSTRAT_SSH_CONFIG names an ssh_config of Substrat's own).
 //
-// Connection. One master connection per host (ControlMaster, its socket
-// in a private directory of the executor); every process and every
-// rsync goes through it, so a turn does not pay a handshake.
+// Connections. A pool of master connections per host (ControlMaster,
+// each with its socket in a private directory of the executor); every
+// process, every rsync and every command of the executor is a session
+// through one of them, so a turn does not pay a handshake. sshd's
+// MaxSessions (10 by default) bounds the sessions one connection
+// carries: each session is counted against its master, and a new
+// master is opened when those open are at the bound, up to MaxMasters
+// (4 by default, $SUBSTRAT_SSH_MAX_MASTERS). The bound is
+// Options.MaxSessions (10, $SUBSTRAT_SSH_MAX_SESSIONS), and is learned
+// lower when the host refuses a session ("Session open refused by
+// peer", which OpenSSH's client prints before it makes, for that
+// session, a connection of its own: it still runs, at the cost of a
+// handshake). So does a session beyond the pool's, every master full.
+// A master that exits (a lost connection) is replaced by the next
+// session that needs one; Close stops them all.
 //
 // Processes. The host runs each command in a small /bin/sh wrapper
 // (see wrapper in start.go) whose command line carries only fixed words
@@ -62,9 +74,12 @@
 //	done
 //
 // Sockets. Forward makes a Unix socket on the host that reaches one of
-// this machine through the master (a remote stream-local forwarding,
+// this machine through a master (a remote stream-local forwarding,
 // ssh -R): the agent's tool socket, which the daemon binds into the
-// sandbox for the CLI's MCP server. Its path there must fit a Unix
+// sandbox for the CLI's MCP server. The socket is a file of the host,
+// so the processes of every master reach it, while the one master that
+// holds its forwarding runs; when that one is lost, its forwardings are
+// made again on another. Its path there must fit a Unix
 // socket's (107 bytes), so it is short: Root/sockets/HASH.sock, HASH
 // 24 hex digits of a hash of the home, the agent and the socket's name
 // (38 bytes past the root: a root of up to 68 bytes will do). The
@@ -72,9 +87,10 @@
 // and replaced by the next Forward of its agent.
 //
 // Limits, known. A remote exit status of 255 reads as ssh's own
-// failure (a lost connection). sshd's MaxSessions (10 by default) bounds the processes that
-// run at once through one master; more are refused (a pool of masters
-// per host is to come). The daemon puts an agent's limits on its
+// failure (a lost connection). More sessions at once than the pool's
+// masters carry (MaxMasters times sshd's MaxSessions) each make a
+// connection of their own (see Connections). A lost master ends the
+// processes that ran through it, not the others'. The daemon puts an agent's limits on its
 // processes there as rlimits (memory as the data segment, processes as
 // the user's), not in a cgroup of the host. The host's login shell must take POSIX quoting and exec, and
 // Fence reads the host's /proc (bwrap makes it Linux anyway).

@@ -165,10 +165,15 @@ func (e *Executor) checkForward(ctx context.Context) error {
 	}
 	defer e.run(context.WithoutCancel(ctx), `rm -rf -- "$1"`, rdir)
 	spec := rdir + "/s:" + local
-	if out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput(); err != nil {
+	m, err := e.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.release(m)
+	if out, err := exec.CommandContext(ctx, "ssh", e.args(m.sock, "-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput(); err != nil {
 		return fmt.Errorf("its sshd does not forward a Unix socket (AllowStreamLocalForwarding), which agents' tools need: %s", bytes.TrimSpace(out))
 	}
-	defer exec.Command("ssh", e.args("-O", "cancel", "-R", spec, "--", e.host)...).Run()
+	defer exec.Command("ssh", e.args(m.sock, "-O", "cancel", "-R", spec, "--", e.host)...).Run()
 	if _, err := e.run(ctx, `[ -S "$1" ]`, rdir+"/s"); err != nil {
 		return fmt.Errorf("its sshd does not forward a Unix socket (AllowStreamLocalForwarding), which agents' tools need")
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // maxSocketPath bounds a Unix socket's path (sun_path, its NUL
@@ -20,10 +21,12 @@ const maxSocketPath = 108
 // and the root may be a long home's), that reaches the local Unix socket local
 // through the master connection (ssh -R, a remote stream-local
 // forwarding), and returns its path on the host. name tells the
-// agent's sockets apart. A socket left there (by a master that died, or a
-// daemon) is removed first, and a forwarding of the same path by this
-// master cancelled, so that the new one listens: call it before each
-// turn, as a new master (after a lost connection) has none. sshd
+// agent's sockets apart. The socket is a file of the host: a process
+// through any master of the pool reaches it, while the one master that
+// holds the forwarding runs. A socket left there (by a master that
+// died, or a daemon) is removed first, and a forwarding of the same
+// path by the executor cancelled, so that the new one listens: call it
+// before each turn, as a new master (after a lost connection) has none. sshd
 // creates the socket as the login user, mode 0600 under its umask; its
 // AllowStreamLocalForwarding must not be off.
 func (e *Executor) Forward(ctx context.Context, agent, name, local string) (string, error) {
@@ -47,17 +50,68 @@ func (e *Executor) Forward(ctx context.Context, agent, name, local string) (stri
 	if len(remote) >= maxSocketPath {
 		return "", fmt.Errorf("ssh executor: the socket %s on %s would have a path too long for a Unix socket; set a shorter root", remote, e.host)
 	}
-	spec := remote + ":" + local
-	// No master yet, or no such forwarding: nothing to cancel.
-	exec.CommandContext(ctx, "ssh", e.args("-O", "cancel", "-R", spec, "--", e.host)...).Run()
-	if _, err := e.run(ctx, `mkdir -p -- "$1" && rm -f -- "$2"`, filepath.Dir(remote), remote); err != nil {
+	if err := e.forward(ctx, remote, remote+":"+local); err != nil {
 		return "", err
 	}
-	out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("ssh %s: forwarding %s to %s: %v: %s", e.host, remote, local, err, bytes.TrimSpace(out))
-	}
 	return remote, nil
+}
+
+// forward makes the forwarding spec (remote:local) on a master of the
+// pool, after the executor's of remote, if any, is cancelled and a
+// socket left at remote removed.
+func (e *Executor) forward(ctx context.Context, remote, spec string) error {
+	e.fmu.Lock()
+	defer e.fmu.Unlock()
+	e.pmu.Lock()
+	old := e.fwds[remote]
+	e.pmu.Unlock()
+	if old.m != nil && old.m.alive() {
+		exec.CommandContext(ctx, "ssh", e.args(old.m.sock, "-O", "cancel", "-R", old.spec, "--", e.host)...).Run()
+	}
+	if _, err := e.run(ctx, `mkdir -p -- "$1" && rm -f -- "$2"`, filepath.Dir(remote), remote); err != nil {
+		return err
+	}
+	m, err := e.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	e.release(m) // a forwarding is no session
+	out, err := exec.CommandContext(ctx, "ssh", e.args(m.sock, "-O", "forward", "-R", spec, "--", e.host)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ssh %s: forwarding %s: %v: %s", e.host, spec, err, bytes.TrimSpace(out))
+	}
+	e.pmu.Lock()
+	e.fwds[remote] = forwarding{m, spec}
+	e.pmu.Unlock()
+	return nil
+}
+
+// lost makes again, on another master, the forwardings that the master
+// m held, now that it has exited (a lost connection): processes on the
+// other masters keep reaching their sockets, after a moment without.
+func (e *Executor) lost(m *master) {
+	e.pmu.Lock()
+	var again []forwarding
+	for remote, f := range e.fwds {
+		if f.m == m && !e.closed {
+			again = append(again, forwarding{spec: f.spec})
+			delete(e.fwds, remote)
+		}
+	}
+	e.pmu.Unlock()
+	for _, f := range again {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		remote, _, _ := strings.Cut(f.spec, ":")
+		e.forward(ctx, remote, f.spec) // else the next Forward
+		cancel()
+	}
+}
+
+// forwarding is a socket that Forward made: the master that holds it,
+// and its ssh -R spec.
+type forwarding struct {
+	m    *master
+	spec string
 }
 
 // socketsDir is the directory of the root that holds the forwarded

@@ -5,15 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -38,6 +36,13 @@ const ConfigEnv = "SUBSTRAT_SSH_CONFIG"
 // not the place for them, and for tests, whose host is this machine.
 const RootEnv = "SUBSTRAT_SSH_ROOT"
 
+// MaxMastersEnv and MaxSessionsEnv set Options.MaxMasters and
+// Options.MaxSessions when they are zero.
+const (
+	MaxMastersEnv  = "SUBSTRAT_SSH_MAX_MASTERS"
+	MaxSessionsEnv = "SUBSTRAT_SSH_MAX_SESSIONS"
+)
+
 // Options configure an Executor.
 type Options struct {
 	// Config is the ssh_config file (ssh -F); "" is the user's own.
@@ -57,6 +62,13 @@ type Options struct {
 	// MaxFiles bounds the number of its entries. Zero means the
 	// defaults.
 	MaxFileSize, MaxTotalSize, MaxFiles int64
+	// MaxMasters bounds the master connections to the host (the pool,
+	// see the package doc); MaxSessions is how many sessions (a
+	// process, an rsync, a command of the executor) one of them
+	// carries: the host's sshd MaxSessions, learned lower from a
+	// refused session. Zero means $SUBSTRAT_SSH_MAX_MASTERS and
+	// $SUBSTRAT_SSH_MAX_SESSIONS, else the defaults.
+	MaxMasters, MaxSessions int
 }
 
 // Default bounds of Pull.
@@ -64,16 +76,28 @@ const (
 	DefaultMaxFileSize  = 256 << 20
 	DefaultMaxTotalSize = 2 << 30
 	DefaultMaxFiles     = 200_000
+	// DefaultMaxMasters masters to a host, DefaultMaxSessions sessions
+	// each (sshd's default MaxSessions).
+	DefaultMaxMasters  = 4
+	DefaultMaxSessions = 10
 )
 
 // Executor runs agents' processes on one host over ssh.
 type Executor struct {
 	host   string
 	opts   Options
-	ctlDir string // private: the master's socket and log
+	ctlDir string // private: the masters' sockets and logs
 
-	mu   sync.Mutex // guards root and master start-up
+	mu   sync.Mutex // guards root
 	root string
+
+	omu     sync.Mutex            // held while a master is opened
+	fmu     sync.Mutex            // held while a forwarding is made
+	pmu     sync.Mutex            // guards what follows
+	masters []*master             // the pool, MaxMasters slots; nil: none opened
+	limit   int                   // sessions a master carries, learned
+	fwds    map[string]forwarding // by the path on the host
+	closed  bool
 }
 
 // hostRE: what a host may look like: a name, an alias, user@host, an
@@ -110,6 +134,9 @@ func New(host string, opts Options) (*Executor, error) {
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = DefaultMaxFiles
 	}
+	if err := opts.pool(); err != nil {
+		return nil, err
+	}
 	// A unix socket path is short (108 bytes): a short private dir (ssh
 	// adds 17 bytes to the socket's name while it binds it).
 	base := os.TempDir()
@@ -120,31 +147,64 @@ func New(host string, opts Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{host: host, opts: opts, ctlDir: dir, root: opts.Root}, nil
+	return &Executor{host: host, opts: opts, ctlDir: dir, root: opts.Root,
+		masters: make([]*master, opts.MaxMasters), limit: opts.MaxSessions, fwds: map[string]forwarding{}}, nil
+}
+
+// pool fills in the pool's bounds: from $SUBSTRAT_SSH_MAX_MASTERS and
+// $SUBSTRAT_SSH_MAX_SESSIONS when they are zero, else the defaults.
+func (o *Options) pool() error {
+	for _, b := range []struct {
+		v   *int
+		env string
+		def int
+	}{{&o.MaxMasters, MaxMastersEnv, DefaultMaxMasters}, {&o.MaxSessions, MaxSessionsEnv, DefaultMaxSessions}} {
+		if *b.v > 0 {
+			continue
+		}
+		*b.v = b.def
+		if s := os.Getenv(b.env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 || n > 1000 {
+				return fmt.Errorf("ssh executor: $%s=%q is not a number from 1 to 1000", b.env, s)
+			}
+			*b.v = n
+		}
+	}
+	return nil
 }
 
 // Host is the destination the executor runs on.
 func (e *Executor) Host() string { return e.host }
 
-// Close stops the connection's master and removes its private dir.
-// Processes still running through it die with it.
+// Close stops every master connection and removes the private dir.
+// Processes still running through them die with them. Nothing runs
+// through the executor after.
 func (e *Executor) Close() error {
-	cmd := exec.Command("ssh", e.args("-O", "exit", "--", e.host)...)
-	cmd.Run() // no master is fine
+	e.pmu.Lock()
+	e.closed = true
+	ms := e.masters
+	e.pmu.Unlock()
+	for _, m := range ms {
+		if m != nil {
+			m.stop(e)
+		}
+	}
 	return os.RemoveAll(e.ctlDir)
 }
 
-// args returns the options every ssh of the executor takes, then more.
+// args returns the options every ssh of the executor takes, through the
+// master whose control socket is sock, then more.
 // No agent or X11 forwarding, whatever the user's ssh_config says for
 // the host: a host that runs agents is not to reach the user's keys or
 // display (the command line wins over the config).
-func (e *Executor) args(more ...string) []string {
+func (e *Executor) args(sock string, more ...string) []string {
 	var a []string
 	if e.opts.Config != "" {
 		a = append(a, "-F", e.opts.Config)
 	}
 	a = append(a,
-		"-o", "ControlPath="+e.socket(),
+		"-o", "ControlPath="+sock,
 		"-o", "BatchMode=yes",
 		"-o", "ForwardAgent=no",
 		"-o", "ForwardX11=no",
@@ -152,105 +212,29 @@ func (e *Executor) args(more ...string) []string {
 	return append(a, more...)
 }
 
-// connect makes sure the master connection runs. The master is a child
-// of this process of its own (not forked by a client, ControlMaster=auto,
-// which would keep that client's output pipes open), in its own process
-// group, with its output in a file, and killed by the kernel when this
-// process dies (kill -9 included): it never outlives the daemon, with
-// the forwardings it holds. It is not detached (no -f, no
-// ControlPersist, which fork it away); connect waits until its control
-// socket answers.
-func (e *Executor) connect(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	cerr := exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run()
-	if cerr == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	// A master that died (kill -9, a lost connection) leaves its
-	// socket, which a new one would not replace. One that still
-	// accepts on it is alive, if slow to answer: removing its socket
-	// would orphan it with its sessions.
-	if c, err := net.Dial("unix", e.socket()); err == nil {
-		c.Close()
-		return fmt.Errorf("ssh %s: the master connection does not answer: %v", e.host, cerr)
-	}
-	if err := os.Remove(e.socket()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	logf, err := os.OpenFile(filepath.Join(e.ctlDir, "master.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	// No forwarding the user's ssh_config sets up for the host
-	// (RemoteForward, LocalForward, DynamicForward), here nor through a
-	// client of the master (client, rsh): a port of this machine
-	// forwarded there would be reachable from a sandbox with the
-	// network. Forward's (ssh -O forward) are still made.
-	cmd := exec.Command("ssh", e.args(
-		"-o", "ClearAllForwardings=yes",
-		"-o", "ControlMaster=yes",
-		"-o", "ControlPersist=no",
-		"-o", "ServerAliveInterval=15",
-		"-o", "ServerAliveCountMax=4",
-		"-N", "--", e.host)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("ssh %s: %v", e.host, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }() // reaps it whenever it ends
-	failed := func(err error) error {
-		msg, _ := os.ReadFile(logf.Name())
-		return fmt.Errorf("ssh %s: %v: %s", e.host, err, bytes.TrimSpace(msg))
-	}
-	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		select {
-		case err := <-exited:
-			if err == nil {
-				err = errors.New("the master connection ended")
-			}
-			return failed(err)
-		case <-ctx.Done():
-			cmd.Process.Kill()
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		if exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).Run() == nil {
-			return nil
-		}
-	}
-}
-
-// socket is the master's control socket: one executor, one host, one
-// master.
-func (e *Executor) socket() string { return filepath.Join(e.ctlDir, "master") }
-
-// client returns an ssh client command through the master that runs the
-// POSIX shell command line script on the host.
-func (e *Executor) client(ctx context.Context, script string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ssh", e.args("-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes", "-T", "--", e.host, script)...)
+// client returns an ssh client command through the master m that runs
+// the POSIX shell command line script on the host.
+func (e *Executor) client(ctx context.Context, m *master, script string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ssh", e.args(m.sock, "-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes", "-T", "--", e.host, script)...)
 }
 
 // run runs script on the host with args ($1, $2...) and returns its
 // standard output.
 func (e *Executor) run(ctx context.Context, script string, args ...string) ([]byte, error) {
-	if err := e.connect(ctx); err != nil {
-		return nil, err
-	}
 	line, err := shellLine(script, "substrat-ssh", args...)
 	if err != nil {
 		return nil, err
 	}
+	m, err := e.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(m)
 	var stderr bytes.Buffer
-	cmd := e.client(ctx, line)
+	cmd := e.client(ctx, m, line)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	e.watch(m, stderr.Bytes())
 	if err != nil {
 		return out, fmt.Errorf("ssh %s: %v: %s", e.host, err, bytes.TrimSpace(stderr.Bytes()))
 	}
@@ -325,9 +309,10 @@ func (e *Executor) copyDir(ctx context.Context, agent string) (string, error) {
 	return filepath.Join(root, e.opts.Home, agent), nil
 }
 
-// master returns the pid of the master connection, if it runs.
+// master returns the pid of the first master connection of the pool,
+// if it runs.
 func (e *Executor) master(ctx context.Context) (int, error) {
-	out, err := exec.CommandContext(ctx, "ssh", e.args("-O", "check", "--", e.host)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "ssh", e.args(e.socket(0), "-O", "check", "--", e.host)...).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("ssh %s: no master: %v: %s", e.host, err, bytes.TrimSpace(out))
 	}

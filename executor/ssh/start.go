@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/substrat/substrat/executor"
@@ -89,17 +90,27 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 	if !idRE.MatchString(c.Agent) || !idRE.MatchString(c.Incarnation) {
 		return nil, fmt.Errorf("%w: agent %q, incarnation %q", ErrID, c.Agent, c.Incarnation)
 	}
-	if err := e.connect(ctx); err != nil {
-		return nil, err
-	}
 	id := make([]byte, 8)
 	rand.Read(id)
 	line, err := shellLine(wrapper, Marker, c.Agent, c.Incarnation, hex.EncodeToString(id))
 	if err != nil {
 		return nil, err
 	}
-	cmd := e.client(ctx, line)
-	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
+	m, err := e.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.start(ctx, m, line, c)
+	if err != nil {
+		e.release(m)
+	}
+	return p, err
+}
+
+// start runs the wrapper's command line through m for Start.
+func (e *Executor) start(ctx context.Context, m *master, line string, c *executor.Cmd) (*process, error) {
+	cmd := e.client(ctx, m, line)
+	cmd.Stdout, cmd.Stderr = c.Stdout, &watcher{w: c.Stderr, e: e, m: m}
 	cmd.WaitDelay = executor.WaitDelay
 	// The client leads a process group of its own (the daemon's table
 	// of processes reaps by group), and dies with the daemon, which
@@ -113,7 +124,7 @@ func (e *Executor) Start(ctx context.Context, c *executor.Cmd) (executor.Process
 		return nil, err
 	}
 	go feed(stdin, request(c), c.Stdin)
-	return &process{cmd: cmd}, nil
+	return &process{cmd: cmd, release: func() { e.release(m) }}, nil
 }
 
 // request encodes c's argv, environment and directory, then start.
@@ -173,10 +184,21 @@ func feed(w io.Writer, req []byte, in io.Reader) {
 	bw.Flush()
 }
 
-type process struct{ cmd *exec.Cmd }
+// process is a started process; its session is released when Wait has
+// seen its ssh client end.
+type process struct {
+	cmd     *exec.Cmd
+	release func()
+	once    sync.Once
+}
 
-func (p *process) Pid() int    { return p.cmd.Process.Pid }
-func (p *process) Wait() error { return executor.ExitStatus(p.cmd.Wait()) }
+func (p *process) Pid() int { return p.cmd.Process.Pid }
+
+func (p *process) Wait() error {
+	err := p.cmd.Wait()
+	p.once.Do(p.release)
+	return executor.ExitStatus(err)
+}
 
 func (p *process) Kill() error {
 	err := p.cmd.Process.Kill()

@@ -34,11 +34,11 @@ var rsyncFlags = []string{
 	"--protect-args", "--exclude=.git",
 }
 
-// rsh returns rsync's --rsh: the executor's ssh through its master,
+// rsh returns rsync's --rsh: the executor's ssh through the master m,
 // in rsync's own quoting (words split on spaces, single quotes keep
 // them together).
-func (e *Executor) rsh() (string, error) {
-	words := append([]string{"ssh"}, e.args("-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes")...)
+func (e *Executor) rsh(m *master) (string, error) {
+	words := append([]string{"ssh"}, e.args(m.sock, "-o", "ControlMaster=no", "-o", "ClearAllForwardings=yes")...)
 	for i, w := range words {
 		if strings.ContainsAny(w, "'\"\\\n") {
 			return "", fmt.Errorf("ssh executor: %q cannot be passed to rsync", w)
@@ -92,10 +92,12 @@ func statLocal(p string) (os.FileInfo, error) {
 // rsync runs rsync with the place's flags, then more; an argument that
 // is an FDPrefix path is passed as that descriptor (see FDPrefix).
 func (e *Executor) rsync(ctx context.Context, more ...string) error {
-	if err := e.connect(ctx); err != nil {
+	m, err := e.acquire(ctx)
+	if err != nil {
 		return err
 	}
-	rsh, err := e.rsh()
+	defer e.release(m)
+	rsh, err := e.rsh(m)
 	if err != nil {
 		return err
 	}
@@ -122,6 +124,7 @@ func (e *Executor) rsync(ctx context.Context, more ...string) error {
 	cmd := exec.CommandContext(ctx, "rsync", args...)
 	cmd.ExtraFiles = files
 	out, err := cmd.CombinedOutput()
+	e.watch(m, out)
 	if err != nil {
 		return fmt.Errorf("rsync with %s: %v: %s", e.host, err, strings.TrimSpace(string(out)))
 	}

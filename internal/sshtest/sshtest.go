@@ -48,9 +48,10 @@ func Available() string {
 // test fails if the server cannot be started or reached.
 func Start(t testing.TB) *Server { return StartWith(t) }
 
-// StartWith is Start with more lines of sshd_config, after the test's
-// own (sshd takes the first value of a keyword, so a line here sets only
-// what those leave unset: AllowStreamLocalForwarding no, say).
+// StartWith is Start with more lines of sshd_config, before the test's
+// own: sshd takes the first value of a keyword, so a line here wins
+// over them (MaxSessions 2, AllowStreamLocalForwarding no). No Match
+// block: it would take the test's lines in.
 func StartWith(t testing.TB, sshdConfig ...string) *Server {
 	t.Helper()
 	if why := Available(); why != "" {
@@ -113,6 +114,7 @@ func (s *Server) writeConfigs() error {
 		return err
 	}
 	sshd := strings.Join([]string{
+		strings.Join(s.extra, "\n"),
 		fmt.Sprintf("ListenAddress 127.0.0.1:%d", s.Port),
 		"HostKey " + s.path("host_key"),
 		"AuthorizedKeysFile " + s.path("authorized_keys"),
@@ -132,7 +134,6 @@ func (s *Server) writeConfigs() error {
 		// depend on the user's shell start-up (on this machine root's
 		// hangs).
 		"SetEnv SHLVL=1",
-		strings.Join(s.extra, "\n"),
 		"",
 	}, "\n")
 	if err := os.WriteFile(s.path("sshd_config"), []byte(sshd), 0o600); err != nil {
