@@ -134,10 +134,27 @@ func skipped(name string) bool {
 }
 
 // safeLink reports whether a symlink at name (relative to the tree) to
-// target stays inside the tree, as rsync's --safe-links decides it.
+// target stays inside the tree, as rsync's --safe-links decides it
+// since 3.4.0: a relative target whose ".." come first, none after a
+// name, and that stays inside as written. (One with a ".." after a name
+// can go out through a symlink of the tree, though it stays inside as
+// written: s -> ., x -> s/s/../..; CVE-2024-12088. A name of a target
+// with none may be a symlink too, itself safe: it stays inside.)
 func safeLink(name, target string) bool {
 	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
 		return false
+	}
+	named := false
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if named {
+				return false
+			}
+		default:
+			named = true
+		}
 	}
 	return filepath.IsLocal(path.Join(path.Dir(name), target))
 }

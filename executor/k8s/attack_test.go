@@ -1,0 +1,77 @@
+package k8s
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/substrat/substrat/fsstore"
+)
+
+// outOfTree returns the symlinks of dir that resolve out of it.
+func outOfTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.Type()&os.ModeSymlink == 0 {
+			return err
+		}
+		target, _ := os.Readlink(p)
+		abs := filepath.Join(filepath.Dir(p), target)
+		// Resolve every symlink of the target, as the kernel would.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			abs = real
+		}
+		if rel, err := filepath.Rel(dir, abs); err != nil || !filepath.IsLocal(rel) && rel != "." {
+			out = append(out, p+" -> "+target+" = "+abs)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestPullLinkThroughLink: a symlink whose target is inside the tree as
+// written, but goes out of it through another symlink of the pod's
+// (s -> ., x -> s/s/s/../../..: rsync's CVE-2024-12088), does not come
+// back, by a pull or a salvage.
+func TestPullLinkThroughLink(t *testing.T) {
+	inPod := t.TempDir()
+	e := newExec(t, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	t.Cleanup(func() { os.Remove(tokenFile(a.ID)) })
+	parent := t.TempDir()
+	local := filepath.Join(parent, "deep", "er", "ws")
+	writeFile(t, filepath.Join(local, "a.txt"), "a", 0o644)
+	writeFile(t, filepath.Join(parent, "secret"), "outside", 0o644)
+	if err := e.Push(ctxT(t), a.ID, a.Incarnation, local); err != nil {
+		t.Fatal(err)
+	}
+	attack := `ln -s . s && ln -s s/s/s/../../.. x && mkdir -p d/e && ln -s ../.. d/e/up && ln -s d/e/up/../.. y`
+	if out, err := inPodSh(t, e, a, attack); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(outOfTree(t, inPod)) != 2 {
+		t.Fatalf("the attack's links do not point out of the pod's tree: %v", outOfTree(t, inPod))
+	}
+	if err := e.Pull(ctxT(t), a.ID, a.Incarnation, local, ""); err != nil {
+		t.Fatal(err)
+	}
+	if bad := outOfTree(t, local); len(bad) > 0 {
+		t.Errorf("symlinks out of the tree came back: %s", strings.Join(bad, "; "))
+	}
+	if b, err := os.ReadFile(filepath.Join(local, "x", "secret")); err == nil {
+		t.Errorf("x here reads %q, out of the tree", b)
+	}
+	// Salvage: what is missing here comes.
+	for _, n := range []string{"x", "y", "s", "d"} {
+		os.RemoveAll(filepath.Join(local, n))
+	}
+	if err := e.SalvageTrees(ctxT(t), a.ID, a.Incarnation, []Tree{{Local: local, RW: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if bad := outOfTree(t, local); len(bad) > 0 {
+		t.Errorf("salvage: symlinks out of the tree came back: %s", strings.Join(bad, "; "))
+	}
+}
