@@ -75,3 +75,68 @@ func TestPullLinkThroughLink(t *testing.T) {
 		t.Errorf("salvage: symlinks out of the tree came back: %s", strings.Join(bad, "; "))
 	}
 }
+
+// TestLostFoundHere: a file or directory named lost+found here (the
+// pod's copy back leaves out that name at any depth, as a volume's
+// own) is not deleted here by the copy back.
+func TestLostFoundHere(t *testing.T) {
+	inPod := t.TempDir()
+	e := newExec(t, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	t.Cleanup(func() { os.Remove(tokenFile(a.ID)) })
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "notes", "lost+found"), "my list of lost things", 0o644)
+	writeFile(t, filepath.Join(local, "lost+found", "x"), "x", 0o644)
+	if err := e.Push(ctxT(t), a.ID, a.Incarnation, local); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Pull(ctxT(t), a.ID, a.Incarnation, local, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"notes/lost+found", "lost+found/x"} {
+		if _, err := os.Lstat(filepath.Join(local, n)); err != nil {
+			t.Errorf("%s here after a copy back: %v", n, err)
+		}
+	}
+}
+
+// TestIncrementalPlanted: what the agent plants in its copy that never
+// comes back, and that a full push would delete (a .git at the top of
+// a workspace that has none, a lost+found below it), does not outlive
+// an incremental push either: a later turn would find it there, unseen
+// here (a .git's config runs its core.fsmonitor at the next git status).
+func TestIncrementalPlanted(t *testing.T) {
+	inPod := t.TempDir()
+	e := newExec(t, Options{Workspace: emptyDir, MountPath: inPod})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	t.Cleanup(func() { os.Remove(tokenFile(a.ID)) })
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "a.txt"), "a", 0o644)
+	trees := []Tree{{Local: local, RW: true}}
+	if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	attack := `mkdir -p .git sub/lost+found && printf '[core]\n\tfsmonitor = touch pwned\n' >.git/config && echo x >sub/lost+found/evil && echo b >b.txt`
+	if out, err := inPodSh(t, e, a, attack); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, ""); err != nil {
+		t.Fatal(err)
+	}
+	if e.lastPush(a.ID) == nil {
+		t.Fatal("no incremental push to attack")
+	}
+	if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{".git", "sub/lost+found"} {
+		if _, err := os.Lstat(filepath.Join(inPod, n)); err == nil {
+			t.Errorf("the planted %s outlived the push", n)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(inPod, "b.txt")); err != nil || string(b) != "b\n" {
+		t.Errorf("b.txt in the pod: %q, %v", b, err)
+	}
+}

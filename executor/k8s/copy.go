@@ -123,15 +123,19 @@ func (e *Executor) Pull(ctx context.Context, agent, incarnation, local, tmp stri
 }
 
 // skipped reports whether name (slash-separated, relative) is never
-// copied: .git at any depth.
+// copied: .git or lost+found at any depth (the copy back leaves out a
+// lost+found, as a volume's own: one here is neither sent nor deleted).
 func skipped(name string) bool {
 	for _, c := range strings.Split(name, "/") {
-		if c == ".git" {
+		if never(c) {
 			return true
 		}
 	}
 	return false
 }
+
+// never reports whether an entry of a tree named base is never copied.
+func never(base string) bool { return base == ".git" || base == "lost+found" }
 
 // safeLink reports whether a symlink at name (relative to the tree) to
 // target stays inside the tree, as rsync's --safe-links decides it
@@ -160,8 +164,8 @@ func safeLink(name, target string) bool {
 }
 
 // walkTree calls f with the path, the slash-separated name below root
-// and the entry of everything under root, but for .git (a directory, a
-// file) at any depth, which it skips.
+// and the entry of everything under root, but for .git and lost+found
+// (a directory, a file) at any depth, which it skips.
 func walkTree(root string, f func(p, name string, d fs.DirEntry) error) error {
 	root = filepath.Clean(root)
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -172,7 +176,7 @@ func walkTree(root string, f func(p, name string, d fs.DirEntry) error) error {
 		if err != nil {
 			return err
 		}
-		if d.Name() == ".git" {
+		if never(d.Name()) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

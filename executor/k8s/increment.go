@@ -179,17 +179,32 @@ func changes(prev *pushed, now map[string]string, trees []Tree, keep []string) (
 // incScript checks that the pod holds the token of the last push ($2,
 // in the file $3; else exit 5), deletes, under the workspace $1, the
 // NUL-separated names of the first $4 bytes of its input, and every
-// .git below the top (no push puts one there: a copy back leaves them
-// out), and unpacks the tar stream of the rest there. A name that
-// cannot be deleted (a directory the agent locked) fails it: a full
-// push unlocks.
-const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4;` +
+// .git and lost+found but the trees' places and the volume's own
+// lost+found (no push puts one there: a copy back leaves them out; the
+// find arguments after $4, incFind), and unpacks the tar stream of the
+// rest there. A name that cannot be deleted (a directory the agent
+// locked) fails it: a full push unlocks.
+const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4; shift 4;` +
 	` [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
 	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(cat -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
 	` cd -- "$d" || exit 2;` +
 	` head -c "$n" | xargs -0 -r rm -rf -- || exit 6;` +
-	` find . -mindepth 2 -name .git -prune -exec rm -rf {} + || exit 6;` +
+	` find . -mindepth 1 "$@" -prune -exec rm -rf {} + || exit 6;` +
 	` exec tar -x -o -f -`
+
+// incFind is the find expression of incScript that picks, in the pod's
+// workspace, every .git and lost+found but the places of trees and the
+// volume's own lost+found.
+func incFind(trees []Tree) []string {
+	esc := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	argv := []string{"(", "-name", ".git", "-o", "-name", "lost+found", ")", "!", "-path", "./lost+found"}
+	for _, t := range trees {
+		if t.Rel != "" {
+			argv = append(argv, "!", "-path", esc.Replace("./"+t.Rel))
+		}
+	}
+	return argv
+}
 
 // tokenScript, after a full push, writes the token of
 // $SUBSTRAT_PUSH_TOKEN into the file $SUBSTRAT_PUSH_TOKEN_FILE (if set),
@@ -221,7 +236,7 @@ func (e *Executor) pushChanges(ctx context.Context, agent, incarnation string, t
 	defer pr.CloseWithError(errors.New("push ended"))
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
-		Argv: []string{"/bin/sh", "-c", incScript, "substrat-push", e.opts.MountPath, prev.token, tokenFile(agent), strconv.Itoa(list.Len())},
+		Argv: append([]string{"/bin/sh", "-c", incScript, "substrat-push", e.opts.MountPath, prev.token, tokenFile(agent), strconv.Itoa(list.Len())}, incFind(trees)...),
 		Env:  []string{copyPath}, Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
 	if err != nil {
 		return err
