@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/substrat/substrat/fsstore"
 )
 
@@ -138,5 +140,24 @@ func TestIncrementalPlanted(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(inPod, "b.txt")); err != nil || string(b) != "b\n" {
 		t.Errorf("b.txt in the pod: %q, %v", b, err)
+	}
+}
+
+// TestIsolationHostNetwork: an isolated agent's pod that Customize puts
+// in the host's network (which no NetworkPolicy reaches) is refused,
+// whatever the daemon checked of its own settings.
+func TestIsolationHostNetwork(t *testing.T) {
+	e := newExec(t, Options{Workspace: emptyDir, NetworkPolicies: true,
+		Customize: func(p *corev1.Pod) { p.Spec.HostNetwork = true }})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Busy: true, Isolated: true}
+	if _, err := e.Ensure(ctxT(t), a); err == nil || !strings.Contains(err.Error(), "host's network") {
+		t.Errorf("Ensure of an isolated agent in the host's network: %v", err)
+	}
+	if pods, err := e.pods(ctxT(t), a.ID, a.Incarnation); err != nil || len(pods) > 0 {
+		t.Errorf("pods made: %d, %v", len(pods), err)
+	}
+	a.Isolated = false
+	if _, err := e.Ensure(ctxT(t), a); err != nil {
+		t.Errorf("Ensure of an agent with network in the host's network: %v", err)
 	}
 }
