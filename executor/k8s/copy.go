@@ -108,9 +108,10 @@ func (e *Executor) Push(ctx context.Context, agent, incarnation, local string) e
 
 // Pull copies the workspace of the pod of agent's incarnation back into
 // local, which it then mirrors, with what the agent wrote there treated
-// as hostile, under the rules of the SSH executor's Pull: no .git at any
-// depth (and local's own are neither replaced nor deleted), no symlink
-// that points out of the tree, no device, FIFO, socket or hard link to
+// as hostile, under the rules of the SSH executor's Pull: no .git nor
+// lost+found at any depth (and local's own are neither replaced nor
+// deleted), no symlink that points out of the tree (see safeLink), no
+// device, FIFO, socket or hard link to
 // outside it, no owner, no mode but the executable bit; a file larger
 // than MaxFileSize, more than MaxTotalSize in all, or more than MaxFiles
 // entries refuses the whole workspace (ErrRefused), and local is left as
