@@ -93,3 +93,38 @@ func TestRelayStreamFlood(t *testing.T) {
 		t.Error("the relay ended without an error")
 	}
 }
+
+// TestRelayNoLeak: a relay that carried connections, some held open by
+// the far side and some by the local socket, leaves no goroutine
+// behind once closed, whatever the far side does after.
+func TestRelayNoLeak(t *testing.T) {
+	local := echoServer(t, t.TempDir())
+	time.Sleep(10 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	sock, r, far, _ := started(t, local)
+	var conns []net.Conn
+	for i := range 10 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask(t, c, "x")
+		if i%2 == 0 {
+			c.(*net.UnixConn).CloseWrite()
+		}
+		conns = append(conns, c)
+	}
+	r.Close()
+	far.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
