@@ -105,8 +105,8 @@ func TestLostFoundHere(t *testing.T) {
 
 // TestIncrementalPlanted: what the agent plants in its copy that never
 // comes back, and that a full push would delete (a .git at the top of
-// a workspace that has none, a lost+found below it), does not outlive
-// an incremental push either: a later turn would find it there, unseen
+// a workspace that has none, a lost+found below it, a file under
+// OwnDir but in no tree), does not outlive an incremental push either: a later turn would find it there, unseen
 // here (a .git's config runs its core.fsmonitor at the next git status).
 func TestIncrementalPlanted(t *testing.T) {
 	inPod := t.TempDir()
@@ -114,13 +114,16 @@ func TestIncrementalPlanted(t *testing.T) {
 	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
 	running(t, e, a)
 	t.Cleanup(func() { os.Remove(tokenFile(a.ID)) })
-	local := t.TempDir()
+	local, home := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(local, "a.txt"), "a", 0o644)
-	trees := []Tree{{Local: local, RW: true}}
+	writeFile(t, filepath.Join(home, "h.txt"), "h", 0o644)
+	own := OwnDir + "/state/cli/homes/" + a.ID
+	trees := []Tree{{Local: local, RW: true}, {Rel: own, Local: home, RW: true}}
 	if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
 		t.Fatal(err)
 	}
-	attack := `mkdir -p .git sub/lost+found && printf '[core]\n\tfsmonitor = touch pwned\n' >.git/config && echo x >sub/lost+found/evil && echo b >b.txt`
+	attack := `mkdir -p .git sub/lost+found && printf '[core]\n\tfsmonitor = touch pwned\n' >.git/config && echo x >sub/lost+found/evil && echo b >b.txt` +
+		` && echo x >` + OwnDir + `/planted && echo x >` + OwnDir + `/state/cli/planted && echo h2 >` + own + `/h2.txt`
 	if out, err := inPodSh(t, e, a, attack); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -133,9 +136,14 @@ func TestIncrementalPlanted(t *testing.T) {
 	if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{".git", "sub/lost+found"} {
+	for _, n := range []string{".git", "sub/lost+found", OwnDir + "/planted", OwnDir + "/state/cli/planted"} {
 		if _, err := os.Lstat(filepath.Join(inPod, n)); err == nil {
 			t.Errorf("the planted %s outlived the push", n)
+		}
+	}
+	for n, want := range map[string]string{own + "/h.txt": "h", own + "/h2.txt": "h2\n"} {
+		if b, err := os.ReadFile(filepath.Join(inPod, n)); err != nil || string(b) != want {
+			t.Errorf("%s in the pod: %q, %v", n, b, err)
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(inPod, "b.txt")); err != nil || string(b) != "b\n" {

@@ -194,16 +194,36 @@ const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4; shift 4;` +
 
 // incFind is the find expression of incScript that picks, in the pod's
 // workspace, every .git and lost+found but the places of trees and the
-// volume's own lost+found.
+// volume's own lost+found; and what lies under OwnDir that is neither a
+// tree, in one, nor a directory that holds one (the root's copy back
+// leaves OwnDir out whole, and a tree's holds only the tree).
 func incFind(trees []Tree) []string {
 	esc := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	argv := []string{"(", "-name", ".git", "-o", "-name", "lost+found", ")", "!", "-path", "./lost+found"}
+	argv := []string{"(", "(", "(", "-name", ".git", "-o", "-name", "lost+found", ")", "!", "-path", "./lost+found"}
 	for _, t := range trees {
 		if t.Rel != "" {
 			argv = append(argv, "!", "-path", esc.Replace("./"+t.Rel))
 		}
 	}
-	return argv
+	argv = append(argv, ")")
+	if slices.ContainsFunc(trees, func(t Tree) bool { return t.Rel == OwnDir }) {
+		return append(argv, ")")
+	}
+	argv = append(argv, "-o", "(", "-path", esc.Replace("./"+OwnDir)+"/*")
+	var parents []string
+	for _, t := range trees {
+		if t.Rel == "" || !under(t.Rel, OwnDir) {
+			continue
+		}
+		argv = append(argv, "!", "-path", esc.Replace("./"+t.Rel), "!", "-path", esc.Replace("./"+t.Rel)+"/*")
+		for p := path.Dir(t.Rel); p != OwnDir && p != "."; p = path.Dir(p) {
+			if !slices.Contains(parents, p) {
+				parents = append(parents, p)
+				argv = append(argv, "!", "-path", esc.Replace("./"+p))
+			}
+		}
+	}
+	return append(argv, ")", ")")
 }
 
 // tokenScript, after a full push, writes the token of
