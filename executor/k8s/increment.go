@@ -41,12 +41,16 @@ import (
 // restarted: the state is this executor's, in memory). So does any
 // failure of the incremental one.
 //
-// What the agent leaves in its copy that does not come back (a symlink
-// out of the tree, a FIFO, a file under Keep, a change made by a
-// process that outlived its turn) stays in the pod until a full push,
-// where a full push would have removed it at once. It is the agent's
-// own copy: what comes back is checked as ever, and nothing of it
-// reaches this side otherwise.
+// What the agent leaves in its copy that the copy back leaves out
+// without a word goes at each push, as a full push would delete it: a
+// tree's Keep and a read-only tree not kept are sent whole, and every
+// .git and lost+found but the trees' places and the volume's own, and
+// what lies under OwnDir outside the trees, are deleted (incFind). What
+// else does not come back (a symlink out of the tree, a FIFO) makes the
+// next push a full one. A change made by a process that outlived its
+// turn, after the copy back, stays in the pod until a full push. It is
+// the agent's own copy: what comes back is checked as ever, and nothing
+// of it reaches this side otherwise.
 
 // racyWindow: a file modified this close to the stamps of a push is
 // sent again at the next.
