@@ -125,9 +125,10 @@ func TestK8sExecutorCLI(t *testing.T) {
 	}
 
 	// The attack, with the CLI's own shell in the pod: a symlink out of
-	// its HOME, its read-only MCP config overwritten, a file planted in
-	// another agent's HOME's place and in the store's, and one plain
-	// file. Only the plain file comes back.
+	// its HOME, one out through another (to another agent's HOME), its
+	// read-only MCP config overwritten, a file planted in another
+	// agent's HOME's place and in the store's, and one plain file. Only
+	// the plain file comes back (and the link inside).
 	other := fsstore.NewID()
 	cliHome := filepath.Join(d.home, rel[:strings.Index(rel, "/homes/"+a.ID)+len("/homes/"+a.ID)])
 	homeRel, _ := filepath.Rel(d.home, cliHome)
@@ -143,6 +144,9 @@ func TestK8sExecutorCLI(t *testing.T) {
 		`printf x > "$PWD/` + k8s.OwnDir + `/` + filepath.Dir(homeRel) + `/` + other + `/planted"`,
 		`printf x > "$PWD/` + k8s.OwnDir + `/agents/` + a.ID + `/planted"`,
 		`printf data > "$HOME/fine.txt"`,
+		// Inside as written, out through the other link (CVE-2024-12088).
+		`ln -s . "$HOME/s"`,
+		`ln -s s/s/s/../../../` + other + ` "$HOME/other"`,
 	}, " && ")
 	if res := d.send("far", "ATTACK "+attack); !strings.HasPrefix(res.Text, "sent: ") {
 		t.Fatalf("the attack turn said %q", res.Text)
@@ -150,8 +154,10 @@ func TestK8sExecutorCLI(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(cliHome, "fine.txt")); err != nil || string(b) != "data" {
 		t.Fatalf("the plain file of the CLI's HOME: %q, %v (did the attack run in the pod? %v)", b, err, api.Requests()[len(api.Requests())-1].Last().Blocks())
 	}
-	if fi, err := os.Lstat(filepath.Join(cliHome, "leak")); !os.IsNotExist(err) {
-		t.Errorf("the symlink out came back: %v, %v", fi, err)
+	for _, l := range []string{"leak", "other"} {
+		if fi, err := os.Lstat(filepath.Join(cliHome, l)); !os.IsNotExist(err) {
+			t.Errorf("the symlink out %s came back: %v, %v", l, fi, err)
+		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(d.home, mcpRel)); string(b) != string(mcpBefore) {
 		t.Errorf("the MCP config here became %q", b)

@@ -108,9 +108,10 @@ func (e *Executor) Push(ctx context.Context, agent, incarnation, local string) e
 
 // Pull copies the workspace of the pod of agent's incarnation back into
 // local, which it then mirrors, with what the agent wrote there treated
-// as hostile, under the rules of the SSH executor's Pull: no .git at any
-// depth (and local's own are neither replaced nor deleted), no symlink
-// that points out of the tree, no device, FIFO, socket or hard link to
+// as hostile, under the rules of the SSH executor's Pull: no .git nor
+// lost+found at any depth (and local's own are neither replaced nor
+// deleted), no symlink that points out of the tree (see safeLink), no
+// device, FIFO, socket or hard link to
 // outside it, no owner, no mode but the executable bit; a file larger
 // than MaxFileSize, more than MaxTotalSize in all, or more than MaxFiles
 // entries refuses the whole workspace (ErrRefused), and local is left as
@@ -123,28 +124,49 @@ func (e *Executor) Pull(ctx context.Context, agent, incarnation, local, tmp stri
 }
 
 // skipped reports whether name (slash-separated, relative) is never
-// copied: .git at any depth.
+// copied: .git or lost+found at any depth (the copy back leaves out a
+// lost+found, as a volume's own: one here is neither sent nor deleted).
 func skipped(name string) bool {
 	for _, c := range strings.Split(name, "/") {
-		if c == ".git" {
+		if never(c) {
 			return true
 		}
 	}
 	return false
 }
 
+// never reports whether an entry of a tree named base is never copied.
+func never(base string) bool { return base == ".git" || base == "lost+found" }
+
 // safeLink reports whether a symlink at name (relative to the tree) to
-// target stays inside the tree, as rsync's --safe-links decides it.
+// target stays inside the tree, as rsync's --safe-links decides it
+// since 3.4.0: a relative target whose ".." come first, none after a
+// name, and that stays inside as written. (One with a ".." after a name
+// can go out through a symlink of the tree, though it stays inside as
+// written: s -> ., x -> s/s/../..; CVE-2024-12088. A name of a target
+// with none may be a symlink too, itself safe: it stays inside.)
 func safeLink(name, target string) bool {
 	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
 		return false
+	}
+	named := false
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if named {
+				return false
+			}
+		default:
+			named = true
+		}
 	}
 	return filepath.IsLocal(path.Join(path.Dir(name), target))
 }
 
 // walkTree calls f with the path, the slash-separated name below root
-// and the entry of everything under root, but for .git (a directory, a
-// file) at any depth, which it skips.
+// and the entry of everything under root, but for .git and lost+found
+// (a directory, a file) at any depth, which it skips.
 func walkTree(root string, f func(p, name string, d fs.DirEntry) error) error {
 	root = filepath.Clean(root)
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -155,7 +177,7 @@ func walkTree(root string, f func(p, name string, d fs.DirEntry) error) error {
 		if err != nil {
 			return err
 		}
-		if d.Name() == ".git" {
+		if never(d.Name()) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

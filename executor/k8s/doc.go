@@ -43,9 +43,11 @@
 // to unlock what the agent locked there, which would otherwise fail
 // every later copy). Push makes
 // the pod's copy a mirror; Pull treats what comes back as hostile, under
-// the SSH executor's rules and bounds: no .git at any depth either way
-// (and this side's are neither replaced nor deleted), no symlink that
-// points out of the tree, no device, FIFO or socket, no hard link but to
+// the SSH executor's rules and bounds: no .git (nor lost+found) at any
+// depth either way (and this side's are neither replaced nor deleted),
+// no symlink that points out of the tree (nor one with a .. after a
+// name, which may go out through another: rsync's rule since
+// CVE-2024-12088), no device, FIFO or socket, no hard link but to
 // a file of the stream, no owner and no mode but the executable bit; a
 // file over MaxFileSize, more than MaxTotalSize or MaxFiles entries
 // refuse the whole copy (ErrRefused). What comes back is unpacked into a

@@ -41,12 +41,16 @@ import (
 // restarted: the state is this executor's, in memory). So does any
 // failure of the incremental one.
 //
-// What the agent leaves in its copy that does not come back (a symlink
-// out of the tree, a FIFO, a file under Keep, a change made by a
-// process that outlived its turn) stays in the pod until a full push,
-// where a full push would have removed it at once. It is the agent's
-// own copy: what comes back is checked as ever, and nothing of it
-// reaches this side otherwise.
+// What the agent leaves in its copy that the copy back leaves out
+// without a word goes at each push, as a full push would delete it: a
+// tree's Keep and a read-only tree not kept are sent whole, and every
+// .git and lost+found but the trees' places and the volume's own, and
+// what lies under OwnDir outside the trees, are deleted (incFind). What
+// else does not come back (a symlink out of the tree, a FIFO) makes the
+// next push a full one. A change made by a process that outlived its
+// turn, after the copy back, stays in the pod until a full push. It is
+// the agent's own copy: what comes back is checked as ever, and nothing
+// of it reaches this side otherwise.
 
 // racyWindow: a file modified this close to the stamps of a push is
 // sent again at the next.
@@ -184,17 +188,52 @@ func changes(prev *pushed, now map[string]string, trees []Tree, keep []string) (
 // incScript checks that the pod holds the token of the last push ($2,
 // in the file $3; else exit 5), deletes, under the workspace $1, the
 // NUL-separated names of the first $4 bytes of its input, and every
-// .git below the top (no push puts one there: a copy back leaves them
-// out), and unpacks the tar stream of the rest there. A name that
-// cannot be deleted (a directory the agent locked) fails it: a full
-// push unlocks.
-const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4;` +
+// .git and lost+found but the trees' places and the volume's own
+// lost+found (no push puts one there: a copy back leaves them out; the
+// find arguments after $4, incFind), and unpacks the tar stream of the
+// rest there. A name that cannot be deleted (a directory the agent
+// locked) fails it: a full push unlocks.
+const incScript = `umask 022; d=$1; tok=$2; f=$3; n=$4; shift 4;` +
 	` [ -d "$d" ] || { echo "no workspace at $d" >&2; exit 2; };` +
 	` [ -f "$f" ] && [ ! -h "$f" ] && [ "$(head -c 64 -- "$f")" = "$tok" ] || { echo "not the pod of the last push" >&2; exit 5; };` +
 	` cd -- "$d" || exit 2;` +
 	` head -c "$n" | xargs -0 -r rm -rf -- || exit 6;` +
-	` find . -mindepth 2 -name .git -prune -exec rm -rf {} + || exit 6;` +
+	` find . -mindepth 1 "$@" -prune -exec rm -rf {} + || exit 6;` +
 	` tar -x -o -f -` + tokenScript
+
+// incFind is the find expression of incScript that picks, in the pod's
+// workspace, every .git and lost+found but the places of trees and the
+// volume's own lost+found; and what lies under OwnDir that is neither a
+// tree, in one, nor a directory that holds one (the root's copy back
+// leaves OwnDir out whole, and a tree's holds only the tree).
+func incFind(trees []Tree) []string {
+	esc := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	argv := []string{"(", "(", "(", "-name", ".git", "-o", "-name", "lost+found", ")", "!", "-path", "./lost+found"}
+	for _, t := range trees {
+		if t.Rel != "" {
+			argv = append(argv, "!", "-path", esc.Replace("./"+t.Rel))
+		}
+	}
+	argv = append(argv, ")")
+	if slices.ContainsFunc(trees, func(t Tree) bool { return t.Rel == OwnDir }) {
+		return append(argv, ")")
+	}
+	argv = append(argv, "-o", "(", "-path", esc.Replace("./"+OwnDir)+"/*")
+	var parents []string
+	for _, t := range trees {
+		if t.Rel == "" || !under(t.Rel, OwnDir) {
+			continue
+		}
+		argv = append(argv, "!", "-path", esc.Replace("./"+t.Rel), "!", "-path", esc.Replace("./"+t.Rel)+"/*")
+		for p := path.Dir(t.Rel); p != OwnDir && p != "."; p = path.Dir(p) {
+			if !slices.Contains(parents, p) {
+				parents = append(parents, p)
+				argv = append(argv, "!", "-path", esc.Replace("./"+p))
+			}
+		}
+	}
+	return append(argv, ")", ")")
+}
 
 // tokenScript, after a push, writes the token of $SUBSTRAT_PUSH_TOKEN
 // into the file $SUBSTRAT_PUSH_TOKEN_FILE (if set), replacing whatever is
@@ -228,7 +267,7 @@ func (e *Executor) pushChanges(ctx context.Context, agent, incarnation string, t
 	defer pr.CloseWithError(errors.New("push ended"))
 	var stderr bytes.Buffer
 	p, err := e.Start(ctx, &executor.Cmd{Agent: agent, Incarnation: incarnation,
-		Argv: []string{"/bin/sh", "-c", incScript, "substrat-push", e.opts.MountPath, prev.token, tokenFile(agent), strconv.Itoa(list.Len())},
+		Argv: append([]string{"/bin/sh", "-c", incScript, "substrat-push", e.opts.MountPath, prev.token, tokenFile(agent), strconv.Itoa(list.Len())}, incFind(trees)...),
 		Env:  tokenEnv(agent, prev.token), Stdin: pr, Stderr: &limitedBuffer{b: &stderr, n: 4096}})
 	if err != nil {
 		return err

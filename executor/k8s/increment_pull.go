@@ -49,10 +49,10 @@ const pullIncScript = `d=$1; tok=$2; f=$3; shift 3;` +
 const maxLists = 64 << 20
 
 // pruneArgs is the find expression of what a copy back of a tree leaves
-// out: .git at any depth, lost+found at the top, and keep.
+// out: .git and lost+found at any depth (see skipped), and keep.
 func pruneArgs(keep []string) []string {
 	esc := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	args := []string{"-name", ".git", "-o", "-path", "./lost+found"}
+	args := []string{"-name", ".git", "-o", "-name", "lost+found"}
 	for _, k := range keep {
 		args = append(args, "-o", "-path", "./"+esc.Replace(k))
 	}

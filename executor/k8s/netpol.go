@@ -10,6 +10,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 )
 
@@ -45,8 +46,18 @@ func (e *Executor) networkPolicy(agent string) *networkingv1.NetworkPolicy {
 // Options.NetworkPolicies; elsewhere an isolated agent is an error): the NetworkPolicy that isolates its pods
 // if a.Isolated (made, or put back as it should be), none if not (one
 // of this home's deleted). A policy of that name that is not this
-// home's is an error.
+// home's is an error, and so is an isolated agent whose pod the policy
+// would not reach (in the host's network, or not selected).
 func (e *Executor) isolate(ctx context.Context, a Agent) error {
+	if a.Isolated {
+		pod := e.Pod(a)
+		if pod.Spec.HostNetwork {
+			return fmt.Errorf("agent %s has no network, and its pod would be in the host's network, which no NetworkPolicy isolates", a.ID)
+		}
+		if sel, err := metav1.LabelSelectorAsSelector(&e.networkPolicy(a.ID).Spec.PodSelector); err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			return fmt.Errorf("agent %s has no network, and its NetworkPolicy would not select its pod (its labels %v)", a.ID, pod.Labels)
+		}
+	}
 	if !e.opts.NetworkPolicies {
 		if a.Isolated {
 			return fmt.Errorf("agent %s has no network, and the executor makes no NetworkPolicy (%s)", a.ID, NetworkPolicyEnv)

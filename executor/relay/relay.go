@@ -9,7 +9,11 @@
 // (Start) waits for that line, then dials the local socket once for
 // each stream the far side opens, and copies both ways. The far side is
 // the agent's: what it sends is hostile. It can open at most MaxConns
-// connections at once (more are closed as they come), reach nothing
+// connections at once (more are closed as they come; more than
+// maxStreams streams open, those it did not close when this side did
+// among them, end the relay: each would hold a window of data here for
+// minutes), its pings are dropped (yamux answers each in a goroutine
+// of its own: a flood grew this side without bound), it can reach nothing
 // but the one socket that this side dials, and end the relay by
 // breaking the stream, which ends the connections it carried and
 // nothing else.
@@ -17,6 +21,7 @@ package relay
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +39,10 @@ const Hello = "substrat-relay 1"
 
 // MaxConns bounds the connections a relay carries at once.
 const MaxConns = 32
+
+// maxStreams bounds the streams this side holds, those over MaxConns
+// and those it closed among them: more end the relay.
+const maxStreams = 4 * MaxConns
 
 // config is yamux's, quiet, for both sides.
 func config() *yamux.Config {
@@ -83,7 +92,7 @@ func Start(stream io.ReadWriteCloser, dial func() (net.Conn, error)) (*Relay, er
 	if line != Hello {
 		return nil, fmt.Errorf("relay: the far side said %q, not %q", line, Hello)
 	}
-	sess, err := yamux.Server(Stream{Reader: br, Writer: stream, Closers: []io.Closer{stream}}, config())
+	sess, err := yamux.Server(Stream{Reader: &noPings{r: br}, Writer: stream, Closers: []io.Closer{stream}}, config())
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +131,13 @@ func (r *Relay) serve(dial func() (net.Conn, error)) {
 			if !errors.Is(err, yamux.ErrSessionShutdown) && !errors.Is(err, io.EOF) {
 				r.err = err
 			}
+			return
+		}
+		if n := r.sess.NumStreams(); n > maxStreams {
+			// Those it did not close: each waits for that for yamux's
+			// StreamCloseTimeout, with up to a window of its data.
+			r.err = fmt.Errorf("relay: the far side holds %d streams open", n)
+			r.sess.Close()
 			return
 		}
 		select {
@@ -271,5 +287,48 @@ func Listen(path string, stream io.ReadWriteCloser) error {
 			continue
 		}
 		live.run(func() { live.join(c, s) })
+	}
+}
+
+// noPings passes on the yamux frames read from r, but for the far
+// side's pings, which it drops: yamux answers each in a goroutine of
+// its own, which waits for the stream (up to its write timeout), so a
+// flood of them that the far side does not read the answers of would
+// grow this side without bound. Neither side pings (no keepalive).
+type noPings struct {
+	r    io.Reader
+	hdr  [12]byte
+	out  []byte // what is left to pass of the last header
+	left uint32 // what is left to pass of the last data frame's bytes
+}
+
+func (f *noPings) Read(p []byte) (int, error) {
+	for {
+		switch {
+		case len(f.out) > 0:
+			n := copy(p, f.out)
+			f.out = f.out[n:]
+			return n, nil
+		case f.left > 0:
+			if uint32(len(p)) > f.left {
+				p = p[:f.left]
+			}
+			n, err := f.r.Read(p)
+			f.left -= uint32(n)
+			return n, err
+		}
+		if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
+			return 0, err
+		}
+		const typeData, typePing, flagSYN = 0, 2, 1
+		switch f.hdr[1] {
+		case typePing:
+			if binary.BigEndian.Uint16(f.hdr[2:])&flagSYN != 0 {
+				continue
+			}
+		case typeData:
+			f.left = binary.BigEndian.Uint32(f.hdr[8:])
+		}
+		f.out = f.hdr[:]
 	}
 }

@@ -125,11 +125,9 @@ func placement(v string) (func(*corev1.Pod), error) {
 	if v == "" {
 		return nil, nil
 	}
-	var pl podPlacement
-	dec := json.NewDecoder(strings.NewReader(v))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&pl); err != nil {
-		return nil, fmt.Errorf("$%s: %w", K8sPodSpecEnv, err)
+	pl, err := parsePlacement(v)
+	if err != nil {
+		return nil, err
 	}
 	return func(p *corev1.Pod) {
 		s := &p.Spec
@@ -161,10 +159,29 @@ func k8sIsolation(sess *fsstore.Session, target string, network bool) error {
 	return nil
 }
 
-// hostNetwork reports whether the pod placement v sets hostNetwork.
-func hostNetwork(v string) bool {
+// parsePlacement parses K8sPodSpecEnv's value v: one JSON object of
+// podPlacement's fields, nothing after it.
+func parsePlacement(v string) (podPlacement, error) {
 	var pl podPlacement
-	return json.Unmarshal([]byte(v), &pl) == nil && pl.HostNetwork
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pl); err != nil {
+		return pl, fmt.Errorf("$%s: %w", K8sPodSpecEnv, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return pl, fmt.Errorf("$%s: more than one JSON object", K8sPodSpecEnv)
+	}
+	return pl, nil
+}
+
+// hostNetwork reports whether the pod placement v sets hostNetwork (or
+// may: one that does not parse, as placement takes it).
+func hostNetwork(v string) bool {
+	if v == "" {
+		return false
+	}
+	pl, err := parsePlacement(v)
+	return err != nil || pl.HostNetwork
 }
 
 // k8sPodTimeout bounds the wait for an agent's pod to run.

@@ -88,7 +88,8 @@ func (h *host) k8sOwn(sess *fsstore.Session, target, mount string, p provider.Pr
 		plan.sock = podToolSocket(sess.ID)
 	}
 	add := func(local string, rw bool) error {
-		rel, ok := strings.CutPrefix(filepath.Clean(local), home+"/")
+		local = filepath.Clean(local)
+		rel, ok := strings.CutPrefix(local, home+"/")
 		switch {
 		case !ok && rw:
 			return fmt.Errorf("%s runs on %s, and provider %s needs %s read-write, outside the Substrat home: not in a pod",

@@ -69,6 +69,7 @@ func TestK8sOwn(t *testing.T) {
 	for _, bad := range []struct{ rw, says string }{
 		{"/var/lib/cli", "outside the Substrat home"},
 		{filepath.Dir(mcp), "of the store"},
+		{filepath.Join(home, "state", "..", "agents", "a1"), "of the store"},
 		{file, "only a directory"},
 	} {
 		_, _, err := h.k8sOwn(sess, "k8s://c/ns", "/workspace", p, provider.SandboxNeeds{ReadWrite: []string{bad.rw}})

@@ -30,9 +30,19 @@ func TestPlacement(t *testing.T) {
 		`{"hostPID":true}`,
 		`{"volumes":[{"name":"root","hostPath":{"path":"/"}}]}`,
 		`{"nodeName":`,
+		`{"hostNetwork":true} x`,
+		`{"hostNetwork":true}{}`,
 	} {
 		if _, err := placement(bad); err == nil {
 			t.Errorf("placement(%s) taken", bad)
+		}
+	}
+	// What would put the pods in the host's network is seen so by the
+	// isolation's check, even what placement would not parse alike.
+	for v, want := range map[string]bool{"": false, `{"nodeName":"n"}`: false, `{"hostNetwork":true}`: true,
+		`{"HostNetwork":true}`: true, `{"hostNetwork":true} x`: true, `{"hostNetwork":false}{"hostNetwork":true}`: true} {
+		if got := hostNetwork(v); got != want {
+			t.Errorf("hostNetwork(%s) = %v, want %v", v, got, want)
 		}
 	}
 }
