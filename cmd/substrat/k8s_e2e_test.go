@@ -303,9 +303,12 @@ func TestK8sExecutorE2E(t *testing.T) {
 		_, err := core.Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
-	if b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log()); !strings.Contains(string(b), pod.Name) {
-		t.Errorf("the daemon's log does not name the stale pod %s it deleted", pod.Name)
-	}
+	// The reconcile logs what it did once all of it is done, which may
+	// be after the deletion shows.
+	waitUntil(t, "the daemon's log to name the stale pod "+pod.Name+" it deleted", func() bool {
+		b, _ := os.ReadFile(fsstore.Layout{Home: d.home}.Log())
+		return strings.Contains(string(b), pod.Name)
+	})
 	res = d.send("far", "write third.txt after the restart")
 	if !strings.HasPrefix(res.Text, "wrote third.txt") {
 		t.Fatalf("the turn after the restart said %q", res.Text)
