@@ -34,6 +34,12 @@
 // the look-up and the exec. A command whose pod goes while it runs
 // fails (ErrPodGone): its stream would otherwise end as a clean exit.
 //
+// Leftovers. Reap kills what an agent's processes left running in its
+// pod, out of their exec's group (setsid), all but PID 1: the daemon
+// calls it before each copy back. It acts only as the pod's user, in a
+// process tree whose PID 1 is the pod's (not on kwok, whose exec runs on
+// its own machine).
+//
 // Copies. Push copies a workspace into the pod's workspace volume and
 // Pull copies it back, each through an exec like Start's (a tar stream
 // on its input or output: the image needs tar, find, xargs, mv and wc

@@ -3,11 +3,14 @@ package k8s
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/fsstore"
@@ -206,4 +209,70 @@ func TestRealKubeletLocked(t *testing.T) {
 		t.Fatalf("the push over a locked workspace: %v", err)
 	}
 	sh("[ ! -e locked ] && [ -e a.txt ]")
+}
+
+// TestRealKubeletReap: a process that setsid took out of its exec's
+// group outlives the exec in the pod, writing; Reap kills it, and the
+// pod goes on (its PID 1, and the next exec).
+func TestRealKubeletReap(t *testing.T) {
+	node, image := k8stest.Kubelet(t)
+	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+	ctx := ctxT(t)
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	pod := running(t, e, a)
+	sh := func(script string) string {
+		t.Helper()
+		var out bytes.Buffer
+		p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+			Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Argv: []string{"/bin/sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatalf("%s: %v: %s", script, err, out.String())
+		}
+		return out.String()
+	}
+	size := func() string { return sh("wc -c < /workspace/escaped") }
+	sh(`setsid /bin/sh -c 'while :; do echo x >> /workspace/escaped; sleep 0.05; done' </dev/null >/dev/null 2>&1 & sleep 0.3`)
+	s1 := size()
+	time.Sleep(300 * time.Millisecond)
+	if s2 := size(); s1 == s2 {
+		t.Fatalf("the escaped process does not run (the test would prove nothing): %s", s1)
+	}
+	if err := e.Reap(ctx, a.ID, a.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	s1 = size()
+	time.Sleep(300 * time.Millisecond)
+	if s2 := size(); s1 != s2 {
+		t.Errorf("the escaped process still writes after Reap: %s then %s", s1, s2)
+	}
+	p, err := e.core.Pods(e.target.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || Classify(p, a.Incarnation).State != StateRunning {
+		t.Errorf("the pod after Reap: %v, %v", err, p.Status.Phase)
+	}
+}
+
+// TestReapNotHere: on kwok, whose exec runs on this machine (as root
+// here), Reap kills nothing.
+func TestReapNotHere(t *testing.T) {
+	e := newExec(t, Options{Workspace: emptyDir})
+	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
+	running(t, e, a)
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	if err := e.Reap(ctxT(t), a.ID, a.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("Reap on kwok killed a process of this machine: %v", err)
+	}
 }

@@ -40,6 +40,10 @@ type Agent struct {
 	Isolated bool
 }
 
+// podInit is the command of the pod's container: its PID 1 waits, and
+// ends at once on SIGTERM (Reap knows the pod by it).
+var podInit = []string{"/bin/sh", "-c", `trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done`}
+
 // The container's name, and the pod's volumes.
 const (
 	Container    = "agent"
@@ -147,7 +151,7 @@ func (e *Executor) Pod(a Agent) *corev1.Pod {
 				Image:           e.opts.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				// PID 1 waits, and ends at once on SIGTERM.
-				Command:    []string{"/bin/sh", "-c", `trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done`},
+				Command:    podInit,
 				WorkingDir: e.opts.MountPath,
 				Resources:  res,
 				SecurityContext: &corev1.SecurityContext{

@@ -529,6 +529,11 @@ func (p *kubeProcess) Wait() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
 	defer cancel()
+	// What the process left running there (out of its group, by
+	// setsid) would change the copy, or stall it.
+	if rerr := p.e.Reap(ctx, p.agent, p.incarnation); rerr != nil {
+		p.h.log.Warn("what an agent's process left in its pod was not killed", "agent", p.agent, "target", target, "err", rerr)
+	}
 	perr := p.e.PullTrees(ctx, p.agent, p.incarnation, p.trees, "")
 	if perr == nil && p.vol != "" {
 		if err := p.k.setSynced(p.agent, p.vol); err != nil {
