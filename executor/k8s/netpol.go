@@ -94,11 +94,6 @@ func (e *Executor) isolate(ctx context.Context, a Agent) error {
 	return nil
 }
 
-// unisolate deletes agent's NetworkPolicy, if this home has one.
-func (e *Executor) unisolate(ctx context.Context, agent string) error {
-	return e.isolate(ctx, Agent{ID: agent})
-}
-
 // reconcilePolicies deletes the home's NetworkPolicies of agents that
 // are not among live, or not isolated there, and returns their names.
 func (e *Executor) reconcilePolicies(ctx context.Context, live []Agent) ([]string, error) {

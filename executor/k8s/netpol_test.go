@@ -72,7 +72,9 @@ func TestIsolation(t *testing.T) {
 			if _, err := nps.Get(ctx, np.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("the policy of an agent not isolated: %v", err)
 			}
-			// Isolated again, then deleted: no policy.
+			// Isolated again, then deleted: the policy stays while its
+			// containers may still run, and the start's reconcile
+			// deletes it.
 			a.Isolated = true
 			if _, err := e.Ensure(ctx, a); err != nil {
 				t.Fatal(err)
@@ -80,8 +82,14 @@ func TestIsolation(t *testing.T) {
 			if err := e.Delete(ctx, a.ID); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := nps.Get(context.Background(), np.Name, metav1.GetOptions{}); err != nil {
+				t.Errorf("the policy of an agent just deleted: %v", err)
+			}
+			if _, err := e.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := nps.Get(context.Background(), np.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("the policy of a deleted agent: %v", err)
+				t.Errorf("the policy of a deleted agent after the reconcile: %v", err)
 			}
 		})
 	}

@@ -373,12 +373,12 @@ func (e *Executor) Delete(ctx context.Context, agent string) error {
 			return err
 		}
 	}
+	// Its NetworkPolicy stays: the pods' containers may run a while yet,
+	// and it selects nothing once they are gone. The start's Reconcile
+	// deletes it.
 	sel := labels.SelectorFromSet(e.labels(agent, "")).String()
-	if err := e.core.Pods(e.target.Namespace).DeleteCollection(ctx,
-		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: sel}); err != nil {
-		return err
-	}
-	return e.unisolate(ctx, agent)
+	return e.core.Pods(e.target.Namespace).DeleteCollection(ctx,
+		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: sel})
 }
 
 // DeleteWorkspace deletes agent's default workspace claim, and with it
