@@ -18,6 +18,27 @@ import (
 	"github.com/substrat/substrat/supervisor/daemon"
 )
 
+// kubeletDir is a directory outside /tmp, which the pod's own hides, for
+// the programs the image holds at their paths here (kubeletDaemon).
+func kubeletDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "substrat-k8s-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	return dir
+}
+
+// copyOut copies src (a file or a directory) to dst.
+func copyOut(t *testing.T, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
+
 // kubeletDaemon starts a daemon whose agents on Kubernetes run on the
 // real kubelet's node, in the host's network (the fake APIs listen on
 // its loopback), from an image tag made of the agent image, files (a
@@ -25,15 +46,10 @@ import (
 // /tmp (which the pod's own hides), from which the daemon runs, so that
 // the MCP server and the relay it starts are at that path there. It
 // returns the daemon, and the executor of a namespace of the test's own.
-func kubeletDaemon(t *testing.T, tag string, files []string, env ...string) (*e2eDaemon, string, corev1client.CoreV1Interface) {
+// dir is kubeletDir's, where substrat goes too.
+func kubeletDaemon(t *testing.T, dir, tag string, files []string, env ...string) (*e2eDaemon, string, corev1client.CoreV1Interface) {
 	t.Helper()
 	node, _ := k8stest.Kubelet(t)
-	dir, err := os.MkdirTemp("/var/tmp", "substrat-k8s-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
 	substrat := filepath.Join(dir, "substrat")
 	if out, err := exec.Command("cp", lookPath(t, "substrat"), substrat).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -62,14 +78,18 @@ func kubeletDaemon(t *testing.T, tag string, files []string, env ...string) (*e2
 // first left.
 func TestK8sExecutorCLIRealKubelet(t *testing.T) {
 	k8stest.Kubelet(t)
-	cli := claudeCLI(t)
-	prog, err := filepath.EvalSymlinks(cli)
+	real, err := filepath.EvalSymlinks(claudeCLI(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The CLI at a path outside /tmp (a clone of the project may be
+	// there), first on the daemon's PATH.
+	dir := kubeletDir(t)
+	cli := filepath.Join(dir, "claude")
+	copyOut(t, real, cli)
 	api := fakeapi.NewClaude(k8sClaudeReply)
 	t.Cleanup(api.Close)
-	d, executor, core := kubeletDaemon(t, "claude", []string{prog}, claudeEnv(cli, api.URL)...)
+	d, executor, core := kubeletDaemon(t, dir, "claude", []string{cli}, claudeEnv(cli, api.URL)...)
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "far", Provider: "claude", Workspace: "lab", Executor: executor}, &a)
 	ns := executor[strings.LastIndex(executor, "/")+1:]
@@ -117,7 +137,18 @@ func TestK8sExecutorGeminiRealKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, executor, core := kubeletDaemon(t, "gemini", []string{filepath.Dir(prog), node}, env...)
+	// The CLI's bundle outside /tmp, its launcher first on the daemon's
+	// PATH.
+	dir := kubeletDir(t)
+	bundle := filepath.Join(dir, "gemini-bundle")
+	copyOut(t, filepath.Dir(prog), bundle)
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	if err := os.Symlink(filepath.Join(bundle, filepath.Base(prog)), filepath.Join(bin, "gemini")); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	d, executor, core := kubeletDaemon(t, dir, "gemini", []string{bundle, node}, env...)
 	var a wire.AgentInfo
 	mustCall(d, wire.AgentCreate, wire.CreateParams{Name: "gem", Provider: "gemini", Model: "fake-model", Workspace: "lab", Executor: executor}, &a)
 	agentVolume(t, core, executor[strings.LastIndex(executor, "/")+1:], a.ID)
