@@ -34,6 +34,22 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// copies returns the push and the copy back of trees into a's pod; a
+// failure fails t.
+func copies(t *testing.T, e *Executor, a Agent, trees []Tree) (push, pull func()) {
+	return func() {
+			t.Helper()
+			if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
+				t.Fatal(err)
+			}
+		}, func() {
+			t.Helper()
+			if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+		}
+}
+
 // TestIncrementalPush: after a clean copy back, a push sends only what
 // changed here (a file changed in the pod since, and not here, stays as
 // the pod has it) and deletes what went here (files, a directory, a
@@ -55,18 +71,7 @@ func TestIncrementalPush(t *testing.T) {
 	os.Mkdir(filepath.Join(root, "ref"), 0o755) // the read-only tree's mount point
 	writeFile(t, filepath.Join(ro, "r.txt"), "ro", 0o644)
 	trees := []Tree{{Local: root, RW: true}, {Rel: "ref", Local: ro}}
-	push := func() {
-		t.Helper()
-		if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pull := func() {
-		t.Helper()
-		if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, t.TempDir()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	push, pull := copies(t, e, a, trees)
 	same := func(what string, want map[string]string) {
 		t.Helper()
 		got := snapshot(t, inPod)
@@ -241,18 +246,7 @@ func TestIncrementalPull(t *testing.T) {
 		writeFile(t, filepath.Join(root, name), text, 0o644)
 	}
 	trees := []Tree{{Local: root, RW: true}}
-	push := func() {
-		t.Helper()
-		if err := e.PushTrees(ctxT(t), a.ID, a.Incarnation, trees); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pull := func() {
-		t.Helper()
-		if err := e.PullTrees(ctxT(t), a.ID, a.Incarnation, trees, t.TempDir()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	push, pull := copies(t, e, a, trees)
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(root, name))
 		if err != nil {

@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/substrat/substrat/executor"
 	"github.com/substrat/substrat/fsstore"
-	"github.com/substrat/substrat/internal/k8stest"
 )
 
 // TestRealKubeletTurn: a turn's copies and process on the node with a
@@ -24,12 +22,7 @@ import (
 // and plants what must not come back, and Pull brings back only the
 // work.
 func TestRealKubeletTurn(t *testing.T) {
-	node, image := k8stest.Kubelet(t)
-	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
-		p.Spec.NodeName = node
-		p.Spec.HostNetwork = true
-		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	}})
+	e := kubeletExec(t)
 	ctx := ctxT(t)
 	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
 	running(t, e, a)
@@ -83,13 +76,8 @@ func TestRealKubeletTurn(t *testing.T) {
 // read-only link; what the process changes in the clone's config and
 // hooks, the copy or the link does not come back, its new ref does.
 func TestRealKubeletTrees(t *testing.T) {
-	node, image := k8stest.Kubelet(t)
+	e := kubeletExec(t)
 	root, gitDir, common := gitClone(t)
-	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
-		p.Spec.NodeName = node
-		p.Spec.HostNetwork = true
-		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	}})
 	ctx := ctxT(t)
 	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
 	running(t, e, a)
@@ -167,12 +155,7 @@ func TestRealKubeletTrees(t *testing.T) {
 // neither keeps the workspace from coming back nor the next push from
 // replacing it.
 func TestRealKubeletLocked(t *testing.T) {
-	node, image := k8stest.Kubelet(t)
-	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
-		p.Spec.NodeName = node
-		p.Spec.HostNetwork = true
-		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	}})
+	e := kubeletExec(t)
 	ctx := ctxT(t)
 	a := Agent{ID: fsstore.NewID(), Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20}}
 	running(t, e, a)
@@ -181,18 +164,7 @@ func TestRealKubeletLocked(t *testing.T) {
 	if err := e.Push(ctx, a.ID, a.Incarnation, local); err != nil {
 		t.Fatal(err)
 	}
-	sh := func(script string) {
-		t.Helper()
-		var out bytes.Buffer
-		p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
-			Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Argv: []string{"/bin/sh", "-c", script}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Wait(); err != nil {
-			t.Fatalf("%s: %v: %s", script, err, out.String())
-		}
-	}
+	sh := func(script string) { t.Helper(); containerSh(t, e, a, script) }
 	sh("command -v chmod >/dev/null || { echo no chmod in the image; exit 1; }; mkdir -p locked/deep && echo x > locked/deep/f &&" +
 		" echo y > unreadable && chmod 000 unreadable locked/deep locked && ! cat unreadable 2>/dev/null")
 	if err := e.Pull(ctx, a.ID, a.Incarnation, local, ""); err != nil {
@@ -215,28 +187,11 @@ func TestRealKubeletLocked(t *testing.T) {
 // group outlives the exec in the pod, writing; Reap kills it, and the
 // pod goes on (its PID 1, and the next exec).
 func TestRealKubeletReap(t *testing.T) {
-	node, image := k8stest.Kubelet(t)
-	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
-		p.Spec.NodeName = node
-		p.Spec.HostNetwork = true
-		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	}})
+	e := kubeletExec(t)
 	ctx := ctxT(t)
 	a := Agent{ID: fsstore.NewID(), Incarnation: "1"}
 	pod := running(t, e, a)
-	sh := func(script string) string {
-		t.Helper()
-		var out bytes.Buffer
-		p, err := e.Start(ctx, &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
-			Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Argv: []string{"/bin/sh", "-c", script}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Wait(); err != nil {
-			t.Fatalf("%s: %v: %s", script, err, out.String())
-		}
-		return out.String()
-	}
+	sh := func(script string) string { t.Helper(); return containerSh(t, e, a, script) }
 	size := func() string { return sh("wc -c < /workspace/escaped") }
 	sh(`setsid /bin/sh -c 'while :; do echo x >> /workspace/escaped; sleep 0.05; done' </dev/null >/dev/null 2>&1 & sleep 0.3`)
 	s1 := size()

@@ -25,12 +25,7 @@ import (
 // conformance suite passes; a command whose pod is fenced dies, and its
 // Wait says so.
 func TestRealKubelet(t *testing.T) {
-	node, image := k8stest.Kubelet(t)
-	e := newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
-		p.Spec.NodeName = node
-		p.Spec.HostNetwork = true
-		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	}})
+	e := kubeletExec(t)
 	ctx := ctxT(t)
 	a := Agent{ID: "a", Incarnation: "1", Limits: fsstore.Limits{MemoryBytes: 64 << 20, CPUWeight: 100}}
 	t0 := time.Now()
@@ -91,4 +86,32 @@ func TestRealKubelet(t *testing.T) {
 	if _, err := e.Start(ctx, &executor.Cmd{Agent: "a", Incarnation: "1", Argv: []string{"true"}}); !errors.Is(err, ErrNoPod) {
 		t.Errorf("Start of the fenced incarnation: %v", err)
 	}
+}
+
+// kubeletExec is an executor whose pods run on the node with a real
+// kubelet, in the host's network, from the agent image (or skips t).
+func kubeletExec(t *testing.T) *Executor {
+	t.Helper()
+	node, image := k8stest.Kubelet(t)
+	return newExec(t, Options{Image: image, Workspace: emptyDir, Customize: func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Spec.HostNetwork = true
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}})
+}
+
+// containerSh runs script in the container of a's pod, in /workspace,
+// and returns what it printed; a failure fails t.
+func containerSh(t *testing.T, e *Executor, a Agent, script string) string {
+	t.Helper()
+	var out bytes.Buffer
+	p, err := e.Start(ctxT(t), &executor.Cmd{Agent: a.ID, Incarnation: a.Incarnation, Dir: "/workspace",
+		Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Argv: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%s: %v: %s", script, err, out.String())
+	}
+	return out.String()
 }
